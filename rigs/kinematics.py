@@ -1,0 +1,102 @@
+"""The arm's kinematic chain in the Pinocchio manner: an unchanging model, scratch data per call.
+
+``ChainModel`` wraps a Pinocchio model built from a URDF and the chain from ``base_link`` to
+``tip_link``; joint vectors ``q`` are in chain order (radians or metres), shape ``(dof,)`` or
+``(N, dof)``. Joints of the URDF outside the chain (a gripper's fingers) stay at neutral.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pinocchio as pin
+
+from rigs import urdf as urdf_io
+from rigs.errors import InputError
+
+
+@dataclass
+class ChainModel:
+    model: pin.Model
+    joint_names: list[str]  # movable chain joints, base to tip
+    joint_ids: list[int]  # their Pinocchio joint ids
+    base_frame: int
+    tip_frame: int
+    lower: np.ndarray  # (dof,) joint limits
+    upper: np.ndarray
+    axes: np.ndarray  # (dof, 3) joint axes in the joint frame
+
+    @classmethod
+    def from_urdf(cls, path: Path, base_link: str, tip_link: str) -> "ChainModel":
+        path = Path(path)
+        tree = urdf_io.parse_urdf(path)
+        chain = urdf_io.movable(urdf_io.chain(tree, base_link, tip_link, path))
+        if not chain:
+            raise InputError(f"{path}: no movable joint between {base_link!r} and {tip_link!r}.")
+        text = Path(path).read_text()
+        try:
+            model = pin.buildModelFromXML(text)
+        except (RuntimeError, ValueError) as error:
+            raise InputError(f"{path}: Pinocchio cannot read this URDF ({error}).") from None
+        return cls.from_model(model, [j.name for j in chain], base_link, tip_link,
+                              np.array([j.lower for j in chain]), np.array([j.upper for j in chain]),
+                              np.array([j.axis for j in chain]))
+
+    @classmethod
+    def from_model(cls, model, joint_names, base_link, tip_link, lower, upper, axes) -> "ChainModel":
+        ids = [model.getJointId(name) for name in joint_names]
+        base_frame = model.getFrameId(base_link)
+        tip_frame = model.getFrameId(tip_link)
+        return cls(model, list(joint_names), ids, base_frame, tip_frame, lower, upper, axes)
+
+    @property
+    def dof(self) -> int:
+        return len(self.joint_ids)
+
+    def copy(self) -> "ChainModel":
+        return ChainModel(self.model.copy(), list(self.joint_names), list(self.joint_ids), self.base_frame,
+                          self.tip_frame, self.lower.copy(), self.upper.copy(), self.axes.copy())
+
+    def full_q(self, q: np.ndarray) -> np.ndarray:
+        """Chain joint vector (dof,) -> Pinocchio configuration (nq,)."""
+        full = pin.neutral(self.model)
+        for value, joint_id in zip(q, self.joint_ids):
+            joint = self.model.joints[joint_id]
+            if joint.nq == 1:
+                full[joint.idx_q] = value
+            else:  # continuous joint: (cos, sin)
+                full[joint.idx_q:joint.idx_q + 2] = np.cos(value), np.sin(value)
+        return full
+
+    def base_T_frame(self, q: np.ndarray, frame: int | None = None, data: pin.Data | None = None) -> np.ndarray:
+        """Pose (4, 4) of ``frame`` (default: the tip) in the base frame at chain configuration q (dof,)."""
+        data = data or self.model.createData()
+        pin.framesForwardKinematics(self.model, data, self.full_q(q))
+        base = data.oMf[self.base_frame]
+        return (base.actInv(data.oMf[self.tip_frame if frame is None else frame])).homogeneous
+
+    def base_T_tip_batch(self, qs: np.ndarray) -> np.ndarray:
+        """(N, dof) -> (N, 4, 4) tip poses in the base frame."""
+        data = self.model.createData()
+        return np.stack([self.base_T_frame(q, data=data) for q in np.atleast_2d(qs)])
+
+    def gravity_torques(self, q: np.ndarray, payload_kg: float = 0.0, payload_com: np.ndarray | None = None,
+                        gravity: float = 9.81) -> np.ndarray:
+        """Joint torques (dof,) in N m that hold the arm and a point payload at rest.
+
+        The payload of ``payload_kg`` sits at ``payload_com`` (3,) m in the tip frame; gravity is
+        -z of the model's world frame.
+        """
+        model = self.model
+        if payload_kg:
+            model = model.copy()
+            frame = model.frames[self.tip_frame]
+            com = frame.placement.act(np.zeros(3) if payload_com is None else np.asarray(payload_com, dtype=float))
+            model.inertias[frame.parentJoint] = model.inertias[frame.parentJoint] + pin.Inertia(
+                float(payload_kg), com, np.eye(3) * 1e-6)
+        model.gravity.linear = np.array([0.0, 0.0, -gravity])
+        data = model.createData()
+        tau = pin.computeGeneralizedGravity(model, data, self.full_q(q))
+        return np.array([tau[model.joints[j].idx_v] for j in self.joint_ids])

@@ -1,0 +1,182 @@
+"""The pybullet world that plays a simulated rig's hidden truth.
+
+It loads the true arm (errors, bends and added bodies written into its URDF), moves it to the
+joint angles the robot would really reach (commanded angles, minus the elastic sag of each joint
+under gravity and payload, plus repeatability noise), and measures it: reflector positions in the
+tracker frame with noise drawn from the tracker's MPE, and camera images (RGB, metric depth,
+segmentation) rendered from the true geometry.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rigs.kinematics import ChainModel
+from rigs.quiet import c_output_silenced, import_pybullet
+from rigs.spec import CameraSpec, Rig
+from rigs.transforms import invert
+from rigs.truth import TrueArm
+
+p = import_pybullet()
+
+
+@dataclass
+class Rendering:
+    rgb: np.ndarray  # (H, W, 3) uint8
+    depth: np.ndarray  # (H, W) float32 metres along the optical axis, 0 where nothing was hit
+    segmentation: np.ndarray  # (H, W) int16: 0 nothing, 1 + index into Simulator.link_names
+
+
+class Simulator:
+    """One pybullet client (DIRECT) holding the true arm of ``rig``, loaded from ``true_urdf``."""
+
+    def __init__(self, rig: Rig, arm: TrueArm, true_urdf: Path):
+        self.rig, self.arm = rig, arm
+        with c_output_silenced():
+            self.client = p.connect(p.DIRECT)
+            self.body = p.loadURDF(str(true_urdf), useFixedBase=True, physicsClientId=self.client,
+                                   flags=p.URDF_USE_INERTIA_FROM_FILE)
+        count = p.getNumJoints(self.body, physicsClientId=self.client)
+        infos = [p.getJointInfo(self.body, i, physicsClientId=self.client) for i in range(count)]
+        self.joint_index = {info[1].decode(): info[0] for info in infos}
+        self.link_index = {info[12].decode(): info[0] for info in infos}
+        base_name = p.getBodyInfo(self.body, physicsClientId=self.client)[0].decode()
+        self.link_index[base_name] = -1
+        self.link_names = [base_name] + [info[12].decode() for info in infos]
+        self.chain = ChainModel.from_urdf(true_urdf, rig.robot.base_link, rig.robot.tip_link)
+        self.pb_joints = [self.joint_index[name] for name in self.chain.joint_names]
+        self.tip_index = self.link_index[rig.robot.tip_link]
+        self.base_index = self.link_index[rig.robot.base_link]
+        self._collision_pairs = None
+
+    def close(self) -> None:
+        if self.client is not None and p.isConnected(self.client):
+            p.disconnect(self.client)
+        self.client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- moving -------------------------------------------------------------------------------
+    def reached_q(self, q_command: np.ndarray, payload_kg: float = 0.0) -> np.ndarray:
+        """Joint angles (dof,) the arm really reaches: each joint sags by tau_i / k_i under gravity."""
+        if self.arm.stiffness is None:
+            return np.asarray(q_command, dtype=float).copy()
+        tau = self.chain.gravity_torques(q_command, payload_kg, self.rig.robot.payload_com)
+        return q_command - tau / self.arm.stiffness
+
+    def set_q(self, q: np.ndarray) -> None:
+        for index, value in zip(self.pb_joints, q):
+            p.resetJointState(self.body, index, float(value), physicsClientId=self.client)
+
+    def world_T_link(self, link: str | int) -> np.ndarray:
+        index = self.link_index[link] if isinstance(link, str) else link
+        if index == -1:
+            # pybullet reports the base's inertial frame; step back to the URDF link frame.
+            position, orientation = p.getBasePositionAndOrientation(self.body, physicsClientId=self.client)
+            local = p.getDynamicsInfo(self.body, -1, physicsClientId=self.client)
+            inverse = p.invertTransform(local[3], local[4])
+            position, orientation = p.multiplyTransforms(position, orientation, *inverse)
+        else:
+            state = p.getLinkState(self.body, index, computeForwardKinematics=True, physicsClientId=self.client)
+            position, orientation = state[4], state[5]  # the URDF link frame, not the inertial one
+        pose = np.eye(4)
+        pose[:3, :3] = np.asarray(p.getMatrixFromQuaternion(orientation)).reshape(3, 3)
+        pose[:3, 3] = position
+        return pose
+
+    def base_T_link(self, link: str | int) -> np.ndarray:
+        return invert(self.world_T_link(self.base_index)) @ self.world_T_link(link)
+
+    # -- checks -------------------------------------------------------------------------------
+    def _pairs(self) -> list[tuple[int, int]]:
+        """Link pairs to test for self-collision: not parent and child, not touching at zero."""
+        if self._collision_pairs is None:
+            parents = {}
+            for i in range(p.getNumJoints(self.body, physicsClientId=self.client)):
+                parents[i] = p.getJointInfo(self.body, i, physicsClientId=self.client)[16]
+            indices = [-1] + list(parents)
+            self.set_q(np.zeros(self.chain.dof))
+            pairs = []
+            for a, b in itertools.combinations(indices, 2):
+                if parents.get(b) == a or parents.get(a) == b:
+                    continue
+                if p.getClosestPoints(self.body, self.body, 0.0, a, b, physicsClientId=self.client):
+                    continue
+                pairs.append((a, b))
+            self._collision_pairs = pairs
+        return self._collision_pairs
+
+    def in_collision(self, q: np.ndarray, margin: float = 0.005) -> bool:
+        """True when two non-adjacent links come within ``margin`` m, or a link dips below the floor."""
+        pairs = self._pairs()
+        self.set_q(q)
+        for a, b in pairs:
+            if p.getClosestPoints(self.body, self.body, margin, a, b, physicsClientId=self.client):
+                return True
+        floor = self.rig.robot.floor_z
+        if floor is not None:
+            base_z = self.world_T_link(self.base_index)[2, 3]
+            for index in range(2, p.getNumJoints(self.body, physicsClientId=self.client)):
+                low = p.getAABB(self.body, index, physicsClientId=self.client)[0][2]
+                if low - base_z < floor:
+                    return True
+        return False
+
+    def line_of_sight(self, origin_world: np.ndarray, point_world: np.ndarray, stop_short: float = 0.01) -> bool:
+        """Whether a ray from ``origin_world`` reaches ``point_world`` (less ``stop_short`` m) unblocked."""
+        direction = point_world - origin_world
+        end = point_world - direction / np.linalg.norm(direction) * stop_short
+        hit = p.rayTest(origin_world.tolist(), end.tolist(), physicsClientId=self.client)[0]
+        return hit[0] == -1
+
+    # -- measuring ----------------------------------------------------------------------------
+    def target_positions(self, q_reached: np.ndarray) -> dict[str, np.ndarray]:
+        """True reflector positions (3,) in the base frame with the arm at ``q_reached``."""
+        self.set_q(q_reached)
+        base_T_tip = self.base_T_link(self.tip_index)
+        return {name: base_T_tip[:3, :3] @ xyz + base_T_tip[:3, 3] for name, xyz in self.arm.target_offsets.items()}
+
+    def tracker_noise(self, point_tracker: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Noise (3,) m for a point in the tracker frame: radial and transverse sigmas from the MPE."""
+        tracker = self.rig.tracker
+        distance = float(np.linalg.norm(point_tracker))
+        radial, transverse = tracker.sigmas(distance, self.rig.truth.tracker_noise_scale)
+        direction = point_tracker / distance
+        helper = np.array([0.0, 0.0, 1.0]) if abs(direction[2]) < 0.9 else np.array([1.0, 0.0, 0.0])
+        e1 = np.cross(direction, helper)
+        e1 /= np.linalg.norm(e1)
+        e2 = np.cross(direction, e1)
+        return direction * rng.normal(0, radial) + e1 * rng.normal(0, transverse) + e2 * rng.normal(0, transverse)
+
+    def render(self, camera: CameraSpec, q_reached: np.ndarray, rng: np.random.Generator) -> Rendering:
+        """RGB, metric depth (with relative noise ``camera.depth_noise``) and link segmentation."""
+        self.set_q(q_reached)
+        world_T_base = self.world_T_link(self.base_index)
+        world_T_gl = world_T_base @ camera.base_T_camera @ np.diag([1.0, -1.0, -1.0, 1.0])
+        view = invert(world_T_gl)
+        W, H, K, near, far = camera.width, camera.height, camera.K, camera.near, camera.far
+        projection = np.array([
+            [2 * K[0, 0] / W, 0, 1 - 2 * K[0, 2] / W, 0],
+            [0, 2 * K[1, 1] / H, 2 * K[1, 2] / H - 1, 0],
+            [0, 0, -(far + near) / (far - near), -2 * far * near / (far - near)],
+            [0, 0, -1, 0]])
+        _, _, rgba, buffer, seg = p.getCameraImage(
+            W, H, view.T.flatten().tolist(), projection.T.flatten().tolist(), renderer=p.ER_TINY_RENDERER,
+            flags=p.ER_SEGMENTATION_MASK_OBJECT_AND_LINKINDEX, physicsClientId=self.client)
+        rgba = np.asarray(rgba, dtype=np.uint8).reshape(H, W, 4)
+        buffer = np.asarray(buffer, dtype=np.float64).reshape(H, W)
+        seg = np.asarray(seg, dtype=np.int64).reshape(H, W)
+        hit = buffer < 1.0 - 1e-7
+        depth = np.where(hit, far * near / (far - (far - near) * buffer), 0.0)
+        depth = np.where(hit, depth * (1.0 + camera.depth_noise * rng.standard_normal(depth.shape)), 0.0)
+        link = np.where(seg >= 0, (seg >> 24) - 1, -2)  # -1 is the base, -2 nothing
+        segmentation = np.where(seg >= 0, link + 2, 0).astype(np.int16)
+        return Rendering(rgba[..., :3].copy(), depth.astype(np.float32), segmentation)

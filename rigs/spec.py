@@ -1,0 +1,296 @@
+"""What a set-up is: the rig file (TOML), validated into plain dataclasses.
+
+A rig names the robot (URDF, base and tip link), its sensors (a laser tracker with reflector
+targets on the tip link, depth cameras, a marker board) and, for a simulated rig, the hidden truth
+that the simulator plays (kinematic errors, compliance, damage, added bodies, noise). Built-in rigs
+ship in ``rigs/builtin/`` and are named on the command line (``--rig iiwa-tracker``).
+
+Units in the file are named in the key (``_mm``, ``_deg``, ``_um``); everything is converted to SI
+here, once.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rigs.errors import InputError
+from rigs.transforms import look_at, make_transform
+
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    urdf: Path
+    base_link: str
+    tip_link: str
+    package_dirs: tuple[Path, ...] = ()
+    payload_com: np.ndarray = field(default_factory=lambda: np.zeros(3))  # (3,) m, tip frame
+    floor_z: float | None = None  # m in the base frame; poses keep every link above it
+
+
+@dataclass(frozen=True)
+class TrackerSpec:
+    """A laser tracker. Accuracy is the ISO 10360-10 MPE, ``a + b * distance``, in metres."""
+
+    base_T_tracker: np.ndarray  # (4, 4)
+    distance_mpe: tuple[float, float]  # (m, m per m)
+    transverse_mpe: tuple[float, float]
+
+    def sigmas(self, distance: float, scale: float = 0.5) -> tuple[float, float]:
+        """(radial, transverse) per-axis standard deviations in m at ``distance`` m."""
+        return (scale * (self.distance_mpe[0] + self.distance_mpe[1] * distance),
+                scale * (self.transverse_mpe[0] + self.transverse_mpe[1] * distance))
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    xyz: np.ndarray  # (3,) nominal offset in the tip frame, m
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """A depth camera; pose is the optical frame (x right, y down, z forward) in the base frame."""
+
+    name: str
+    width: int
+    height: int
+    K: np.ndarray  # (3, 3)
+    base_T_camera: np.ndarray  # (4, 4)
+    depth_noise: float  # relative standard deviation of depth
+    near: float
+    far: float
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    """A ChArUco board fixed to the tip link; its pose is the board frame in the tip frame."""
+
+    squares: tuple[int, int]
+    square: float
+    marker: float
+    dictionary: str
+    tip_T_board: np.ndarray
+
+
+@dataclass(frozen=True)
+class BendSpec:
+    link: str
+    angle: float  # rad
+    axis: np.ndarray  # (3,) in the link frame
+
+
+@dataclass(frozen=True)
+class AddedBodySpec:
+    link: str
+    box: np.ndarray  # (3,) full side lengths, m
+    link_T_body: np.ndarray
+    mass: float
+
+
+@dataclass(frozen=True)
+class TruthSpec:
+    seed: int
+    placement_translation: float  # m, standard deviation per axis
+    placement_rotation: float  # rad
+    zero_offset: float  # rad
+    target_offset: float  # m, true reflector offsets differ from nominal by this
+    repeatability: float  # m at the tool, robot repeatability noise
+    tracker_noise_scale: float  # sigma = scale * MPE
+    stiffness: np.ndarray | None  # (dof,) N m / rad, None: rigid
+    bends: tuple[BendSpec, ...]
+    added_bodies: tuple[AddedBodySpec, ...]
+
+
+@dataclass(frozen=True)
+class Rig:
+    name: str
+    description: str
+    source: Path
+    robot: RobotSpec
+    tracker: TrackerSpec | None
+    targets: tuple[TargetSpec, ...]
+    cameras: tuple[CameraSpec, ...]
+    board: BoardSpec | None
+    truth: TruthSpec | None
+
+
+class _Table:
+    """A TOML table that remembers where it came from, so an error can name file and key."""
+
+    def __init__(self, data: dict, path: Path, prefix: str):
+        self.data, self.path, self.prefix = data, path, prefix
+        self.used: set[str] = set()
+
+    def where(self, key: str) -> str:
+        return f"{self.path}: key '{self.prefix}{key}'"
+
+    def get(self, key: str, kind: str, default=..., length: int | None = None):
+        self.used.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise InputError(f"{self.where(key)} is missing (expected {kind}).")
+            return default
+        value = self.data[key]
+        if kind == "str":
+            if not isinstance(value, str) or not value:
+                raise InputError(f"{self.where(key)} should be a non-empty string, got {value!r}.")
+            return value
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"{self.where(key)} should be an integer, got {value!r}.")
+            return value
+        if kind == "number":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise InputError(f"{self.where(key)} should be a number, got {value!r}.")
+            return float(value)
+        if kind == "vector":
+            ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            if not ok or (length is not None and len(value) != length):
+                raise InputError(f"{self.where(key)} should be a list of {length or 'some'} numbers, got {value!r}.")
+            return np.asarray(value, dtype=float)
+        if kind == "table":
+            if not isinstance(value, dict):
+                raise InputError(f"{self.where(key)} should be a table, got {value!r}.")
+            return _Table(value, self.path, f"{self.prefix}{key}.")
+        if kind == "tables":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise InputError(f"{self.where(key)} should be an array of tables ([[{self.prefix}{key}]]).")
+            return [_Table(v, self.path, f"{self.prefix}{key}[{i}].") for i, v in enumerate(value)]
+        raise AssertionError(kind)
+
+    def positive(self, key: str, default=...) -> float:
+        value = self.get(key, "number", default)
+        if value is not None and value <= 0:
+            raise InputError(f"{self.where(key)} should be positive, got {value}.")
+        return value
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise InputError(f"{self.where(unknown[0])} is not a known key here "
+                             f"(expected one of: {', '.join(sorted(self.used))}).")
+
+
+def _pose(table: _Table, default_xyz=None) -> np.ndarray:
+    """A pose from ``xyz`` plus either ``rpy`` (radians) or ``look_at`` (optical frame)."""
+    xyz = table.get("xyz", "vector", default_xyz if default_xyz is not None else ..., length=3)
+    rpy = table.get("rpy", "vector", None, length=3)
+    target = table.get("look_at", "vector", None, length=3)
+    if rpy is not None and target is not None:
+        raise InputError(f"{table.where('rpy')}: give either rpy or look_at, not both.")
+    if target is not None:
+        return look_at(xyz, target)
+    return make_transform(xyz, rpy if rpy is not None else np.zeros(3))
+
+
+def _resolve_urdf(text: str, rig_path: Path) -> tuple[Path, tuple[Path, ...]]:
+    if text.startswith("pybullet_data:"):
+        import pybullet_data
+
+        root = Path(pybullet_data.getDataPath())
+        path = root / text.split(":", 1)[1]
+        return path, (path.parent,)
+    path = Path(text)
+    if not path.is_absolute():
+        path = rig_path.parent / path
+    return path, (path.parent,)
+
+
+def load_rig(name_or_path: str | Path) -> Rig:
+    """Load a rig by built-in name (``iiwa-tracker``) or from a TOML file path."""
+    path = Path(name_or_path)
+    if not path.suffix and (BUILTIN_DIR / f"{name_or_path}.toml").is_file():
+        path = BUILTIN_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise InputError(f"rig {str(name_or_path)!r} is neither a built-in rig ({', '.join(builtin_rigs())}) nor a file.")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not valid TOML ({error}).") from None
+    top = _Table(data, path, "")
+    name = top.get("name", "str", path.stem)
+    description = top.get("description", "str", "")
+
+    robot_table = top.get("robot", "table")
+    urdf, package_dirs = _resolve_urdf(robot_table.get("urdf", "str"), path)
+    if not urdf.is_file():
+        raise InputError(f"{robot_table.where('urdf')}: URDF {urdf} not found.")
+    robot = RobotSpec(urdf, robot_table.get("base_link", "str"), robot_table.get("tip_link", "str"), package_dirs,
+                      robot_table.get("payload_com", "vector", np.zeros(3), length=3),
+                      robot_table.get("floor_z", "number", None))
+    robot_table.done()
+
+    tracker = None
+    if "tracker" in data:
+        table = top.get("tracker", "table")
+        distance = table.get("distance_mpe_um", "vector", np.array([10.0, 0.3]), length=2) * 1e-6
+        transverse = table.get("transverse_mpe_um", "vector", np.array([15.0, 6.0]), length=2) * 1e-6
+        tracker = TrackerSpec(_pose(table), (distance[0], distance[1]), (transverse[0], transverse[1]))
+        table.done()
+
+    targets = []
+    for table in top.get("targets", "tables", []):
+        targets.append(TargetSpec(table.get("name", "str"), table.get("xyz", "vector", length=3)))
+        table.done()
+    if len({t.name for t in targets}) != len(targets):
+        raise InputError(f"{path}: two [[targets]] share a name.")
+    if tracker is not None and not targets:
+        raise InputError(f"{path}: a [tracker] needs at least one [[targets]] reflector on the tip link.")
+
+    cameras = []
+    for table in top.get("cameras", "tables", []):
+        width, height = table.get("width", "int"), table.get("height", "int")
+        fov = np.radians(table.positive("fov_deg", 58.0))
+        focal = (height / 2) / np.tan(fov / 2)
+        K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
+        cameras.append(CameraSpec(table.get("name", "str"), width, height, K, _pose(table),
+                                  table.get("depth_noise", "number", 0.005), table.positive("near", 0.1),
+                                  table.positive("far", 4.0)))
+        table.done()
+    if len({c.name for c in cameras}) != len(cameras):
+        raise InputError(f"{path}: two [[cameras]] share a name.")
+
+    board = None
+    if "board" in data:
+        table = top.get("board", "table")
+        squares = table.get("squares", "vector", length=2)
+        board = BoardSpec((int(squares[0]), int(squares[1])), table.positive("square_m"), table.positive("marker_m"),
+                          table.get("dictionary", "str", "DICT_4X4_50"), _pose(table, np.zeros(3)))
+        table.done()
+
+    truth = None
+    if "truth" in data:
+        table = top.get("truth", "table")
+        stiffness = table.get("stiffness_nm_per_rad", "vector", None)
+        bends = []
+        for bend in table.get("bend", "tables", []):
+            bends.append(BendSpec(bend.get("link", "str"), np.radians(bend.get("angle_deg", "number")),
+                                  bend.get("axis", "vector", length=3)))
+            bend.done()
+        bodies = []
+        for body in table.get("added_body", "tables", []):
+            bodies.append(AddedBodySpec(body.get("link", "str"), body.get("box", "vector", length=3),
+                                        _pose(body, np.zeros(3)), body.get("mass", "number", 0.0)))
+            body.done()
+        truth = TruthSpec(
+            seed=table.get("seed", "int"),
+            placement_translation=table.get("placement_translation_mm", "number", 0.0) * 1e-3,
+            placement_rotation=np.radians(table.get("placement_rotation_deg", "number", 0.0)),
+            zero_offset=np.radians(table.get("zero_offset_deg", "number", 0.0)),
+            target_offset=table.get("target_offset_mm", "number", 0.0) * 1e-3,
+            repeatability=table.get("repeatability_mm", "number", 0.0) * 1e-3,
+            tracker_noise_scale=table.get("tracker_noise_scale", "number", 0.5),
+            stiffness=stiffness, bends=tuple(bends), added_bodies=tuple(bodies))
+        table.done()
+    top.done()
+    return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth)
+
+
+def builtin_rigs() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))

@@ -1,0 +1,48 @@
+"""The ``selfcal`` command: one entry point, a subcommand per job.
+
+Each concern registers its own commands from a module of its own (``cli_capture``, ``cli_calib``,
+...), so this file only wires them together.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import typer
+
+# Modules that add commands: each has ``register(app: typer.Typer)``.
+COMMAND_MODULES = [
+    "selfcal.cli_capture",
+]
+
+app = typer.Typer(
+    name="selfcal",
+    help="Measure a robot arm's real body: capture, calibrate, learn its shape, export for planners.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True)) -> None:
+    if version:
+        from rigs.version import VERSION
+
+        typer.echo(VERSION)
+        raise typer.Exit()
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    # Torch and OpenBLAS default to every core; two cores here, more elsewhere: leave one for the OS.
+    os.environ.setdefault("KMP_WARNINGS", "0")
+    app()
+
+
+if __name__ == "__main__":
+    main()
