@@ -100,3 +100,50 @@ class ChainModel:
         data = model.createData()
         tau = pin.computeGeneralizedGravity(model, data, self.full_q(q))
         return np.array([tau[model.joints[j].idx_v] for j in self.joint_ids])
+
+    def inverse_kinematics(self, base_T_target: np.ndarray | None = None, q_seed: np.ndarray | None = None,
+                           position: np.ndarray | None = None, tip_point: np.ndarray | None = None,
+                           tolerance: float = 1e-8, iterations: int = 300, damping: float = 1e-3) -> tuple[np.ndarray, float]:
+        """Damped least squares IK: joint angles (dof,) that put the tip where wanted.
+
+        Give either ``base_T_target`` (4, 4), a full pose of the tip frame in the base frame, or
+        ``position`` (3,) m for the point ``tip_point`` (3,) m of the tip frame (default its origin).
+        Returns (q, residual) with residual the remaining position error in m (plus orientation
+        error in rad for a full pose). Joint limits are respected.
+        """
+        if (base_T_target is None) == (position is None):
+            raise ValueError("give exactly one of base_T_target and position")
+        model, data = self.model, self.model.createData()
+        q = np.clip(np.asarray(q_seed if q_seed is not None else (self.lower + self.upper) / 2, dtype=float),
+                    self.lower, self.upper)
+        point = np.zeros(3) if tip_point is None else np.asarray(tip_point, dtype=float)
+        columns = [model.joints[j].idx_v for j in self.joint_ids]
+        for _ in range(iterations):
+            full = self.full_q(q)
+            pin.framesForwardKinematics(model, data, full)
+            base = data.oMf[self.base_frame]
+            base_T_tip = base.actInv(data.oMf[self.tip_frame])
+            J = pin.computeFrameJacobian(model, data, full, self.tip_frame, pin.LOCAL)[:, columns]
+            # Tip-frame twist -> motion of the point and rotation, expressed in the base frame.
+            R = base_T_tip.rotation
+            J_linear = R @ (J[:3] - _skew(point) @ J[3:])
+            J_angular = R @ J[3:]
+            current = base_T_tip.act(point)
+            if position is not None:
+                error = np.asarray(position, dtype=float) - current
+                jacobian = J_linear
+            else:
+                target = pin.SE3(base_T_target[:3, :3].copy(), base_T_target[:3, 3].copy())
+                error = np.concatenate([target.translation - current,
+                                        pin.log3(target.rotation @ R.T)])
+                jacobian = np.vstack([J_linear, J_angular])
+            residual = float(np.linalg.norm(error))
+            if residual < tolerance:
+                break
+            step = jacobian.T @ np.linalg.solve(jacobian @ jacobian.T + damping ** 2 * np.eye(len(error)), error)
+            q = np.clip(q + step, self.lower, self.upper)
+        return q, residual
+
+
+def _skew(v: np.ndarray) -> np.ndarray:
+    return np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]])

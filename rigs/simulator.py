@@ -5,11 +5,22 @@ joint angles the robot would really reach (commanded angles, minus the elastic s
 under gravity and payload, plus repeatability noise), and measures it: reflector positions in the
 tracker frame with noise drawn from the tracker's MPE, and camera images (RGB, metric depth,
 segmentation) rendered from the true geometry.
+
+A rig with a ``[board]`` carries a printed ChArUco board on its tip link: a textured quad on a thin
+grey backing, visual only (it neither collides nor blocks the tracker's rays), placed at the true
+``tip_T_board`` (nominal plus a small mounting error drawn from the truth seed) whenever the arm
+moves. Board frame: origin at the centre of the chessboard area, x along the ``squares[0]`` side,
+y along the ``squares[1]`` side, z out of the printed face. OpenCV's board frame (origin at the
+first square's outer corner, y down the printed image, z into the board) is
+``board_T_opencv = [[1, 0, 0, -W/2], [0, -1, 0, H/2], [0, 0, -1, 0]]`` with W, H the chessboard's
+side lengths.
 """
 
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +28,38 @@ import numpy as np
 
 from rigs.kinematics import ChainModel
 from rigs.quiet import c_output_silenced, import_pybullet
-from rigs.spec import CameraSpec, Rig
-from rigs.transforms import invert
+from rigs.spec import BoardSpec, CameraSpec, Rig
+from rigs.transforms import exp6, invert, quat_xyzw
 from rigs.truth import TrueArm
 
 p = import_pybullet()
+
+
+BOARD_MOUNT_TRANSLATION = 0.5e-3  # m, standard deviation per axis of the board's true mounting error
+BOARD_MOUNT_ROTATION = np.radians(0.2)  # rad
+BOARD_TEXTURE_PX_PER_SQUARE = 96
+BOARD_MARGIN_SQUARES = 0.5  # white quiet zone around the chessboard, in squares
+
+
+def true_tip_T_board(rig: Rig) -> np.ndarray:
+    """The board's true pose (4, 4) on the tip link: nominal times a mounting error fixed by the truth seed."""
+    if rig.truth is None:
+        return rig.board.tip_T_board.copy()
+    rng = np.random.default_rng([rig.truth.seed, 0xB0A2D])
+    error = np.concatenate([rng.normal(0, BOARD_MOUNT_TRANSLATION, 3), rng.normal(0, BOARD_MOUNT_ROTATION, 3)])
+    return rig.board.tip_T_board @ exp6(error)
+
+
+def board_texture(board: BoardSpec) -> tuple[np.ndarray, float]:
+    """The printed board: (H, W) uint8 image with a white margin, and its margin width in metres."""
+    import cv2
+
+    dictionary = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, board.dictionary))
+    charuco = cv2.aruco.CharucoBoard(board.squares, board.square, board.marker, dictionary)
+    scale = BOARD_TEXTURE_PX_PER_SQUARE
+    margin = int(round(BOARD_MARGIN_SQUARES * scale))
+    size = (board.squares[0] * scale + 2 * margin, board.squares[1] * scale + 2 * margin)
+    return charuco.generateImage(size, marginSize=margin, borderBits=1), margin / scale * board.square
 
 
 @dataclass
@@ -52,6 +90,48 @@ class Simulator:
         self.tip_index = self.link_index[rig.robot.tip_link]
         self.base_index = self.link_index[rig.robot.base_link]
         self._collision_pairs = None
+        self.board_bodies: list[int] = []
+        self.tip_T_board = None
+        if rig.board is not None:
+            self.tip_T_board = true_tip_T_board(rig)
+            self._add_board(rig.board)
+
+    def _add_board(self, board: BoardSpec) -> None:
+        """The printed board as a textured quad on a grey backing; pybullet needs the texture as a file."""
+        import cv2
+
+        image, margin = board_texture(board)
+        half_x = board.squares[0] * board.square / 2 + margin
+        half_y = board.squares[1] * board.square / 2 + margin
+        folder = Path(tempfile.mkdtemp(prefix="selfcal-board-"))
+        try:
+            cv2.imwrite(str(folder / "board.png"), cv2.cvtColor(image, cv2.COLOR_GRAY2BGR))
+            # Texture v runs up the image; the printed image's top row lies at board +y.
+            (folder / "board.obj").write_text(
+                f"v {-half_x!r} {-half_y!r} 0\nv {half_x!r} {-half_y!r} 0\nv {half_x!r} {half_y!r} 0\nv {-half_x!r} {half_y!r} 0\n"
+                "vt 0 0\nvt 1 0\nvt 1 1\nvt 0 1\nvn 0 0 1\nf 1/1/1 2/2/1 3/3/1\nf 1/1/1 3/3/1 4/4/1\n")
+            with c_output_silenced():
+                face = p.createVisualShape(p.GEOM_MESH, fileName=str(folder / "board.obj"), meshScale=[1, 1, 1],
+                                           physicsClientId=self.client)
+                backing = p.createVisualShape(p.GEOM_BOX, halfExtents=[half_x, half_y, 0.0015],
+                                              visualFramePosition=[0, 0, -0.002], rgbaColor=[0.35, 0.35, 0.35, 1],
+                                              physicsClientId=self.client)
+                texture = p.loadTexture(str(folder / "board.png"), physicsClientId=self.client)
+            for shape in (face, backing):
+                self.board_bodies.append(p.createMultiBody(0, -1, shape, physicsClientId=self.client))
+            p.changeVisualShape(self.board_bodies[0], -1, textureUniqueId=texture, rgbaColor=[1, 1, 1, 1],
+                                physicsClientId=self.client)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._place_board()
+
+    def _place_board(self) -> None:
+        if not self.board_bodies:
+            return
+        world_T_board = self.world_T_link(self.tip_index) @ self.tip_T_board
+        position, orientation = world_T_board[:3, 3].tolist(), quat_xyzw(world_T_board[:3, :3]).tolist()
+        for body in self.board_bodies:
+            p.resetBasePositionAndOrientation(body, position, orientation, physicsClientId=self.client)
 
     def close(self) -> None:
         if self.client is not None and p.isConnected(self.client):
@@ -75,6 +155,7 @@ class Simulator:
     def set_q(self, q: np.ndarray) -> None:
         for index, value in zip(self.pb_joints, q):
             p.resetJointState(self.body, index, float(value), physicsClientId=self.client)
+        self._place_board()
 
     def world_T_link(self, link: str | int) -> np.ndarray:
         index = self.link_index[link] if isinstance(link, str) else link
@@ -165,7 +246,9 @@ class Simulator:
         W, H, K, near, far = camera.width, camera.height, camera.K, camera.near, camera.far
         projection = np.array([
             [2 * K[0, 0] / W, 0, 1 - 2 * K[0, 2] / W, 0],
-            [0, 2 * K[1, 1] / H, 2 * K[1, 2] / H - 1, 0],
+            # TinyRenderer puts rows one pixel higher than this matrix says (measured against ChArUco
+            # corners): shift by one row so that pixels match K in the OpenCV convention.
+            [0, 2 * K[1, 1] / H, 2 * (K[1, 2] + 1) / H - 1, 0],
             [0, 0, -(far + near) / (far - near), -2 * far * near / (far - near)],
             [0, 0, -1, 0]])
         _, _, rgba, buffer, seg = p.getCameraImage(
@@ -178,5 +261,14 @@ class Simulator:
         depth = np.where(hit, far * near / (far - (far - near) * buffer), 0.0)
         depth = np.where(hit, depth * (1.0 + camera.depth_noise * rng.standard_normal(depth.shape)), 0.0)
         link = np.where(seg >= 0, (seg >> 24) - 1, -2)  # -1 is the base, -2 nothing
+        on_board = np.isin(seg & ((1 << 24) - 1), self.board_bodies) & (seg >= 0)
+        link = np.where(on_board, self.tip_index, link)  # the board is bolted to the tip link
         segmentation = np.where(seg >= 0, link + 2, 0).astype(np.int16)
         return Rendering(rgba[..., :3].copy(), depth.astype(np.float32), segmentation)
+
+
+def nominal_world(rig: Rig) -> Simulator:
+    """A pybullet world of the robot as described (no hidden errors): for planning and checks."""
+    from rigs.truth import nominal_arm
+
+    return Simulator(rig, nominal_arm(rig), rig.robot.urdf)

@@ -294,3 +294,12 @@ def load_rig(name_or_path: str | Path) -> Rig:
 
 def builtin_rigs() -> list[str]:
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
+def rig_from_urdf(urdf: Path, base_link: str, tip_link: str, package_dirs: tuple[Path, ...] = ()) -> Rig:
+    """A bare rig (robot only, no sensors, no truth) for commands given ``--urdf`` instead of ``--rig``."""
+    urdf = Path(urdf)
+    if not urdf.is_file():
+        raise InputError(f"{urdf}: URDF not found.")
+    robot = RobotSpec(urdf, base_link, tip_link, (urdf.parent, *package_dirs))
+    return Rig(urdf.stem, f"robot from {urdf}", urdf, robot, None, (), (), None, None)

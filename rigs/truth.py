@@ -126,3 +126,12 @@ def true_urdf_tree(rig: Rig, arm: TrueArm) -> ET.ElementTree:
             geometry = ET.SubElement(element, "geometry")
             ET.SubElement(geometry, "box", {"size": " ".join(repr(float(v)) for v in body.box)})
     return tree
+
+
+def nominal_arm(rig: Rig) -> TrueArm:
+    """An arm exactly as described: no errors, rigid, nominal reflectors (for planning, not simulation)."""
+    tree = urdf_io.parse_urdf(rig.robot.urdf)
+    moving = urdf_io.movable(urdf_io.chain(tree, rig.robot.base_link, rig.robot.tip_link, rig.robot.urdf))
+    dof = len(moving)
+    return TrueArm([j.name for j in moving], np.zeros((dof, 6)), np.zeros(dof),
+                   {t.name: t.xyz.copy() for t in rig.targets}, None, {}, [])

@@ -14,6 +14,7 @@ import typer
 # Modules that add commands: each has ``register(app: typer.Typer)``.
 COMMAND_MODULES = [
     "selfcal.cli_capture",
+    "selfcal.cli_audit",
 ]
 
 app = typer.Typer(
