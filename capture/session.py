@@ -7,6 +7,7 @@ Layout (see docs/session-format.md)::
     robot.urdf, meshes/   the robot description as recorded (self-contained, movable)
     joints.csv            pose, one column per joint (rad or m), optional payload_kg, extra columns
     tracker.csv           pose, target, x, y, z (m, tracker frame)
+    tracker_poses.csv     pose, x, y, z, qx, qy, qz, qw[, sigma_pos, sigma_rot] (m, tracker frame; optional)
     cameras/<name>/       camera_info.yaml, <pose>_rgb.png, <pose>_depth.png (uint16, depth_scale
                           m per unit), <pose>_seg.png (uint16 link labels, evaluation only)
     truth/                simulated rigs only; read by evaluation code, never by a fit
@@ -62,6 +63,19 @@ class TrackerPoints:
 
 
 @dataclass
+class TrackerPoses:
+    """6-DoF tracked poses: row i is the probe on the tool seen at pose row ``pose_index[i]``."""
+
+    pose_index: np.ndarray  # (M,) int, index into Session.pose_ids
+    tracker_T_probe: np.ndarray  # (M, 4, 4) pose of the probe in the tracker frame, m
+    sigma_pos: np.ndarray | None = None  # (M,) m, position standard deviation per axis, when given
+    sigma_rot: np.ndarray | None = None  # (M,) rad, rotation standard deviation, when given
+
+
+TRACKER_POSES_HEADER = ["pose", "x", "y", "z", "qx", "qy", "qz", "qw"]
+
+
+@dataclass
 class Session:
     path: Path
     manifest: dict
@@ -72,6 +86,22 @@ class Session:
     extra: dict[str, list[str]] = field(default_factory=dict)
     tracker: TrackerPoints | None = None
     cameras: dict[str, SessionCamera] = field(default_factory=dict)
+    tracker_poses: TrackerPoses | None = None
+
+    @property
+    def joint_efforts(self) -> np.ndarray | None:
+        """Measured joint torques (N, dof) N m from ``effort_<joint>`` columns; NaN for joints without
+        a column; None when joints.csv has none."""
+        columns = {name: f"effort_{name}" for name in self.joint_names if f"effort_{name}" in self.extra}
+        if not columns:
+            return None
+        efforts = np.full((len(self.pose_ids), len(self.joint_names)), np.nan)
+        joints_path = self.path / "joints.csv"
+        for j, name in enumerate(self.joint_names):
+            if name in columns:
+                efforts[:, j] = [_number(text, joints_path, row, columns[name])
+                                 for row, text in enumerate(self.extra[columns[name]], start=2)]
+        return efforts
 
     @property
     def urdf_path(self) -> Path:
@@ -195,6 +225,9 @@ def load_session(path: Path) -> Session:
     tracker_path = path / "tracker.csv"
     if tracker_path.is_file():
         session.tracker = read_tracker_csv(tracker_path, {p: i for i, p in enumerate(pose_ids)})
+    tracker_poses_path = path / "tracker_poses.csv"
+    if tracker_poses_path.is_file():
+        session.tracker_poses = read_tracker_poses_csv(tracker_poses_path, {p: i for i, p in enumerate(pose_ids)})
 
     for name, camera in (manifest.get("sensors", {}).get("cameras") or {}).items():
         info = CameraInfo.load(path / "cameras" / name / "camera_info.yaml")
@@ -227,6 +260,58 @@ def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:
             sigma.append(_number(row[columns["sigma"]], path, number, "sigma"))
     return TrackerPoints(np.array(index, dtype=int), targets, np.array(xyz, dtype=float).reshape(-1, 3),
                          np.array(sigma) if sigma else None)
+
+
+def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoses:
+    """``tracker_poses.csv``: one 6-DoF pose per pose id (quaternion normalised, sign free)."""
+    from rigs.transforms import quat_xyzw_to_matrix
+
+    header, rows = _read_csv(path)
+    for name in TRACKER_POSES_HEADER:
+        if name not in header:
+            raise InputError(f"{path}: column {name!r} is missing.")
+    columns = {name: header.index(name) for name in header}
+    sigmas = [name for name in ("sigma_pos", "sigma_rot") if name in columns]
+    index, transforms, sigma = [], [], {name: [] for name in sigmas}
+    for number, row in enumerate(rows, start=2):
+        pose = row[columns["pose"]].strip()
+        if pose not in pose_rows:
+            raise InputError(f"{path}: row {number}: pose {pose!r} has no row in joints.csv.")
+        if pose_rows[pose] in index:
+            raise InputError(f"{path}: row {number}: pose {pose!r} appears twice.")
+        index.append(pose_rows[pose])
+        values = [_number(row[columns[name]], path, number, name) for name in TRACKER_POSES_HEADER[1:]]
+        if np.linalg.norm(values[3:]) < 1e-9:
+            raise InputError(f"{path}: row {number}: the quaternion has zero length.")
+        transform = np.eye(4)
+        transform[:3, :3] = quat_xyzw_to_matrix(values[3:])
+        transform[:3, 3] = values[:3]
+        transforms.append(transform)
+        for name in sigmas:
+            sigma[name].append(_number(row[columns[name]], path, number, name))
+    return TrackerPoses(np.array(index, dtype=int), np.array(transforms).reshape(-1, 4, 4),
+                        np.array(sigma["sigma_pos"]) if "sigma_pos" in sigma else None,
+                        np.array(sigma["sigma_rot"]) if "sigma_rot" in sigma else None)
+
+
+def write_tracker_poses_csv(path: Path, pose_ids: list[str], tracker_T_probe: np.ndarray,
+                            sigma_pos: np.ndarray | None = None, sigma_rot: np.ndarray | None = None) -> None:
+    """Write ``tracker_poses.csv`` (``tracker_T_probe`` (M, 4, 4) m; sigmas (M,) m and rad)."""
+    from rigs.transforms import quat_xyzw
+
+    header = TRACKER_POSES_HEADER + (["sigma_pos"] if sigma_pos is not None else []) + \
+        (["sigma_rot"] if sigma_rot is not None else [])
+    rows = [header]
+    for i, pose in enumerate(pose_ids):
+        row = [pose, *(repr(float(v)) for v in tracker_T_probe[i, :3, 3]),
+               *(repr(float(v)) for v in quat_xyzw(tracker_T_probe[i, :3, :3]))]
+        if sigma_pos is not None:
+            row.append(repr(float(sigma_pos[i])))
+        if sigma_rot is not None:
+            row.append(repr(float(sigma_rot[i])))
+        rows.append(row)
+    with open(path, "w", newline="") as stream:
+        csv.writer(stream).writerows(rows)
 
 
 # -- writing --------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import typer
 # Modules that add commands: each has ``register(app: typer.Typer)``.
 COMMAND_MODULES = [
     "selfcal.cli_capture",
+    "selfcal.cli_calib",
+    "selfcal.cli_import",
     "selfcal.cli_audit",
 ]
 

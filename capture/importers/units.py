@@ -1,0 +1,113 @@
+"""Units of imported files: conversion to SI once, at import, and checks that the unit is plausible.
+
+A wrong unit flag is the commonest import mistake (a tracker file in millimetres read as metres
+puts the robot a kilometre away), so every imported length and angle is checked against ranges
+that real set-ups never leave, and the error names the row and the flag that probably fits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rigs.errors import InputError
+
+LENGTH_UNITS = {"m": 1.0, "mm": 1e-3, "cm": 1e-2, "in": 0.0254}
+ANGLE_UNITS = {"rad": 1.0, "deg": np.pi / 180.0}
+
+# Laser trackers and 6-DoF trackers measure out to about 80 m (Leica AT960, FARO Vantage); a
+# coordinate beyond that is a unit mistake, not a measurement.
+MAX_TRACKER_DISTANCE_M = 80.0
+# A calibration run moves the tool over tens of centimetres at least; points that all lie within
+# this of each other were written in a larger unit than the flag says (metres read as millimetres).
+MIN_TRACKER_SPREAD_M = 0.005
+# Revolute joints may exceed their URDF limits by this much (encoder noise, limits rounded in the URDF).
+JOINT_LIMIT_MARGIN_RAD = np.deg2rad(1.0)
+JOINT_LIMIT_MARGIN_M = 0.002
+
+
+def length_factor(unit: str) -> float:
+    """Metres per ``unit`` (m, mm, cm, in)."""
+    if unit not in LENGTH_UNITS:
+        raise InputError(f"--length-unit {unit!r} is not one of {', '.join(LENGTH_UNITS)}.")
+    return LENGTH_UNITS[unit]
+
+
+def to_metres(values, unit: str) -> np.ndarray:
+    """Lengths in ``unit`` -> metres. Divides by 1000 for mm (not times 1e-3) so that a file's
+    decimals come out as the nearest double: 738.5378 mm is 0.7385378 m, not 0.7385377999999999."""
+    values = np.asarray(values, dtype=float)
+    divisor = {"m": 1.0, "mm": 1000.0, "cm": 100.0}.get(unit)
+    return values / divisor if divisor is not None else values * length_factor(unit)
+
+
+def angle_factor(unit: str) -> float:
+    """Radians per ``unit`` (rad, deg)."""
+    if unit not in ANGLE_UNITS:
+        raise InputError(f"--angle-unit {unit!r} is not one of {', '.join(ANGLE_UNITS)}.")
+    return ANGLE_UNITS[unit]
+
+
+def check_tracker_lengths(xyz_m: np.ndarray, lines: list[int], path, unit: str, pose_count: int) -> None:
+    """Tracker-frame positions (M, 3) in metres: within tracker range, and not all in one spot.
+
+    ``lines`` are the file's line numbers of the rows, ``pose_count`` the number of distinct poses
+    (the spread check needs at least three).
+    """
+    xyz_m = np.asarray(xyz_m, dtype=float).reshape(-1, 3)
+    if not len(xyz_m):
+        return
+    distance = np.abs(xyz_m).max(axis=1)
+    beyond = np.flatnonzero(distance > MAX_TRACKER_DISTANCE_M)
+    if len(beyond):
+        far = int(beyond[0])
+        raw = distance[far] / LENGTH_UNITS[unit]
+        raise InputError(f"{path}: line {lines[far]}: a coordinate of {raw:g} {unit} is {distance[far]:.0f} m from the "
+                         f"tracker, beyond any tracker's range; the file is probably in a smaller unit "
+                         f"(pass --length-unit, e.g. mm).")
+    spread = float(np.ptp(xyz_m, axis=0).max())
+    if pose_count >= 3 and spread < MIN_TRACKER_SPREAD_M:
+        raise InputError(f"{path}: all {len(xyz_m)} positions lie within {spread / LENGTH_UNITS[unit]:g} {unit} of each "
+                         f"other over {pose_count} poses; the file is probably in a larger unit than {unit} "
+                         f"(pass --length-unit, e.g. m).")
+
+
+def _at(lines: list, i: int) -> str:
+    """``line 12`` for a file row, or the caller's own words (``message 3`` of a bag)."""
+    return lines[i] if isinstance(lines[i], str) else f"line {lines[i]}"
+
+
+def check_joint_values(q: np.ndarray, raw: np.ndarray, joint_names: list[str], joint_types: list[str],
+                       lower: np.ndarray, upper: np.ndarray, lines: list[int], path, angle_unit: str) -> None:
+    """Joint values (N, dof) in rad/m, converted from ``raw`` in the file's units: within the URDF limits.
+
+    A value far outside its joint's limits names the row; when the values would fit in the other
+    angle unit, the sentence says so. A whole file of tiny "degrees" is radians read as degrees.
+    """
+    q = np.asarray(q, dtype=float).reshape(-1, len(joint_names))
+    for j, (name, kind) in enumerate(zip(joint_names, joint_types)):
+        if kind == "continuous":
+            # No limits; a few turns is plausible, thousands of "radians" is degrees read as radians.
+            bad = np.flatnonzero(np.abs(q[:, j]) > 4 * np.pi)
+            low, high = -4 * np.pi, 4 * np.pi
+        else:
+            margin = JOINT_LIMIT_MARGIN_M if kind == "prismatic" else JOINT_LIMIT_MARGIN_RAD
+            low, high = lower[j] - margin, upper[j] + margin
+            bad = np.flatnonzero((q[:, j] < low) | (q[:, j] > high))
+        if len(bad):
+            i = int(bad[0])
+            if kind == "prismatic":
+                raise InputError(f"{path}: {_at(lines, i)}, column {name!r}: {raw[i, j]:g} is {q[i, j]:g} m, outside the "
+                                 f"joint's limits [{lower[j]:g}, {upper[j]:g}] m; check --length-unit.")
+            hint = ""
+            other = "rad" if angle_unit == "deg" else "deg"
+            as_other = raw[i, j] * ANGLE_UNITS[other]
+            if low <= as_other <= high:
+                hint = f"; the values look like {'radians' if other == 'rad' else 'degrees'}, pass --angle-unit {other}"
+            raise InputError(f"{path}: {_at(lines, i)}, column {name!r}: {raw[i, j]:g} {angle_unit} is outside the joint's "
+                             f"limits [{np.rad2deg(lower[j]):.1f}, {np.rad2deg(upper[j]):.1f}] deg{hint}.")
+    revolute = [j for j, kind in enumerate(joint_types) if kind != "prismatic"]
+    if angle_unit == "deg" and revolute and len(q) >= 10:
+        largest = float(np.abs(raw[:, revolute]).max())
+        if largest <= 2 * np.pi:
+            raise InputError(f"{path}: every joint angle of {len(q)} poses lies within +-{largest:.2f} degrees; the values "
+                             f"look like radians, pass --angle-unit rad.")
