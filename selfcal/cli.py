@@ -14,9 +14,12 @@ import typer
 # Modules that add commands: each has ``register(app: typer.Typer)``.
 COMMAND_MODULES = [
     "selfcal.cli_capture",
+    "selfcal.cli_selfmodel",
     "selfcal.cli_calib",
     "selfcal.cli_import",
     "selfcal.cli_audit",
+    "selfcal.cli_camera",
+    "selfcal.cli_export",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,148 @@
+"""A calibration as files other tools open: the corrected URDF and a flat YAML of the changes.
+
+``robot.urdf``: the input URDF with each chain joint's ``<origin>`` replaced by
+``origin @ exp6(delta) @ exp6(S * zero_offset)`` (the zero offset folded in as a rotation about the
+joint axis, a shift along it for a prismatic joint); everything else is kept; meshes are copied
+next to it. ``calibration.yaml``: deltas as xyz/rpy of ``exp6(delta)`` with standard deviations
+(first order: the twist's), zero offsets, ``tracker_T_base``, reflector offsets, identifiability,
+residual statistics, outliers, the input data's hash and the selfcal version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rigs import urdf as urdf_io
+from rigs.errors import InputError
+from rigs.files import atomic_write_text
+from rigs.kinematics import ChainModel
+from rigs.transforms import exp6, make_transform, matrix_to_rpy, quat_xyzw, quat_xyzw_to_matrix
+from rigs.version import VERSION
+
+FORMAT = "selfcal-calibration"
+FORMAT_VERSION = 1
+
+
+def joint_origin(origin: np.ndarray, delta: np.ndarray, zero: float, subspace: np.ndarray) -> np.ndarray:
+    """Calibrated URDF origin (4, 4) of a joint from its nominal origin, delta (6,) and zero offset."""
+    return origin @ exp6(delta) @ exp6(subspace * zero)
+
+
+def write_urdf(calibration, folder: Path) -> Path:
+    """robot.urdf (+ meshes/) in ``folder``; returns its path."""
+    if calibration.source_urdf is None:
+        raise InputError("this calibration was loaded from files; its robot.urdf is already written.")
+    source = Path(calibration.source_urdf)
+    tree = urdf_io.parse_urdf(source)
+    joints = urdf_io.joints(tree, source)
+    model = calibration.error_model
+    for i, name in enumerate(calibration.joint_names):
+        origin = joint_origin(joints[name].origin, calibration.deltas[i], calibration.zero_offsets[i],
+                              model._motion_subspace[i])
+        urdf_io.set_joint_origin(tree, name, origin)
+    return urdf_io.copy_self_contained(tree, source.parent, Path(folder), confine=True)
+
+
+def _frame(transform: np.ndarray) -> dict:
+    return {"xyz": [float(v) for v in transform[:3, 3]], "quat_xyzw": [float(v) for v in quat_xyzw(transform[:3, :3])]}
+
+
+def _floats(values) -> list[float]:
+    return [float(v) for v in np.asarray(values).ravel()]
+
+
+def calibration_document(calibration) -> dict:
+    summary = calibration.summary
+    joints = {}
+    for i, name in enumerate(calibration.joint_names):
+        transform = exp6(calibration.deltas[i])
+        joints[name] = {
+            "delta_xyz": _floats(transform[:3, 3]), "delta_rpy": _floats(matrix_to_rpy(transform[:3, :3])),
+            "delta_xyz_std": _floats(calibration.delta_std[i, :3]), "delta_rpy_std": _floats(calibration.delta_std[i, 3:]),
+            "delta_twist": _floats(calibration.deltas[i]),
+            "zero_offset": float(calibration.zero_offsets[i]), "zero_offset_std": float(calibration.zero_std[i]),
+        }
+    frames = list(calibration.tracker_T_base)
+    document = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "selfcal_version": VERSION,
+        "units": {"length": "m", "angle": "rad"},
+        "convention": "parent_T_joint = urdf_origin @ exp6(delta_twist) @ Rot(axis, zero_offset); robot.urdf has it written in",
+        "robot": {"urdf": "robot.urdf", "base_link": summary["base_link"], "tip_link": summary["tip_link"]},
+        "model": summary["model"],
+        "joints": joints,
+        "tracker_T_base": _frame(calibration.tracker_T_base[frames[0]]),
+        "tracker_T_base_by_session": {name: _frame(t) for name, t in calibration.tracker_T_base.items()},
+        "tracker_T_base_std": summary.get("sensor_std", {}),
+        "targets": {name: {"xyz": _floats(xyz), "xyz_std": _floats(calibration.target_std.get(name, np.zeros(3)))}
+                    for name, xyz in calibration.targets.items()},
+        "identifiability": summary["identifiability"],
+        "variance_factor": summary.get("variance_factor"),
+        "residuals": summary.get("residuals"),
+        "outliers": summary.get("outliers", []),
+        "input": {"sessions": summary.get("sessions", []), "data_hash": summary.get("data_hash")},
+        "solve": {"seconds": summary.get("solve_seconds"), "evaluations": summary.get("evaluations")},
+    }
+    return document
+
+
+def write_calibration_yaml(calibration, path: Path) -> None:
+    atomic_write_text(Path(path), yaml.safe_dump(calibration_document(calibration), sort_keys=False, width=120))
+
+
+def _read_frame(entry, where: str) -> np.ndarray:
+    try:
+        transform = make_transform(entry["xyz"])
+        transform[:3, :3] = quat_xyzw_to_matrix(entry["quat_xyzw"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{where}: expected {{xyz: [x, y, z], quat_xyzw: [x, y, z, w]}}.") from None
+    return transform
+
+
+def read_calibration(folder: Path):
+    """A :class:`Calibration` from a calibration folder (robot.urdf + calibration.yaml)."""
+    from calib.calibrator import Calibration
+
+    path = folder / "calibration.yaml"
+    if not path.is_file():
+        raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise InputError(f"{path}: not a {FORMAT} file.")
+    for key in ("robot", "joints", "tracker_T_base", "targets"):
+        if key not in document:
+            raise InputError(f"{path}: key {key!r} is missing.")
+    robot = document["robot"]
+    chain = ChainModel.from_urdf(folder / robot.get("urdf", "robot.urdf"), robot["base_link"], robot["tip_link"])
+    joints = document["joints"]
+    missing = [n for n in chain.joint_names if n not in joints]
+    if missing:
+        raise InputError(f"{path}: joints.{missing[0]} is missing.")
+    deltas = np.array([joints[n].get("delta_twist", [0.0] * 6) for n in chain.joint_names], float)
+    delta_std = np.array([joints[n].get("delta_xyz_std", [0.0] * 3) + joints[n].get("delta_rpy_std", [0.0] * 3)
+                          for n in chain.joint_names], float)
+    frames = {name: _read_frame(entry, f"{path}: tracker_T_base_by_session.{name}")
+              for name, entry in (document.get("tracker_T_base_by_session") or {}).items()}
+    if not frames:
+        frames = {"s0": _read_frame(document["tracker_T_base"], f"{path}: tracker_T_base")}
+    targets, target_std = {}, {}
+    for name, entry in document["targets"].items():
+        try:
+            targets[name] = np.array(entry["xyz"], float).reshape(3)
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{path}: targets.{name}.xyz must be three numbers.") from None
+        target_std[name] = np.array(entry.get("xyz_std", [0.0] * 3), float)
+    summary = {"model": document.get("model"), "base_link": robot["base_link"], "tip_link": robot["tip_link"],
+               "identifiability": document.get("identifiability"), "residuals": document.get("residuals"),
+               "outliers": document.get("outliers", []), "data_hash": (document.get("input") or {}).get("data_hash"),
+               "sessions": (document.get("input") or {}).get("sessions", [])}
+    return Calibration(chain=chain, joint_names=chain.joint_names, tracker_T_base=frames, targets=targets,
+                       deltas=deltas, delta_std=delta_std,
+                       zero_offsets=np.array([joints[n].get("zero_offset", 0.0) for n in chain.joint_names], float),
+                       zero_std=np.array([joints[n].get("zero_offset_std", 0.0) for n in chain.joint_names], float),
+                       target_std=target_std, summary=summary, source_urdf=None)

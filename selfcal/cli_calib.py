@@ -1,0 +1,84 @@
+"""``selfcal calibrate`` and ``selfcal validate``: kinematic calibration from tracker sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from selfcal.ui import print_json, progress_bar, user_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)
+    app.command("validate")(validate)
+
+
+def calibrate(
+    sessions: List[Path] = typer.Argument(..., help="Session folders of one robot, fitted together."),
+    out: Path = typer.Option(..., "--out", help="Calibration folder to create (robot.urdf, calibration.yaml, report.html)."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of poses kept out of the fit and reported (0 = use all)."),
+    model: str = typer.Option("full", "--model", help="full: placement errors and zero offsets; offsets: zero offsets only."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the hold-out draw."),
+    outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Flag points beyond this many robust standard deviations."),
+    tip_link: Optional[str] = typer.Option(None, "--tip-link", help="Tip link to use instead of the sessions' own."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
+) -> None:
+    """Fit the arm's kinematic errors, tracker pose and reflector offsets from tracker sessions."""
+    with user_errors():
+        from calib.calibrator import KinematicCalibrator
+        from capture.session import load_session
+        from rigs.files import check_new_output, output_folder
+
+        check_new_output(out, force)
+        loaded = [load_session(path) for path in sessions]
+        with progress_bar("calibrating", None) as update:
+            steps = []
+            calibration = KinematicCalibrator(model=model, holdout=holdout, seed=seed, outlier_threshold=outlier_sigma,
+                                              tip_link=tip_link,
+                                              progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
+        with output_folder(out, force) as folder:
+            calibration.save(folder)
+        summary = _summary(calibration, out)
+        if json_output:
+            print_json(summary)
+        else:
+            residuals = summary["residuals"]
+            held = residuals.get("holdout")
+            typer.echo(f"{out}: {summary['identifiable']} of {summary['parameters']} parameters identifiable "
+                       f"(condition {summary['condition_number']:.3g}); fit RMS {residuals['fit']['rms_mm']:.4f} mm "
+                       f"(nominal {residuals['fit_nominal']['rms_mm']:.4f} mm)"
+                       + (f", held-out RMS {held['rms_mm']:.4f} mm (nominal {residuals['holdout_nominal']['rms_mm']:.4f} mm)" if held else "")
+                       + f", {len(summary['outliers'])} outliers")
+
+
+def _summary(calibration, out: Path) -> dict:
+    ident = calibration.summary["identifiability"]
+    return {"calibration": str(out), "model": calibration.summary["model"], "parameters": ident["parameters"],
+            "identifiable": ident["rank"], "condition_number": ident["condition_number"],
+            "residuals": calibration.summary["residuals"], "outliers": calibration.summary["outliers"],
+            "solve_seconds": calibration.summary["solve_seconds"]}
+
+
+def validate(
+    calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
+    session: Path = typer.Argument(..., help="Session whose tracker points are predicted."),
+    json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Predict every tracker point of a session with a calibration and report the errors."""
+    with user_errors():
+        from calib.calibrator import Calibration
+        from calib.validate import validate as run_validation
+        from capture.session import load_session
+
+        result = run_validation(Calibration.load(calibration_dir), load_session(session))
+        if json_output:
+            print_json(result)
+        else:
+            floor = result["floor_rms_mm"]
+            typer.echo(f"n={result['n']} mean={result['mean_mm']:.4f} mm rms={result['rms_mm']:.4f} mm "
+                       f"max={result['max_mm']:.4f} mm p95={result['p95_mm']:.4f} mm "
+                       f"nominal_rms={result['nominal_rms_mm']:.4f} mm floor_rms="
+                       + ("n/a" if floor is None else f"{floor:.4f} mm"))
