@@ -89,27 +89,66 @@ class Calibration:
     solve: SolveResult | None = field(default=None, repr=False)
     error_model: ErrorModel | None = field(default=None, repr=False)
     history: dict = field(default_factory=dict, repr=False)  # per-point errors for the report
+    tip_T_probe: dict[str, np.ndarray] = field(default_factory=dict)  # 6-DoF probe name -> (4, 4) in the tip frame (issue 9)
+    # Deflection (issue 4, calib/deflection.py): joints sit at q - compliance * tau(q, payload); a learned
+    # residual model adds a base-frame tip shift. None: rigid. robot.urdf always holds the rigid geometry.
+    compliance: np.ndarray | None = None  # (dof,) rad/(N m)
+    compliance_std: np.ndarray | None = None  # (dof,)
+    residual_model: object | None = field(default=None, repr=False)  # calib.residual_model.ResidualModel
+    payload_com: np.ndarray | None = None  # (3,) m, tip frame: where a payload's mass sits
+    deflection: dict | None = None  # mode, comparison table (what calibration.yaml holds)
 
     # -- prediction -------------------------------------------------------------------------------
-    def base_T_tip(self, q: np.ndarray) -> np.ndarray:
-        """(N, dof) joint readings -> (N, 4, 4) tip poses in the base frame."""
-        return self.chain.base_T_tip_batch(np.atleast_2d(q))
+    def base_T_tip(self, q: np.ndarray, payload_kg: np.ndarray | float | None = None) -> np.ndarray:
+        """(N, dof) joint readings -> (N, 4, 4) tip poses in the base frame (with the joints' sag
+        under ``payload_kg`` (N,) or scalar kg when the calibration holds compliances)."""
+        q = np.atleast_2d(q)
+        if self.compliance is not None:
+            from calib.compliance import gravity_torques
 
-    def predict(self, q: np.ndarray, target: str | None = None, sensor: str | None = None):
-        """Reflector positions in the tracker frame, m: (N, 3) for ``target``, else {name: (N, 3)}."""
+            q = q - self.compliance * gravity_torques(self.chain, q, payload_kg, self.payload_com)
+        return self.chain.base_T_tip_batch(q)
+
+    def tip_shift(self, q: np.ndarray, payload_kg: np.ndarray | float | None = None) -> np.ndarray:
+        """(N, 3) m base-frame correction of the learned residual model (zeros without one)."""
+        q = np.atleast_2d(q)
+        if self.residual_model is None:
+            return np.zeros((len(q), 3))
+        return self.residual_model.correct(self.chain, q, payload_kg, self.payload_com)
+
+    def predict(self, q: np.ndarray, target: str | None = None, sensor: str | None = None,
+                payload_kg: np.ndarray | float | None = None):
+        """Reflector positions in the tracker frame, m: (N, 3) for ``target``, else {name: (N, 3)}.
+
+        ``payload_kg`` (N,) or scalar: the payload at each pose (0 when None), for deflection."""
         sensor = sensor or next(iter(self.tracker_T_base))
         if sensor not in self.tracker_T_base:
             raise InputError(f"sensor {sensor!r} is not in the calibration (has {', '.join(self.tracker_T_base)}).")
-        poses = self.base_T_tip(q)
+        poses = self.base_T_tip(q, payload_kg)
+        shift = self.tip_shift(q, payload_kg)
         frame = self.tracker_T_base[sensor]
         names = [target] if target is not None else list(self.targets)
         out = {}
         for name in names:
             if name not in self.targets:
                 raise InputError(f"target {name!r} is not a reflector of the calibration (has {', '.join(self.targets)}).")
-            base_points = np.einsum("nij,j->ni", poses[:, :3, :3], self.targets[name]) + poses[:, :3, 3]
+            base_points = np.einsum("nij,j->ni", poses[:, :3, :3], self.targets[name]) + poses[:, :3, 3] + shift
             out[name] = transform_points(frame, base_points)
         return out[target] if target is not None else out
+
+    def predict_probe(self, q: np.ndarray, probe: str | None = None, sensor: str | None = None,
+                      payload_kg: np.ndarray | float | None = None) -> np.ndarray:
+        """Poses (N, 4, 4) of a 6-DoF probe in the tracker frame (issue 9), m."""
+        if not self.tip_T_probe:
+            raise InputError("the calibration has no 6-DoF probe (it was fitted from reflector points only).")
+        probe = probe or next(iter(self.tip_T_probe))
+        sensor = sensor or next(iter(self.tracker_T_base))
+        if probe not in self.tip_T_probe or sensor not in self.tracker_T_base:
+            raise InputError(f"probe {probe!r} or sensor {sensor!r} is not in the calibration "
+                             f"(probes {', '.join(self.tip_T_probe)}; sensors {', '.join(self.tracker_T_base)}).")
+        poses = self.base_T_tip(q, payload_kg) @ self.tip_T_probe[probe]
+        poses[:, :3, 3] += self.tip_shift(q, payload_kg)
+        return self.tracker_T_base[sensor] @ poses
 
     # -- files ------------------------------------------------------------------------------------
     def save(self, folder: Path, report: bool = True) -> None:
@@ -119,6 +158,9 @@ class Calibration:
         folder = Path(folder)
         write_urdf(self, folder)
         write_calibration_yaml(self, folder / "calibration.yaml")
+        from calib.deflection import write_deflection_files
+
+        write_deflection_files(self, folder)  # parameter covariance for `selfcal predict`, a learned residual
         if report:
             from calib.report import write_report
 
@@ -145,6 +187,24 @@ def _same_robot(sessions: list[Session]) -> None:
             if name not in joints or not np.allclose(joints[name].origin, first_joints[name].origin, atol=1e-9):
                 raise InputError(f"{other.path}: its robot.urdf differs from {first.path}'s at joint {name!r}; "
                                  f"calibrate sessions of one robot together.")
+
+
+def seed_from_previous(previous: Calibration, model: ErrorModel, theta0: np.ndarray, session: Session) -> np.ndarray:
+    """theta0 with the previous calibration's deltas, zero offsets and reflector offsets written in.
+
+    The solver moves only along the combinations the new data identifies, so what the new data
+    cannot see keeps its previous value and the change is the smallest the data asks for.
+    """
+    if list(previous.joint_names) != list(model.chain.joint_names):
+        raise InputError(f"the previous calibration is of another robot (joints {list(previous.joint_names)}), "
+                         f"{session.path} records {list(model.chain.joint_names)}.")
+    theta = theta0.copy()
+    theta[model.delta_slice] = np.asarray(previous.deltas, float).ravel()
+    theta[model.zero_slice] = np.asarray(previous.zero_offsets, float)
+    for name, sl in model.target_slices.items():
+        if name in previous.targets:
+            theta[sl] = previous.targets[name]
+    return theta
 
 
 def data_hash(sessions: list[Session]) -> str:
@@ -187,7 +247,7 @@ class KinematicCalibrator:
 
     def __init__(self, model: str = "full", holdout: float = 0.2, seed: int = 0, outlier_threshold: float = 5.0,
                  tip_link: str | None = None, jacobian: str = "analytic",
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, previous: "Calibration | None" = None):
         self.model = model
         self.holdout = holdout
         self.seed = seed
@@ -195,6 +255,7 @@ class KinematicCalibrator:
         self.tip_link = tip_link
         self.jacobian = jacobian
         self.progress = progress
+        self.previous = previous  # recalibration: start from these deltas, zeros and reflectors
 
     def fit(self, sessions: list[Session | Path]) -> Calibration:
         """Fit from tracker sessions (folders or loaded :class:`Session`) of one robot."""
@@ -214,6 +275,10 @@ class KinematicCalibrator:
                              f"but {first.path} records {first.joint_names}; the reflectors sit on the recorded tip "
                              f"{first.tip_link!r}, so calibrate to that link.")
         sensors = [f"s{i}" for i in range(len(sessions))]
+        if any(s.tracker_poses is not None for s in sessions):
+            from calib.pose_fit import fit_with_poses  # issue 9: 6-DoF probe poses, with or without points
+
+            return fit_with_poses(self, sessions, chain, sensors)
         for session in sessions:
             if session.tracker is None or not len(session.tracker.targets):
                 raise InputError(f"{session.path}: has no tracker points (tracker.csv); nothing to calibrate against.")
@@ -239,16 +304,24 @@ class KinematicCalibrator:
         for session, name, block in zip(sessions, sensors, fit_blocks):
             if not len(block.targets):
                 raise InputError(f"{session.path}: no tracker points left for the fit after the hold-out.")
-            poses = chain.base_T_tip_batch(session.q)
+            # A recalibration registers the tracker with the previous model, so the frame agrees
+            # with the seeded parameters and only the arm's real change is left to fit.
+            start_chain = self.previous.chain if self.previous is not None else chain
+            start_targets = dict(session.nominal_targets, **self.previous.targets) if self.previous is not None \
+                else session.nominal_targets
+            poses = start_chain.base_T_tip_batch(session.q)
             frame, block_offsets = initial_frame_and_targets(poses[block.pose_row], block.targets, block.xyz,
-                                                             session.nominal_targets)
+                                                             start_targets)
             references[name] = frame
             for target, xyz in block_offsets.items():
                 offsets.setdefault(target, xyz)
         model = ErrorModel(chain, sensors, targets_seen, references, self.model)
         theta0 = model.initial_vector(offsets)
+        if self.previous is not None:
+            theta0 = seed_from_previous(self.previous, model, theta0, first)
         with threadpool_limits(limits=1, user_api="blas"):  # tall, thin matrices: threads only contend
             condition_ratio = self._check_data(model, theta0, fit_blocks, sessions)
+        model, theta0, fit_blocks = self._extend_model(model, theta0, fit_blocks, sessions)
 
         solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self.progress)
         result = solver.solve(fit_blocks, model, theta0)
@@ -256,6 +329,14 @@ class KinematicCalibrator:
         calibration.summary["identifiability"]["condition_ratio_to_spread_poses"] = condition_ratio
         self._statistics(calibration, model, result, sessions, sensors, fit_rows, held_rows, theta0, fit_blocks)
         return calibration
+
+    def _extend_model(self, model: ErrorModel, theta0: np.ndarray, blocks: list, sessions: list[Session]):
+        """Hook for extra parameters (calib/compliance.py): (model, theta0, blocks) after the data check."""
+        return model, theta0, blocks
+
+    def _blocks(self, session: Session, sensor: str, rows: np.ndarray):
+        """The observation blocks of ``session``'s pose rows for the statistics (hook, as _extend_model)."""
+        return tracker_blocks(session, sensor, rows)
 
     def _check_data(self, model: ErrorModel, theta0: np.ndarray, blocks, sessions) -> float:
         """Enough poses, and poses varied enough, for what the arm's structure can identify.
@@ -333,7 +414,7 @@ class KinematicCalibrator:
             for kind, rows in (("fit", fit), ("held", held)):
                 if not len(rows):
                     continue
-                block = tracker_blocks(session, sensor, rows)
+                block = self._blocks(session, sensor, rows)
                 keep = np.array([l not in outlier_labels for l in block.labels], bool)
                 block = block.subset(keep)
                 before = np.linalg.norm(block.predict(model, theta0) - block.xyz, axis=1)
@@ -344,6 +425,7 @@ class KinematicCalibrator:
                     history["fit_pose_labels"] += [label.rsplit("/", 1)[0] for label in block.labels]
                     history["fit_pose_errors"].append(after)
         history = {k: (np.concatenate(v) if v and isinstance(v[0], np.ndarray) else v) for k, v in history.items()}
+        history["fit_rows"], history["held_rows"] = fit_rows, held_rows  # per session (deflection's selection)
         calibration.history = history
         stats = {"fit": ErrorStats.of(history["fit_after"]).as_dict(),
                  "fit_nominal": ErrorStats.of(history["fit_before"]).as_dict()}

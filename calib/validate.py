@@ -25,16 +25,25 @@ def point_errors(calibration: Calibration, session: Session, sensor: str | None 
     predicted = np.empty_like(tracker.xyz)
     for name in set(tracker.targets):
         rows = np.array([t == name for t in tracker.targets])
-        predicted[rows] = calibration.predict(session.q[tracker.pose_index[rows]], name, sensor)
+        # The session's payloads drive a deflection model's sag (issue 4); rigid calibrations ignore them.
+        predicted[rows] = calibration.predict(session.q[tracker.pose_index[rows]], name, sensor,
+                                              payload_kg=session.payload_kg[tracker.pose_index[rows]])
     return np.linalg.norm(predicted - tracker.xyz, axis=1)
 
 
-def nominal_errors(session: Session, tip_link: str | None = None) -> np.ndarray:
-    """3D error (M,) m of the uncalibrated URDF, with the tracker pose and reflectors fitted to the points."""
+def nominal_errors(session: Session, tip_link: str | None = None, chain: ChainModel | None = None,
+                   targets: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """3D error (M,) m of the uncalibrated URDF, with the tracker pose and reflectors fitted to the points.
+
+    ``chain`` and ``targets`` replace the session's URDF and nominal reflectors (e.g. a previous
+    calibration's, to see how it fits new data once the tracker is registered again).
+    """
     tracker = session.tracker
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
+    if chain is None:
+        chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     poses = chain.base_T_tip_batch(session.q)[tracker.pose_index]
-    frame, offsets = initial_frame_and_targets(poses, tracker.targets, tracker.xyz, session.nominal_targets, rounds=10)
+    frame, offsets = initial_frame_and_targets(poses, tracker.targets, tracker.xyz,
+                                               session.nominal_targets if targets is None else targets, rounds=10)
     points = np.einsum("mij,mj->mi", poses[:, :3, :3], np.array([offsets[t] for t in tracker.targets])) + poses[:, :3, 3]
     predicted = points @ frame[:3, :3].T + frame[:3, 3]
     return np.linalg.norm(predicted - tracker.xyz, axis=1)
@@ -59,9 +68,21 @@ def noise_floor_rms_mm(session: Session) -> float | None:
 
 
 def validate(calibration: Calibration, session: Session, sensor: str | None = None) -> dict:
-    """n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm for ``session``."""
+    """n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm for ``session``.
+
+    A session of 6-DoF probe poses (issue 9) adds angle figures (``angle_rms_deg`` ...); with
+    reflector points as well, the point figures come first and the poses' under ``tracker_poses``."""
+    poses = None
+    if session.tracker_poses is not None:
+        from calib.validate_pose import validate_poses
+
+        poses = validate_poses(calibration, session, sensor)
+        if session.tracker is None or not len(session.tracker.targets):
+            return poses
     errors = point_errors(calibration, session, sensor)
     result = ErrorStats.of(errors).as_dict()
     result["nominal_rms_mm"] = ErrorStats.of(nominal_errors(session, calibration.summary.get("tip_link"))).rms_mm
     result["floor_rms_mm"] = noise_floor_rms_mm(session)
+    if poses is not None:
+        result["tracker_poses"] = poses
     return result

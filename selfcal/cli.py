@@ -16,8 +16,10 @@ COMMAND_MODULES = [
     "selfcal.cli_capture",
     "selfcal.cli_selfmodel",
     "selfcal.cli_calib",
+    "selfcal.cli_deflection",
     "selfcal.cli_import",
     "selfcal.cli_audit",
+    "selfcal.cli_workflows",
     "selfcal.cli_camera",
     "selfcal.cli_export",
 ]

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from selfcal.options import robot_from_options
 from selfcal.ui import print_json, user_errors
 
 audit_app = typer.Typer(help="ISO 9283 accuracy audits: plan the test cube, report AP/RP/AD/RD.", no_args_is_help=True)
@@ -14,20 +15,6 @@ audit_app = typer.Typer(help="ISO 9283 accuracy audits: plan the test cube, repo
 
 def register(app: typer.Typer) -> None:
     app.add_typer(audit_app, name="audit")
-
-
-def robot_from_options(rig: Optional[str], urdf: Optional[Path], base_link: Optional[str], tip_link: Optional[str]):
-    """The Rig named by ``--rig``, or a bare one from ``--urdf --base-link --tip-link``."""
-    from rigs import InputError, load_rig
-    from rigs.spec import rig_from_urdf
-
-    if (rig is None) == (urdf is None):
-        raise InputError("give either --rig NAME or --urdf FILE (with --base-link and --tip-link).")
-    if rig is not None:
-        return load_rig(rig)
-    if not base_link or not tip_link:
-        raise InputError("--urdf needs --base-link and --tip-link.")
-    return rig_from_urdf(urdf, base_link, tip_link)
 
 
 @audit_app.command("plan")

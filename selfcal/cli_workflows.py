@@ -1,0 +1,135 @@
+"""``selfcal plan`` and ``selfcal recalibrate``: getting an arm back into calibration after a crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from selfcal.options import robot_from_options
+from selfcal.ui import print_json, progress_bar, user_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
+    app.command("recalibrate")(recalibrate)
+
+
+def plan(
+    out: Path = typer.Option(..., "--out", help="Plan CSV to write: pose plus one column per joint (rad)."),
+    poses: int = typer.Option(..., "--poses", help="How many poses to plan."),
+    rig: Optional[str] = typer.Option(None, "--rig", help="Built-in rig or rig TOML (its tracker decides visibility)."),
+    urdf: Optional[Path] = typer.Option(None, "--urdf", help="Robot description, instead of --rig."),
+    base_link: Optional[str] = typer.Option(None, "--base-link"),
+    tip_link: Optional[str] = typer.Option(None, "--tip-link"),
+    optimal: bool = typer.Option(False, "--optimal", help="A D-optimal subset of many candidates for the identifiable parameters."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Plan around this calibration's model and reflectors."),
+    candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal."),
+    seed: int = typer.Option(0, "--seed"),
+    json_output: bool = typer.Option(False, "--json"),
+) -> None:
+    """Plan calibration poses: random valid ones, or with --optimal the most informative few."""
+    with user_errors():
+        import csv
+        import io
+        import itertools
+
+        import numpy as np
+
+        from capture.poses import random_poses
+        from capture.simulate import pose_is_valid
+        from rigs import InputError
+        from rigs.files import atomic_write_text
+        from rigs.simulator import nominal_world
+
+        if poses < 1:
+            raise InputError(f"--poses must be at least 1, got {poses}.")
+        spec = robot_from_options(rig, urdf, base_link, tip_link)
+        previous = None
+        if calibration is not None:
+            from calib.calibrator import Calibration
+
+            previous = Calibration.load(calibration)
+        with nominal_world(spec) as world:
+            if previous is not None and list(previous.joint_names) != world.chain.joint_names:
+                raise InputError(f"{calibration}: is a calibration of another robot (joints {list(previous.joint_names)}).")
+            stream = random_poses(world.chain.lower, world.chain.upper, seed, lambda q: pose_is_valid(world, spec, q))
+            count = max(candidates, poses) if optimal else poses
+            with progress_bar("sampling valid poses", count) as update:
+                q = []
+                for k, pose in enumerate(itertools.islice(stream, count)):
+                    q.append(pose)
+                    update(k + 1)
+            q = np.array(q)
+            summary = {"plan": str(out), "poses": poses, "optimal": optimal, "candidates": len(q) if optimal else None}
+            if optimal:
+                from calib.pose_selection import candidate_jacobians, d_optimal, log_det
+
+                chain = previous.chain if previous is not None else world.chain
+                targets = (previous.targets if previous is not None else {t.name: t.xyz for t in spec.targets}) or {"tip": np.zeros(3)}
+                if previous is not None:
+                    frame = next(iter(previous.tracker_T_base.values()))
+                elif spec.tracker is not None:
+                    frame = np.linalg.inv(spec.tracker.base_T_tracker)
+                else:
+                    frame = np.eye(4)
+                    frame[0, 3] = 3.0
+                blocks, rank = candidate_jacobians(chain, q, targets, frame)
+                selection = d_optimal(blocks, poses)
+                rng = np.random.default_rng(seed)
+                random_log_det = float(np.median([log_det(blocks, rng.choice(len(q), poses, replace=False)) for _ in range(20)]))
+                q = q[selection.indices]
+                summary.update({"identifiable_combinations": rank, "log_det": selection.log_det,
+                                "random_log_det_median": random_log_det,
+                                "information_gain_per_combination": float(np.exp((selection.log_det - random_log_det) / rank))})
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["pose", *world.chain.joint_names])
+        writer.writerows([[f"p{k:04d}", *(repr(float(v)) for v in row)] for k, row in enumerate(q)])
+        atomic_write_text(out, buffer.getvalue())
+        if json_output:
+            print_json(summary)
+        else:
+            text = f"{out}: {poses} poses"
+            if optimal:
+                text += (f", D-optimal among {summary['candidates']} candidates for {summary['identifiable_combinations']} "
+                         f"identifiable combinations ({summary['information_gain_per_combination']:.1f}x the information "
+                         f"per combination of a random choice)")
+            typer.echo(text)
+
+
+def recalibrate(
+    sessions: list[Path] = typer.Argument(..., help="Session(s) recorded after the event."),
+    previous: Path = typer.Option(..., "--previous", help="The calibration folder from before."),
+    out: Path = typer.Option(..., "--out", help="New calibration folder."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of poses kept out of the fit and reported."),
+    seed: int = typer.Option(0, "--seed"),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
+    json_output: bool = typer.Option(False, "--json"),
+) -> None:
+    """Refit from a previous calibration and name what changed, most significant first."""
+    with user_errors():
+        from calib.recalibrate import recalibrate as run
+        from rigs.files import atomic_write_json, check_new_output, output_folder
+        from selfcal.ui import to_jsonable
+
+        check_new_output(out, force)
+        new, comparison = run(sessions, previous, holdout, seed)
+        with output_folder(out, force) as folder:
+            new.save(folder)
+            atomic_write_json(folder / "recalibration.json", to_jsonable(comparison))
+        if json_output:
+            print_json(comparison | {"calibration": str(out)})
+        else:
+            accuracy = comparison["accuracy"]
+            typer.echo(f"{out}: recalibrated from {previous}")
+            typer.echo(f"  before: {accuracy['before_rms_mm']:.3f} mm RMS on the new data (previous calibration)")
+            if accuracy["after_holdout_rms_mm"] is not None:
+                typer.echo(f"  after:  {accuracy['after_holdout_rms_mm']:.3f} mm RMS on held-out poses")
+            if comparison["summary"]:
+                typer.echo("what changed, most significant first:")
+                for sentence in comparison["summary"]:
+                    typer.echo(f"  - {sentence}")
+            else:
+                typer.echo("nothing changed beyond the combined uncertainty of the two calibrations.")
