@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "selfcal.cli_import",
     "selfcal.cli_audit",
     "selfcal.cli_workflows",
+    "selfcal.cli_demo",
     "selfcal.cli_camera",
     "selfcal.cli_export",
 ]
