@@ -70,6 +70,9 @@ class ErrorModel:
     reference_tracker_T_base: dict[str, np.ndarray]
     kind: str = "full"
     names: list[ParameterInfo] = field(init=False)
+    # 6-DoF probes (issue 9, calib/observations_pose.py): name -> (4, 4) reference; the fitted probe
+    # frame is ``tip_T_probe = reference @ exp6(eta)``, eta (6,) after the reflectors in theta.
+    reference_tip_T_probe: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in ("full", "offsets"):
@@ -94,6 +97,11 @@ class ErrorModel:
         self.sensor_slices = {s: slice(start + 6 * i, start + 6 * i + 6) for i, s in enumerate(self.sensors)}
         start += 6 * len(self.sensors)
         self.target_slices = {t: slice(start + 3 * i, start + 3 * i + 3) for i, t in enumerate(self.target_names)}
+        start = len(self.names)
+        self.probe_slices = {p: slice(start + 6 * i, start + 6 * i + 6) for i, p in enumerate(self.reference_tip_T_probe)}
+        for probe in self.reference_tip_T_probe:
+            for c, label in enumerate(TWIST_AXES):
+                self.names.append(ParameterInfo(f"tip_T_probe.{probe}.{label}", "probe", probe, c, "m" if c < 3 else "rad"))
         self._nominal_placements = [self.chain.model.jointPlacements[j].copy() for j in self.chain.joint_ids]
         self._motion_subspace = np.array([self._subspace(j) for j in self.chain.joint_names])  # (dof, 6)
 

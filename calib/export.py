@@ -78,6 +78,9 @@ def calibration_document(calibration) -> dict:
         "tracker_T_base_std": summary.get("sensor_std", {}),
         "targets": {name: {"xyz": _floats(xyz), "xyz_std": _floats(calibration.target_std.get(name, np.zeros(3)))}
                     for name, xyz in calibration.targets.items()},
+        # 6-DoF probes (issue 9): the probe frame in the tip frame, std of its twist (m, rad).
+        "probes": {name: dict(_frame(t), twist_std=_floats(summary.get("probe_std", {}).get(name, np.zeros(6))))
+                   for name, t in getattr(calibration, "tip_T_probe", {}).items()},
         "identifiability": summary["identifiability"],
         "variance_factor": summary.get("variance_factor"),
         "residuals": summary.get("residuals"),
@@ -85,6 +88,10 @@ def calibration_document(calibration) -> dict:
         "input": {"sessions": summary.get("sessions", []), "data_hash": summary.get("data_hash")},
         "solve": {"seconds": summary.get("solve_seconds"), "evaluations": summary.get("evaluations")},
     }
+    if calibration.deflection is not None or calibration.compliance is not None or calibration.residual_model is not None:
+        from calib.deflection import deflection_document
+
+        document["deflection"] = deflection_document(calibration)  # issue 4; robot.urdf stays rigid
     return document
 
 
@@ -141,8 +148,14 @@ def read_calibration(folder: Path):
                "identifiability": document.get("identifiability"), "residuals": document.get("residuals"),
                "outliers": document.get("outliers", []), "data_hash": (document.get("input") or {}).get("data_hash"),
                "sessions": (document.get("input") or {}).get("sessions", [])}
-    return Calibration(chain=chain, joint_names=chain.joint_names, tracker_T_base=frames, targets=targets,
-                       deltas=deltas, delta_std=delta_std,
-                       zero_offsets=np.array([joints[n].get("zero_offset", 0.0) for n in chain.joint_names], float),
-                       zero_std=np.array([joints[n].get("zero_offset_std", 0.0) for n in chain.joint_names], float),
-                       target_std=target_std, summary=summary, source_urdf=None)
+    calibration = Calibration(chain=chain, joint_names=chain.joint_names, tracker_T_base=frames, targets=targets,
+                              deltas=deltas, delta_std=delta_std,
+                              zero_offsets=np.array([joints[n].get("zero_offset", 0.0) for n in chain.joint_names], float),
+                              zero_std=np.array([joints[n].get("zero_offset_std", 0.0) for n in chain.joint_names], float),
+                              target_std=target_std, summary=summary, source_urdf=None)
+    from calib.deflection import read_deflection
+
+    read_deflection(calibration, folder, document)  # issue 4: compliance, learned residual, covariance
+    calibration.tip_T_probe = {name: _read_frame(entry, f"{path}: probes.{name}")  # issue 9
+                               for name, entry in (document.get("probes") or {}).items()}
+    return calibration

@@ -24,11 +24,19 @@ def _table(header: list[str], rows: list[list]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _deflection_section(calibration) -> str:
+    from calib.deflection import deflection_html  # issue 4
+
+    return deflection_html(calibration)
+
+
 def write_report(calibration, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from calib.pose_fit import probe_html  # issue 9: 6-DoF probe poses
 
     history = calibration.history
     summary = calibration.summary
@@ -98,6 +106,8 @@ condition number {ident['condition_number']:.3g}; a-posteriori variance factor {
 <ul>{''.join(f'<li>{html.escape(d)}</li>' for d in ident['directions'])}</ul>
 <h2>Joint parameters (± one standard deviation)</h2>{parameters}
 <h2>Reflectors (tip frame)</h2>{targets}
+{_deflection_section(calibration)}
+{probe_html(calibration)}
 <h2>Outliers ({len(outliers)})</h2><ul>{''.join(f"<li>{html.escape(o['point'])}: {o['residual_sigma']} sigma</li>" for o in outliers)}</ul>
 </body></html>"""
     atomic_write_text(Path(path), page)

@@ -22,9 +22,9 @@ from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, pose_id
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.files import atomic_write_json
-from rigs.simulator import Simulator
+from rigs.simulator import Simulator, true_tip_T_board
 from rigs.spec import Rig
-from rigs.transforms import invert, transform_points
+from rigs.transforms import exp6, invert, quat_xyzw, transform_points
 from rigs.truth import TrueArm, draw_truth, true_urdf_tree
 
 DEPTH_SCALE = 0.0001  # m per unit in depth PNGs: 0.1 mm steps up to 6.5 m
@@ -36,7 +36,11 @@ def partial_path(out: Path) -> Path:
 
 def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_kg: float) -> dict:
     sensors = {"tracker": None, "cameras": {}, "board": None}
-    if rig.tracker is not None:
+    if rig.tracker is not None and rig.tracker.kind == "6dof":
+        sensors["tracker_poses"] = {"file": "tracker_poses.csv", "frame": "tracker",
+                                    "probe": "6-DoF probe rigidly mounted on the tip link",
+                                    "sigma_pos_m": rig.tracker.pose_noise[0], "sigma_rot_rad": rig.tracker.pose_noise[1]}
+    if rig.tracker is not None and rig.targets:  # a 6-DoF tracker may measure reflectors as well
         sensors["tracker"] = {
             "targets": {t.name: t.xyz.tolist() for t in rig.targets},
             "distance_mpe_m": list(rig.tracker.distance_mpe),
@@ -81,6 +85,10 @@ def _lay_out(rig: Rig, arm: TrueArm, folder: Path, joint_names: list[str], seed:
     parameters = arm.to_json()
     if rig.tracker is not None:
         parameters["tracker_T_base"] = invert(rig.tracker.base_T_tracker).tolist()
+    if rig.tracker is not None and rig.tracker.kind == "6dof":
+        parameters["tip_T_probe"] = true_tip_T_probe(rig).tolist()
+    if rig.board is not None:
+        parameters["tip_T_board"] = true_tip_T_board(rig).tolist()
     parameters["segmentation_links"] = segmentation_links
     parameters["segmentation"] = "cameras/<name>/<pose>_seg.png value v > 0 is link segmentation_links[v - 1]; 0 is nothing"
     atomic_write_json(truth / "parameters.json", parameters)
@@ -112,13 +120,96 @@ def _tip_in_view(sim: Simulator, rig: Rig, q: np.ndarray, cameras_needed: int = 
     return seen >= cameras_needed
 
 
+BOARD_MIN_FACING = 0.5  # cosine between the board normal and the line of sight (60 degrees)
+BOARD_MIN_SQUARE_PX = 16.0  # a square's projected side; smaller ones rarely decode at 640x480
+
+
+def _board_in_view(sim: Simulator, rig: Rig, q: np.ndarray, cameras_needed: int = 2) -> bool:
+    """The board faces at least ``cameras_needed`` cameras, lies inside their images, large enough, unblocked."""
+    sim.set_q(q)
+    board = rig.board
+    base_T_board = sim.base_T_link(sim.tip_index) @ sim.tip_T_board
+    half_x, half_y = board.squares[0] * board.square / 2, board.squares[1] * board.square / 2
+    corners_board = np.array([[-half_x, -half_y, 0], [half_x, -half_y, 0], [half_x, half_y, 0], [-half_x, half_y, 0]])
+    corners_base = transform_points(base_T_board, corners_board)
+    world_T_base = sim.world_T_link(sim.base_index)
+    seen = 0
+    for camera in rig.cameras:
+        camera_T_board = invert(camera.base_T_camera) @ base_T_board
+        centre = camera_T_board[:3, 3]
+        distance = float(np.linalg.norm(centre))
+        if centre[2] <= camera.near or -camera_T_board[:3, 2] @ centre / distance < BOARD_MIN_FACING:
+            continue
+        if camera.K[0, 0] * board.square / distance < BOARD_MIN_SQUARE_PX:
+            continue
+        points = transform_points(invert(camera.base_T_camera), corners_base)
+        uv = (points @ camera.K.T)[:, :2] / points[:, 2:]
+        inside = np.all((uv[:, 0] > 0.05 * camera.width) & (uv[:, 0] < 0.95 * camera.width)
+                        & (uv[:, 1] > 0.05 * camera.height) & (uv[:, 1] < 0.95 * camera.height))
+        if not inside:
+            continue
+        eye = transform_points(world_T_base, camera.base_T_camera[None, :3, 3])[0]
+        targets = transform_points(world_T_base, np.vstack([corners_base, base_T_board[None, :3, 3]]))
+        seen += int(all(sim.line_of_sight(eye, target) for target in targets))
+    return seen >= cameras_needed
+
+
+POSES_HEADER = ["pose", "x", "y", "z", "qx", "qy", "qz", "qw", "sigma_pos", "sigma_rot"]
+PROBE_MIN_FACING = 0.17  # cosine between the probe's z axis and the line to the tracker (80 degrees)
+
+
+def true_tip_T_probe(rig: Rig) -> np.ndarray:
+    """The true probe frame (4, 4) on the tip: the nominal mount off by ``target_offset_mm`` per axis
+    and the same length over 0.1 m as a tilt (a mount error, fixed by the truth seed)."""
+    rng = np.random.default_rng([rig.truth.seed, 0x6D0F])
+    scale = rig.truth.target_offset
+    error = np.concatenate([rng.normal(0.0, scale, 3), rng.normal(0.0, scale / 0.1, 3)])
+    return rig.tracker.tip_T_probe @ exp6(error)
+
+
+def _probe_visible(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
+    """The probe origin is in the tracker's line of sight and the probe faces the tracker."""
+    sim.set_q(q)
+    base_T_probe = sim.base_T_link(sim.tip_index) @ rig.tracker.tip_T_probe
+    to_tracker = rig.tracker.base_T_tracker[:3, 3] - base_T_probe[:3, 3]
+    if base_T_probe[:3, 2] @ to_tracker / np.linalg.norm(to_tracker) < PROBE_MIN_FACING:
+        return False
+    world_T_base = sim.world_T_link(sim.base_index)
+    return sim.line_of_sight(transform_points(world_T_base, rig.tracker.base_T_tracker[None, :3, 3])[0],
+                             transform_points(world_T_base, base_T_probe[None, :3, 3])[0])
+
+
+def _probe_poses(sim: Simulator, rig: Rig, tracker_T_base: np.ndarray, tip_T_probe: np.ndarray, q_sagged: np.ndarray,
+                 q_reached: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Noise-free (at the sagged pose, like tracker_clean.csv) and measured ``tracker_T_probe`` (4, 4):
+    isotropic position noise in the tracker frame, rotation noise as a small rotation of the probe."""
+    sim.set_q(q_sagged)
+    clean = tracker_T_base @ sim.base_T_link(sim.tip_index) @ tip_T_probe
+    sim.set_q(q_reached)
+    measured = tracker_T_base @ sim.base_T_link(sim.tip_index) @ tip_T_probe
+    sigma_pos, sigma_rot = rig.tracker.pose_noise
+    noise = exp6(np.concatenate([np.zeros(3), rng.normal(0.0, sigma_rot, 3)]))
+    measured = measured @ noise
+    measured[:3, 3] += rng.normal(0.0, sigma_pos, 3)
+    return clean, measured
+
+
+def _pose_row(transform: np.ndarray) -> list[float]:
+    return [*transform[:3, 3].tolist(), *quat_xyzw(transform[:3, :3]).tolist()]
+
+
 def pose_is_valid(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
-    """Free of self-collision and floor contact, every reflector seen by the tracker, tip seen by 2 cameras."""
+    """Free of self-collision and floor contact, every reflector seen by the tracker, and the board
+    (or, without a board, the tip) seen by 2 cameras."""
     if sim.in_collision(q):
         return False
     if rig.tracker is not None and not _visible_targets(sim, rig, q):
         return False
-    if rig.cameras and not _tip_in_view(sim, rig, q):
+    if rig.tracker is not None and rig.tracker.kind == "6dof" and not _probe_visible(sim, rig, q):
+        return False
+    if rig.cameras and rig.board is not None and not _board_in_view(sim, rig, q):
+        return False
+    if rig.cameras and rig.board is None and not _tip_in_view(sim, rig, q):
         return False
     return True
 
@@ -195,6 +286,14 @@ def _record(sim: Simulator, rig: Rig, writer: SessionWriter, seed: int, total: i
     else:
         jobs = ((plan.pose_ids[i], plan.q[i], {k: v[i] for k, v in plan.extra.items()}) for i in range(total))
     completed = set(done)
+    six_dof = rig.tracker is not None and rig.tracker.kind == "6dof"
+    if six_dof:
+        tip_T_probe = true_tip_T_probe(rig)
+        if not (writer.path / "tracker_poses.csv").is_file():
+            writer._write_header("tracker_poses.csv", POSES_HEADER)
+        for name in ("tracker_poses.csv", "truth/tracker_poses_clean.csv"):  # resumed: drop the pose in flight
+            if (writer.path / name).is_file():
+                writer._rewrite_rows(name, lambda row: row[0] in completed)
     for number, (pose, q_command, extra) in enumerate(jobs):
         if pose in completed:
             continue
@@ -202,7 +301,14 @@ def _record(sim: Simulator, rig: Rig, writer: SessionWriter, seed: int, total: i
         q_sagged = sim.reached_q(q_command, payload_kg)
         # Repeatability: the tool lands within about `repeatability` m; as joint noise at ~1 m reach.
         q_reached = q_sagged + rng.normal(0.0, repeatability / np.sqrt(sim.chain.dof), sim.chain.dof)
-        if tracker_T_base is not None:
+        if six_dof:
+            clean, measured = _probe_poses(sim, rig, tracker_T_base,
+                                           tip_T_probe, q_sagged, q_reached, rng)
+            writer._append("tracker_poses.csv", [[pose, *(writer._fmt(v) for v in _pose_row(measured)),
+                                                  writer._fmt(rig.tracker.pose_noise[0]),
+                                                  writer._fmt(rig.tracker.pose_noise[1])]])
+            writer.append_truth_rows("tracker_poses_clean.csv", POSES_HEADER[:8], [[pose, *_pose_row(clean)]])
+        if tracker_T_base is not None and rig.targets:
             clean = {k: tracker_T_base[:3, :3] @ v + tracker_T_base[:3, 3] for k, v in sim.target_positions(q_sagged).items()}
             reached = {k: tracker_T_base[:3, :3] @ v + tracker_T_base[:3, 3] for k, v in sim.target_positions(q_reached).items()}
             measured = {k: v + sim.tracker_noise(v, rng) for k, v in reached.items()}

@@ -97,32 +97,7 @@ class Simulator:
             self._add_board(rig.board)
 
     def _add_board(self, board: BoardSpec) -> None:
-        """The printed board as a textured quad on a grey backing; pybullet needs the texture as a file."""
-        import cv2
-
-        image, margin = board_texture(board)
-        half_x = board.squares[0] * board.square / 2 + margin
-        half_y = board.squares[1] * board.square / 2 + margin
-        folder = Path(tempfile.mkdtemp(prefix="selfcal-board-"))
-        try:
-            cv2.imwrite(str(folder / "board.png"), cv2.cvtColor(image, cv2.COLOR_GRAY2BGR))
-            # Texture v runs up the image; the printed image's top row lies at board +y.
-            (folder / "board.obj").write_text(
-                f"v {-half_x!r} {-half_y!r} 0\nv {half_x!r} {-half_y!r} 0\nv {half_x!r} {half_y!r} 0\nv {-half_x!r} {half_y!r} 0\n"
-                "vt 0 0\nvt 1 0\nvt 1 1\nvt 0 1\nvn 0 0 1\nf 1/1/1 2/2/1 3/3/1\nf 1/1/1 3/3/1 4/4/1\n")
-            with c_output_silenced():
-                face = p.createVisualShape(p.GEOM_MESH, fileName=str(folder / "board.obj"), meshScale=[1, 1, 1],
-                                           physicsClientId=self.client)
-                backing = p.createVisualShape(p.GEOM_BOX, halfExtents=[half_x, half_y, 0.0015],
-                                              visualFramePosition=[0, 0, -0.002], rgbaColor=[0.35, 0.35, 0.35, 1],
-                                              physicsClientId=self.client)
-                texture = p.loadTexture(str(folder / "board.png"), physicsClientId=self.client)
-            for shape in (face, backing):
-                self.board_bodies.append(p.createMultiBody(0, -1, shape, physicsClientId=self.client))
-            p.changeVisualShape(self.board_bodies[0], -1, textureUniqueId=texture, rgbaColor=[1, 1, 1, 1],
-                                physicsClientId=self.client)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        self.board_bodies = add_board_bodies(self.client, board)
         self._place_board()
 
     def _place_board(self) -> None:
@@ -241,18 +216,10 @@ class Simulator:
         """RGB, metric depth (with relative noise ``camera.depth_noise``) and link segmentation."""
         self.set_q(q_reached)
         world_T_base = self.world_T_link(self.base_index)
-        world_T_gl = world_T_base @ camera.base_T_camera @ np.diag([1.0, -1.0, -1.0, 1.0])
-        view = invert(world_T_gl)
-        W, H, K, near, far = camera.width, camera.height, camera.K, camera.near, camera.far
-        projection = np.array([
-            [2 * K[0, 0] / W, 0, 1 - 2 * K[0, 2] / W, 0],
-            # TinyRenderer puts rows one pixel higher than this matrix says (measured against ChArUco
-            # corners): shift by one row so that pixels match K in the OpenCV convention.
-            [0, 2 * K[1, 1] / H, 2 * (K[1, 2] + 1) / H - 1, 0],
-            [0, 0, -(far + near) / (far - near), -2 * far * near / (far - near)],
-            [0, 0, -1, 0]])
+        view, projection = _gl_matrices(camera, world_T_base @ camera.base_T_camera)
+        W, H, near, far = camera.width, camera.height, camera.near, camera.far
         _, _, rgba, buffer, seg = p.getCameraImage(
-            W, H, view.T.flatten().tolist(), projection.T.flatten().tolist(), renderer=p.ER_TINY_RENDERER,
+            W, H, view, projection, renderer=p.ER_TINY_RENDERER,
             flags=p.ER_SEGMENTATION_MASK_OBJECT_AND_LINKINDEX, physicsClientId=self.client)
         rgba = np.asarray(rgba, dtype=np.uint8).reshape(H, W, 4)
         buffer = np.asarray(buffer, dtype=np.float64).reshape(H, W)
@@ -272,3 +239,85 @@ def nominal_world(rig: Rig) -> Simulator:
     from rigs.truth import nominal_arm
 
     return Simulator(rig, nominal_arm(rig), rig.robot.urdf)
+
+
+def add_board_bodies(client: int, board: BoardSpec) -> list[int]:
+    """The printed board as a textured quad on a grey backing (visual only); returns the two body ids.
+
+    pybullet needs the texture and the quad as files: they live in a temporary folder for the call.
+    """
+    import cv2
+
+    image, margin = board_texture(board)
+    half_x = board.squares[0] * board.square / 2 + margin
+    half_y = board.squares[1] * board.square / 2 + margin
+    folder = Path(tempfile.mkdtemp(prefix="selfcal-board-"))
+    try:
+        cv2.imwrite(str(folder / "board.png"), cv2.cvtColor(image, cv2.COLOR_GRAY2BGR))
+        # Texture v runs up the image; the printed image's top row lies at board +y.
+        (folder / "board.obj").write_text(
+            f"v {-half_x!r} {-half_y!r} 0\nv {half_x!r} {-half_y!r} 0\nv {half_x!r} {half_y!r} 0\nv {-half_x!r} {half_y!r} 0\n"
+            "vt 0 0\nvt 1 0\nvt 1 1\nvt 0 1\nvn 0 0 1\nf 1/1/1 2/2/1 3/3/1\nf 1/1/1 3/3/1 4/4/1\n")
+        with c_output_silenced():
+            face = p.createVisualShape(p.GEOM_MESH, fileName=str(folder / "board.obj"), meshScale=[1, 1, 1],
+                                       physicsClientId=client)
+            backing = p.createVisualShape(p.GEOM_BOX, halfExtents=[half_x, half_y, 0.0015],
+                                          visualFramePosition=[0, 0, -0.002], rgbaColor=[0.35, 0.35, 0.35, 1],
+                                          physicsClientId=client)
+            texture = p.loadTexture(str(folder / "board.png"), physicsClientId=client)
+        bodies = [p.createMultiBody(0, -1, shape, physicsClientId=client) for shape in (face, backing)]
+        p.changeVisualShape(bodies[0], -1, textureUniqueId=texture, rgbaColor=[1, 1, 1, 1], physicsClientId=client)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return bodies
+
+
+def _gl_matrices(camera: CameraSpec, world_T_camera: np.ndarray) -> tuple[list[float], list[float]]:
+    """pybullet's (column-major) view and projection matrices for an OpenCV-convention camera."""
+    view = invert(world_T_camera @ np.diag([1.0, -1.0, -1.0, 1.0]))
+    W, H, K, near, far = camera.width, camera.height, camera.K, camera.near, camera.far
+    projection = np.array([
+        [2 * K[0, 0] / W, 0, 1 - 2 * K[0, 2] / W, 0],
+        # TinyRenderer puts rows one pixel higher than this matrix says (measured against ChArUco
+        # corners): shift by one row so that pixels match K in the OpenCV convention.
+        [0, 2 * K[1, 1] / H, 2 * (K[1, 2] + 1) / H - 1, 0],
+        [0, 0, -(far + near) / (far - near), -2 * far * near / (far - near)],
+        [0, 0, -1, 0]])
+    return view.T.flatten().tolist(), projection.T.flatten().tolist()
+
+
+def render_board_views(board: BoardSpec, camera: CameraSpec, camera_T_boards: list[np.ndarray],
+                       supersample: int = 3) -> list[np.ndarray]:
+    """RGB images (H, W, 3) uint8 of the board alone at each pose ``camera_T_board`` (4, 4): the
+    close-up views one takes to calibrate a camera's intrinsics (``camera.K`` is the truth).
+
+    Each image is rendered ``supersample`` times larger and box-filtered down, as a real sensor
+    integrates light over each pixel; TinyRenderer alone samples one point per pixel, and its
+    jagged edges would limit corner accuracy more than any real camera's.
+    """
+    import dataclasses
+
+    import cv2
+
+    s = int(supersample)
+    K = camera.K.copy()
+    K[:2, :2] *= s
+    K[:2, 2] = s * K[:2, 2] + (s - 1) / 2  # pixel i of the small image is the mean of pixels s*i .. s*i + s-1
+    large = dataclasses.replace(camera, width=camera.width * s, height=camera.height * s, K=K)
+    with c_output_silenced():
+        client = p.connect(p.DIRECT)
+    try:
+        bodies = add_board_bodies(client, board)
+        images = []
+        for camera_T_board in camera_T_boards:
+            for body in bodies:
+                p.resetBasePositionAndOrientation(body, camera_T_board[:3, 3].tolist(),
+                                                  quat_xyzw(camera_T_board[:3, :3]).tolist(), physicsClientId=client)
+            view, projection = _gl_matrices(large, np.eye(4))
+            _, _, rgba, _, _ = p.getCameraImage(large.width, large.height, view, projection,
+                                                renderer=p.ER_TINY_RENDERER, physicsClientId=client)
+            rgb = np.asarray(rgba, dtype=np.uint8).reshape(large.height, large.width, 4)[..., :3]
+            images.append(cv2.resize(rgb, (camera.width, camera.height), interpolation=cv2.INTER_AREA))
+        return images
+    finally:
+        p.disconnect(client)

@@ -40,6 +40,10 @@ class TrackerSpec:
     base_T_tracker: np.ndarray  # (4, 4)
     distance_mpe: tuple[float, float]  # (m, m per m)
     transverse_mpe: tuple[float, float]
+    # kind "points": reflectors ([[targets]]); "6dof": a probe on the tip whose full pose is measured.
+    kind: str = "points"
+    pose_noise: tuple[float, float] = (0.0, 0.0)  # 6dof: per-axis sigma of position (m) and rotation (rad)
+    tip_T_probe: np.ndarray | None = None  # 6dof: (4, 4) nominal probe frame in the tip frame
 
     def sigmas(self, distance: float, scale: float = 0.5) -> tuple[float, float]:
         """(radial, transverse) per-axis standard deviations in m at ``distance`` m."""
@@ -231,7 +235,23 @@ def load_rig(name_or_path: str | Path) -> Rig:
         table = top.get("tracker", "table")
         distance = table.get("distance_mpe_um", "vector", np.array([10.0, 0.3]), length=2) * 1e-6
         transverse = table.get("transverse_mpe_um", "vector", np.array([15.0, 6.0]), length=2) * 1e-6
-        tracker = TrackerSpec(_pose(table), (distance[0], distance[1]), (transverse[0], transverse[1]))
+        kind = table.get("kind", "str", "points")
+        if kind not in ("points", "6dof"):
+            raise InputError(f"{table.where('kind')} should be 'points' or '6dof', got {kind!r}.")
+        six = {}
+        if kind == "6dof":
+            noise = (table.get("pose_noise_mm", "number", 0.05) * 1e-3, np.radians(table.get("pose_noise_deg", "number", 0.01)))
+            for key, value in zip(("pose_noise_mm", "pose_noise_deg"), noise):
+                if value < 0:
+                    raise InputError(f"{table.where(key)} should not be negative, got {value}.")
+            six = {"pose_noise": noise, "tip_T_probe": make_transform(
+                table.get("probe_xyz", "vector", np.zeros(3), length=3),
+                np.radians(table.get("probe_rpy_deg", "vector", np.zeros(3), length=3)))}
+        else:
+            for key in ("pose_noise_mm", "pose_noise_deg", "probe_xyz", "probe_rpy_deg"):
+                if key in table.data:
+                    raise InputError(f"{table.where(key)} is only for a 6-DoF tracker (kind = \"6dof\").")
+        tracker = TrackerSpec(_pose(table), (distance[0], distance[1]), (transverse[0], transverse[1]), kind, **six)
         table.done()
 
     targets = []
@@ -240,7 +260,7 @@ def load_rig(name_or_path: str | Path) -> Rig:
         table.done()
     if len({t.name for t in targets}) != len(targets):
         raise InputError(f"{path}: two [[targets]] share a name.")
-    if tracker is not None and not targets:
+    if tracker is not None and tracker.kind == "points" and not targets:
         raise InputError(f"{path}: a [tracker] needs at least one [[targets]] reflector on the tip link.")
 
     cameras = []

@@ -25,20 +25,35 @@ def calibrate(
     tip_link: Optional[str] = typer.Option(None, "--tip-link", help="Tip link to use instead of the sessions' own."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
+    deflection: str = typer.Option("auto", "--deflection", help="none|compliance|learned|both|auto: deflection model "
+                                   "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
 ) -> None:
     """Fit the arm's kinematic errors, tracker pose and reflector offsets from tracker sessions."""
     with user_errors():
-        from calib.calibrator import KinematicCalibrator
         from capture.session import load_session
+        from rigs.errors import InputError
         from rigs.files import check_new_output, output_folder
 
         check_new_output(out, force)
         loaded = [load_session(path) for path in sessions]
+        with_poses = any(s.tracker_poses is not None for s in loaded)  # issue 9: 6-DoF probe poses
+        if with_poses and deflection not in ("auto", "none"):
+            raise InputError(f"--deflection {deflection}: deflection models need reflector points; sessions "
+                             f"with 6-DoF tracker poses calibrate with --deflection none.")
         with progress_bar("calibrating", None) as update:
             steps = []
-            calibration = KinematicCalibrator(model=model, holdout=holdout, seed=seed, outlier_threshold=outlier_sigma,
-                                              tip_link=tip_link,
-                                              progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
+            if with_poses:  # the rigid fit, which reads probe poses (and points alongside)
+                from calib.calibrator import KinematicCalibrator
+
+                calibration = KinematicCalibrator(model=model, holdout=holdout, seed=seed, outlier_threshold=outlier_sigma,
+                                                  tip_link=tip_link,
+                                                  progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
+            else:
+                from calib.deflection import DeflectionCalibrator
+
+                calibration = DeflectionCalibrator(deflection, model=model, holdout=holdout, seed=seed,
+                                                   outlier_threshold=outlier_sigma, tip_link=tip_link,
+                                                   progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         with output_folder(out, force) as folder:
             calibration.save(folder)
         summary = _summary(calibration, out)
@@ -51,7 +66,7 @@ def calibrate(
                        f"(condition {summary['condition_number']:.3g}); fit RMS {residuals['fit']['rms_mm']:.4f} mm "
                        f"(nominal {residuals['fit_nominal']['rms_mm']:.4f} mm)"
                        + (f", held-out RMS {held['rms_mm']:.4f} mm (nominal {residuals['holdout_nominal']['rms_mm']:.4f} mm)" if held else "")
-                       + f", {len(summary['outliers'])} outliers")
+                       + f", {len(summary['outliers'])} outliers, deflection {summary['deflection']}")
 
 
 def _summary(calibration, out: Path) -> dict:
@@ -59,7 +74,9 @@ def _summary(calibration, out: Path) -> dict:
     return {"calibration": str(out), "model": calibration.summary["model"], "parameters": ident["parameters"],
             "identifiable": ident["rank"], "condition_number": ident["condition_number"],
             "residuals": calibration.summary["residuals"], "outliers": calibration.summary["outliers"],
-            "solve_seconds": calibration.summary["solve_seconds"]}
+            "solve_seconds": calibration.summary["solve_seconds"],
+            "deflection": (calibration.deflection or {}).get("mode", "none"),
+            "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison")}
 
 
 def validate(
@@ -82,3 +99,9 @@ def validate(
                        f"max={result['max_mm']:.4f} mm p95={result['p95_mm']:.4f} mm "
                        f"nominal_rms={result['nominal_rms_mm']:.4f} mm floor_rms="
                        + ("n/a" if floor is None else f"{floor:.4f} mm"))
+            poses = result.get("tracker_poses", result if "angle_rms_deg" in result else None)
+            if poses is not None:  # issue 9: 6-DoF probe poses
+                angle_floor = poses["floor_angle_rms_deg"]
+                typer.echo(f"probe poses: n={poses['n']} rms={poses['rms_mm']:.4f} mm angle_rms={poses['angle_rms_deg']:.5f} deg "
+                           f"angle_max={poses['angle_max_deg']:.5f} deg nominal_angle_rms={poses['nominal_angle_rms_deg']:.5f} deg "
+                           "floor_angle_rms=" + ("n/a" if angle_floor is None else f"{angle_floor:.5f} deg"))

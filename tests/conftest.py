@@ -20,7 +20,8 @@ def _capture(root: Path, rig: str, poses: int, seed: int, payload: float = 0.0) 
     from capture.simulate import capture_simulated
     from rigs import load_rig
 
-    out = root / f"{rig}-{poses}-{seed}-{payload:g}"
+    # A rig may be a path to a TOML file: name the folder by its stem, inside root.
+    out = root / f"{Path(rig).stem}-{poses}-{seed}-{payload:g}"
     if not out.exists():
         capture_simulated(load_rig(rig), poses, seed, out, payload_kg=payload)
     return out

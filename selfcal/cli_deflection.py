@@ -1,0 +1,115 @@
+"""``selfcal predict`` and ``selfcal correct``: use a calibration (with its deflection model) offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from selfcal.ui import print_json, progress_bar, user_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("predict")(predict)
+    app.command("correct")(correct)
+
+
+def _payload(value: Optional[float]) -> float:
+    from rigs.errors import InputError
+
+    if value is not None and value < 0:
+        raise InputError(f"--payload must not be negative, got {value} kg.")
+    return 0.0 if value is None else float(value)
+
+
+def predict(
+    calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
+    joints: Path = typer.Option(..., "--joints", help="CSV: name, one column per chain joint (rad), optional payload_kg."),
+    payload: Optional[float] = typer.Option(None, "--payload", help="Payload in kg for rows without payload_kg (default 0)."),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of CSV."),
+) -> None:
+    """Tip and reflector positions (m, base frame) with 1-sigma uncertainty, deflection included."""
+    with user_errors():
+        import numpy as np
+
+        from calib.calibrator import Calibration
+        from calib.compensate import read_joints
+        from calib.deflection import predict_points
+
+        default = _payload(payload)
+        calibration = Calibration.load(calibration_dir)
+        names, q, row_payload = read_joints(joints, calibration.joint_names)
+        row_payload = np.where(np.isnan(row_payload), default, row_payload)
+        points = {"tip": np.zeros(3), **calibration.targets}
+        predicted = predict_points(calibration, q, row_payload, points)
+        rows = []
+        for n, name in enumerate(names):
+            for point, (xyz, covariance) in predicted.items():
+                std = np.sqrt(np.clip(np.diag(covariance[n]), 0.0, None))
+                rows.append({"name": name, "point": point, "payload_kg": float(row_payload[n]),
+                             "x": float(xyz[n, 0]), "y": float(xyz[n, 1]), "z": float(xyz[n, 2]),
+                             "std_x": float(std[0]), "std_y": float(std[1]), "std_z": float(std[2])})
+        if json_output:
+            print_json({"calibration": str(calibration_dir), "frame": calibration.summary.get("base_link"),
+                        "units": "m", "deflection": (calibration.deflection or {}).get("mode", "none"), "points": rows})
+        else:
+            typer.echo("name,point,payload_kg,x,y,z,std_x,std_y,std_z")
+            for r in rows:
+                typer.echo(f"{r['name']},{r['point']},{r['payload_kg']:g},{r['x']:.7f},{r['y']:.7f},{r['z']:.7f},"
+                           f"{r['std_x']:.3e},{r['std_y']:.3e},{r['std_z']:.3e}")
+
+
+def correct(
+    calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
+    targets: Path = typer.Option(..., "--targets", help="CSV: name,x,y,z[,target][,payload_kg][,joint seed columns]; m, base frame."),
+    payload: Optional[float] = typer.Option(None, "--payload", help="Payload in kg for rows without payload_kg (default 0)."),
+    nominal_urdf: Optional[Path] = typer.Option(None, "--nominal-urdf", help="URDF whose IK solution seeds each row "
+                                                "(default the calibration's rigid robot.urdf)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the corrected joints as CSV here."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of CSV."),
+) -> None:
+    """Joint angles that put the tip (or a named reflector) at wanted positions under the calibrated model."""
+    with user_errors():
+        import numpy as np
+
+        from calib.calibrator import Calibration
+        from calib.compensate import correct as run_correct
+        from calib.compensate import read_targets
+        from rigs.errors import InputError
+        from rigs.files import atomic_write_text
+        from rigs.kinematics import ChainModel
+
+        default = _payload(payload)
+        if out is not None and out.exists() and not force:
+            raise InputError(f"{out}: already exists; choose another --out or pass --force.")
+        if out is not None and out.is_dir():
+            raise InputError(f"{out}: is a folder; --out names the CSV file to write.")
+        calibration = Calibration.load(calibration_dir)
+        rows = read_targets(targets, calibration.joint_names, list(calibration.targets))
+        base, tip = calibration.summary["base_link"], calibration.summary["tip_link"]
+        nominal = ChainModel.from_urdf(nominal_urdf, base, tip) if nominal_urdf is not None else calibration.chain
+        if nominal.joint_names != calibration.joint_names:
+            raise InputError(f"{nominal_urdf}: its chain moves {nominal.joint_names}, the calibration's {calibration.joint_names}.")
+        with progress_bar("correcting", None):
+            result = run_correct(calibration, rows, nominal, default)
+        payloads = np.where(np.isnan(rows.payload_kg), default, rows.payload_kg)
+        header = ["name", "target", "payload_kg", *calibration.joint_names, "residual_m", "uncorrected_error_m"]
+        lines = [",".join(header)]
+        records = []
+        for n, name in enumerate(rows.names):
+            lines.append(",".join([name, rows.points[n], f"{payloads[n]:g}", *(f"{v:.9f}" for v in result.q[n]),
+                                   f"{result.residual_m[n]:.3e}", f"{result.nominal_error_m[n]:.3e}"]))
+            records.append({"name": name, "target": rows.points[n], "payload_kg": float(payloads[n]),
+                            "q": [float(v) for v in result.q[n]], "residual_m": float(result.residual_m[n]),
+                            "uncorrected_error_m": float(result.nominal_error_m[n])})
+        text = "\n".join(lines) + "\n"
+        if out is not None:
+            atomic_write_text(out, text)
+        if json_output:
+            print_json({"calibration": str(calibration_dir), "deflection": (calibration.deflection or {}).get("mode", "none"),
+                        "joint_names": calibration.joint_names, "rows": records,
+                        "max_residual_m": float(result.residual_m.max())})
+        else:
+            typer.echo(text, nl=False)

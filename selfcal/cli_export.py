@@ -1,0 +1,87 @@
+"""``selfcal selfmodel export``: collision geometry for planners from a trained self-model.
+
+The command joins the ``selfmodel`` group of :mod:`selfcal.cli_selfmodel` (it is added to that
+module's Typer app, whatever the order the modules register in); without that module it makes
+the group itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from selfcal.ui import print_json, progress_bar, user_errors
+
+
+def register(app: typer.Typer) -> None:
+    if importlib.util.find_spec("selfcal.cli_selfmodel") is not None:
+        from selfcal.cli_selfmodel import selfmodel_app
+
+        selfmodel_app.command("export")(export)
+        return
+    group = typer.Typer(help="Learn the arm's shape from depth images and use it.", no_args_is_help=True)
+    group.command("export")(export)
+    app.add_typer(group, name="selfmodel")
+
+
+def parse_margin(text: str) -> float | None:
+    """``auto`` -> None; a number of millimetres -> metres. InputError otherwise."""
+    from rigs.errors import InputError
+
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"--margin {text!r}: expected 'auto' or a number of millimetres.") from None
+    if not value >= 0 or value == float("inf"):
+        raise InputError(f"--margin {text!r}: the margin must be a finite number of millimetres >= 0.")
+    return value / 1000.0
+
+
+def export(
+    model: Path = typer.Argument(..., help="Model folder written by `selfcal selfmodel train`."),
+    out: Path = typer.Option(..., "--out", help="Folder to create: robot.urdf, meshes/, curobo_spheres.yml, robot.srdf, export_report.json."),
+    spheres: int = typer.Option(20, "--spheres", help="At most this many spheres a link (cuRobo)."),
+    pieces: int = typer.Option(8, "--pieces", help="At most this many convex pieces a link (at most 64 vertices each)."),
+    margin: str = typer.Option("auto", "--margin", help="Inflation in mm, or 'auto': the smallest that holds the model's own surface."),
+    voxel_mm: float = typer.Option(3.0, "--voxel", help="Grid spacing in mm of each link's body before meshing."),
+    srdf_samples: int = typer.Option(10_000, "--srdf-samples", help="Random configurations tested for the SRDF."),
+    truth: bool = typer.Option(True, "--truth/--no-truth", help="When the training session is simulated, measure the export against its true arm."),
+    heldout: Optional[Path] = typer.Option(None, "--heldout", help="A simulated session of the same rig whose poses the export is measured at (default: random configurations of the training session's true arm)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sphere fit, the margin search and the SRDF sampling."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    json_output: bool = typer.Option(False, "--json", help="Print the export report as JSON."),
+) -> None:
+    """Export a self-model's body as convex pieces (URDF), cuRobo spheres and a MoveIt SRDF."""
+    with user_errors():
+        from rigs.errors import InputError
+        from rigs.files import check_new_output
+        from selfmodel.export import CollisionExporter, export_model
+
+        check_new_output(out, force)  # before minutes of work, not after
+        if srdf_samples < 1:
+            raise InputError(f"--srdf-samples {srdf_samples}: need at least one configuration.")
+        exporter = CollisionExporter(max_spheres=spheres, max_pieces=pieces, margin=parse_margin(margin),
+                                     voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
+        exporter.check()
+        with progress_bar("exporting collision geometry") as update:
+            report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout, progress=update)
+        if json_output:
+            print_json(report)
+            return
+        typer.echo(f"{out}: {len(report['links'])} links, margin {report['margin_mm']:.1f} mm ({report['margin_mode']}), "
+                   f"{sum(row['pieces'] for row in report['links'].values())} convex pieces, "
+                   f"{sum(row['spheres'] for row in report['links'].values())} spheres, "
+                   f"{report['srdf']['never'] + report['srdf']['adjacent'] + report['srdf']['always']} pairs disabled "
+                   f"in the SRDF ({report['seconds']['total']:.0f} s)")
+        figures = report.get("truth")
+        if figures:
+            for kind in ("pieces", "spheres"):
+                row = figures[kind]
+                typer.echo(f"  against the true arm at {figures['poses']} poses, {kind}: coverage "
+                           f"{100 * row['coverage']:.2f} %, largest gap {row['largest_gap_mm']:.1f} mm, "
+                           f"volume ratio {row['volume_ratio']:.2f}")

@@ -1,0 +1,310 @@
+"""Collision export: a known shape comes out covered, in files planners load.
+
+The self-model here is a stand-in with analytic bodies (a box, a cylinder, a box) on a tiny
+two-joint URDF, so every true surface point is known exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rigs.errors import InputError
+
+DATA = Path(__file__).parent / "data" / "export_arm"
+URDF = DATA / "robot.urdf"
+JOINTS = ["joint1", "joint2"]
+
+# Link-frame analytic bodies: (kind, centre, half extents) ; cylinders are along z: (radius, half length).
+SHAPES = {
+    "base": ("box", np.array([0.0, 0.0, 0.05]), np.array([0.1, 0.1, 0.05])),
+    "link1": ("cylinder", np.array([0.0, 0.0, 0.15]), np.array([0.04, 0.15])),
+    "link2": ("box", np.array([0.175, 0.0, 0.0]), np.array([0.175, 0.03, 0.025])),
+}
+
+
+def signed_distance(link: str, points: np.ndarray, grow: float = 0.0) -> np.ndarray:
+    kind, centre, size = SHAPES[link]
+    local = points - centre
+    if kind == "box":
+        q = np.abs(local) - (size + np.array([grow, 0.0, 0.0]))
+        return np.linalg.norm(np.maximum(q, 0), axis=1) + np.minimum(q.max(axis=1), 0)
+    radial = np.linalg.norm(local[:, :2], axis=1) - size[0]
+    axial = np.abs(local[:, 2]) - size[1]
+    q = np.stack([radial, axial], axis=1)
+    return np.linalg.norm(np.maximum(q, 0), axis=1) + np.minimum(q.max(axis=1), 0)
+
+
+def surface_samples(link: str, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Exact surface points of a link's shape (link frame)."""
+    import trimesh
+
+    kind, centre, size = SHAPES[link]
+    mesh = (trimesh.creation.box(2 * size) if kind == "box"
+            else trimesh.creation.cylinder(size[0], 2 * size[1], sections=256))
+    mesh.apply_translation(centre)
+    points = np.asarray(mesh.sample(count, seed=int(rng.integers(2**31))))
+    if kind == "cylinder":  # snap onto the true round surface (the mesh is a 256-gon)
+        local = points - centre
+        side = np.abs(np.abs(local[:, 2]) - size[1]) > 1e-9
+        radial = np.linalg.norm(local[side, :2], axis=1, keepdims=True)
+        local[side, :2] *= size[0] / radial
+        points = local + centre
+    return points
+
+
+class StandInModel:
+    """The structured self-model contract, with analytic bodies instead of networks."""
+
+    kind = "structured"
+
+    def __init__(self, empty_link: str | None = None):
+        self.link_names = list(SHAPES)
+        self.joint_names = list(JOINTS)
+        self.urdf_path = URDF
+        self.base_link, self.tip_link = "base", "link2"
+        self.empty_link = empty_link
+
+    def link_bounds(self, link: str):
+        kind, centre, size = SHAPES[link]
+        half = size if kind == "box" else np.array([size[0], size[0], size[1]])
+        return centre - half - 0.03, centre + half + 0.03
+
+    def link_occupancy(self, link: str, points: np.ndarray) -> np.ndarray:
+        if link == self.empty_link:
+            return np.zeros(len(points))
+        return 1.0 / (1.0 + np.exp(np.clip(signed_distance(link, np.asarray(points)) / 0.001, -50, 50)))
+
+
+class FreeStandIn:
+    """The free contract: occupancy(points, q) in the base frame and workspace bounds only."""
+
+    kind = "free"
+
+    def __init__(self):
+        from selfmodel.chain import ChainSpec
+
+        self.spec = ChainSpec.from_urdf(URDF, "base", "link2")
+        self.joint_names = list(JOINTS)
+        self.urdf_path, self.base_link, self.tip_link = URDF, "base", "link2"
+        self.bounds = (np.array([-0.5, -0.5, -0.2]), np.array([0.5, 0.5, 0.8]))
+        self.structured = StandInModel()
+
+    def occupancy(self, points: np.ndarray, q: np.ndarray) -> np.ndarray:
+        from selfmodel.chain import link_poses_numpy
+
+        poses = link_poses_numpy(self.spec, np.atleast_2d(q)[:1])[0]
+        result = np.zeros(len(points))
+        for index, link in enumerate(self.spec.link_names):
+            local = (points - poses[index, :3, 3]) @ poses[index, :3, :3]
+            result = np.maximum(result, self.structured.link_occupancy(link, local))
+        return result
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The stand-in exported once with the defaults (automatic margin)."""
+    from selfmodel.export import CollisionExporter, write_export
+
+    exporter = CollisionExporter(max_spheres=12, max_pieces=4, srdf_samples=10_000, voxel=0.004, seed=0)
+    fitted = exporter.fit(StandInModel())
+    out = tmp_path_factory.mktemp("export") / "collision"
+    report = write_export(StandInModel(), URDF, exporter, fitted, out)
+    return out, report, fitted
+
+
+def test_spheres_and_pieces_contain_every_true_surface_point(exported):
+    _, report, fitted = exported
+    rng = np.random.default_rng(7)
+    from selfmodel.collision import pieces_contain
+
+    for link in SHAPES:
+        points = surface_samples(link, 20_000, rng)
+        assert pieces_contain(fitted.links[link].pieces, points).all(), link
+        assert fitted.links[link].spheres.contains(points).all(), link
+    # The automatic margin is what the grid cut off (sub-voxel), not a blanket inflation.
+    assert 0.0 < report["margin_mm"] < 4.0
+    assert report["margin_mode"] == "auto"
+
+
+def test_the_cover_stays_close_to_the_body(exported):
+    _, report, fitted = exported
+    rng = np.random.default_rng(3)
+    from selfmodel.collision import pieces_contain
+
+    for link in SHAPES:
+        lo, hi = StandInModel().link_bounds(link)
+        points = rng.uniform(lo - 0.05, hi + 0.05, (200_000, 3))
+        inside_true = signed_distance(link, points) <= 0
+        pieces_ratio = pieces_contain(fitted.links[link].pieces, points).sum() / inside_true.sum()
+        spheres_ratio = fitted.links[link].spheres.contains(points).sum() / inside_true.sum()
+        assert 1.0 <= pieces_ratio < 1.35, (link, pieces_ratio)
+        assert 1.0 <= spheres_ratio < 3.0, (link, spheres_ratio)
+    for link, row in report["links"].items():
+        assert 1 <= row["pieces"] <= 4 and 1 <= row["spheres"] <= 12
+        assert max(row["vertices_per_piece"]) <= 64
+
+
+def test_urdf_keeps_visuals_replaces_collisions_and_loads_in_pinocchio_and_pybullet(exported):
+    out, _, fitted = exported
+    root = ET.parse(out / "robot.urdf").getroot()
+    for link in root.findall("link"):
+        name = link.get("name")
+        collisions = link.findall("collision")
+        assert len(collisions) == (len(fitted.links[name].pieces) if name in fitted.links else 0)
+        for collision in collisions:
+            assert (out / collision.find("geometry/mesh").get("filename")).is_file()
+    assert [v.find("geometry")[0].tag for v in root.iter("visual")] == ["box", "cylinder", "box"]
+
+    import pinocchio as pin
+
+    model = pin.buildModelFromUrdf(str(out / "robot.urdf"))
+    geometry = pin.buildGeomFromUrdf(model, str(out / "robot.urdf"), pin.GeometryType.COLLISION, package_dirs=[str(out)])
+    assert geometry.ngeoms == sum(len(link.pieces) for link in fitted.links.values())
+
+    from rigs.quiet import c_output_silenced, import_pybullet
+
+    p = import_pybullet()
+    with c_output_silenced():
+        client = p.connect(p.DIRECT)
+    try:
+        body = p.loadURDF(str(out / "robot.urdf"), useFixedBase=True, physicsClientId=client)
+        shapes = p.getCollisionShapeData(body, 2, physicsClientId=client)  # link2
+        assert len(shapes) == len(fitted.links["link2"].pieces)
+    finally:
+        p.disconnect(client)
+
+
+def test_curobo_spheres_file_matches_the_cover(exported):
+    out, report, fitted = exported
+    data = yaml.safe_load((out / "curobo_spheres.yml").read_text())
+    spheres = data["collision_spheres"]
+    assert set(spheres) == set(SHAPES)
+    for link, entries in spheres.items():
+        assert len(entries) == report["links"][link]["spheres"]
+        centres = np.array([entry["center"] for entry in entries])
+        radii = np.array([entry["radius"] for entry in entries])
+        np.testing.assert_allclose(radii, fitted.links[link].spheres.radii, atol=1e-6)
+        np.testing.assert_allclose(centres, fitted.links[link].spheres.centres, atol=1e-6)
+
+
+def test_srdf_disables_adjacent_links_and_keeps_the_pair_that_can_collide(exported):
+    out, report, _ = exported
+    root = ET.parse(out / "robot.srdf").getroot()
+    disabled = {tuple(sorted((e.get("link1"), e.get("link2")))): e.get("reason") for e in root.findall("disable_collisions")}
+    assert disabled == {("base", "link1"): "Adjacent", ("link1", "link2"): "Adjacent"}
+    assert report["srdf"]["samples"] == 10_000
+
+
+def test_a_pair_that_cannot_meet_is_disabled_as_never(tmp_path):
+    """With joint2 held within +-0.3 rad, link2 cannot swing down onto the base."""
+    from selfmodel.export import CollisionExporter
+    from selfmodel.srdf import collision_matrix
+
+    text = URDF.read_text().replace('lower="-2.8" upper="2.8"', 'lower="-0.3" upper="0.3"')
+    (tmp_path / "robot.urdf").write_text(text)
+    fitted = CollisionExporter(max_spheres=8, max_pieces=2, voxel=0.006).fit(StandInModel())
+    matrix = collision_matrix(tmp_path / "robot.urdf", fitted.spheres, 10_000, np.random.default_rng(0))
+    assert matrix.reasons[("base", "link2")] == "Never"
+    matrix = collision_matrix(URDF, fitted.spheres, 10_000, np.random.default_rng(0))
+    assert matrix.reasons[("base", "link2")] is None and 0.0 < matrix.contact_fraction[("base", "link2")] < 0.5
+
+
+def test_free_model_bodies_come_from_what_stays_put_in_each_link_frame():
+    from selfmodel.collision import pieces_contain
+    from selfmodel.export import CollisionExporter
+
+    fitted = CollisionExporter(max_spheres=12, max_pieces=4, voxel=0.007, free_configurations=8, margin_samples=2000,
+                               margin_climbs=50, seed=1).fit(FreeStandIn())
+    assert set(fitted.links) == set(SHAPES)
+    rng = np.random.default_rng(5)
+    for link in SHAPES:
+        points = surface_samples(link, 5000, rng)
+        assert pieces_contain(fitted.links[link].pieces, points).mean() > 0.995, link
+        # Not the whole swept volume of the other links: the body is close to the link's own size.
+        body_volume = fitted.links[link].body.volume
+        kind, _, size = SHAPES[link]
+        true_volume = np.prod(2 * size) if kind == "box" else np.pi * size[0] ** 2 * 2 * size[1]
+        assert body_volume < 1.6 * true_volume, (link, body_volume, true_volume)
+
+
+def test_empty_link_body_is_named():
+    from selfmodel.export import CollisionExporter
+
+    with pytest.raises(InputError, match=r"link 'link1' has an empty body"):
+        CollisionExporter(voxel=0.008).fit(StandInModel(empty_link="link1"))
+
+
+def test_margin_that_would_swallow_the_arm_is_refused():
+    from selfmodel.export import CollisionExporter
+
+    with pytest.raises(InputError, match="would swallow the arm"):
+        CollisionExporter(margin=0.08, voxel=0.008).fit(StandInModel())
+
+
+def test_existing_output_folder_is_refused_without_force(exported, tmp_path):
+    from selfmodel.export import CollisionExporter, write_export
+
+    out, _, fitted = exported
+    with pytest.raises(InputError, match="already exists"):
+        write_export(StandInModel(), URDF, CollisionExporter(), fitted, out)
+    assert (out / "robot.urdf").is_file()
+
+
+# -- against a simulated truth ----------------------------------------------------------------------
+
+def _tiny_session(folder: Path, truth_urdf_text: str, qs: np.ndarray) -> Path:
+    """A minimal simulated session of the stand-in arm: description, joints, truth."""
+    folder.mkdir(parents=True)
+    shutil.copyfile(URDF, folder / "robot.urdf")
+    (folder / "truth").mkdir()
+    (folder / "truth" / "robot.urdf").write_text(truth_urdf_text)
+    manifest = {"format": "selfcal-session", "format_version": 1,
+                "robot": {"urdf": "robot.urdf", "base_link": "base", "tip_link": "link2", "joint_names": JOINTS},
+                "sensors": {}, "source": {"kind": "simulated"}}
+    (folder / "session.json").write_text(json.dumps(manifest))
+    for name in ("joints.csv", "truth/joints_reached.csv"):
+        with open(folder / name, "w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(["pose", *JOINTS])
+            writer.writerows([[f"p{i:04d}", *(repr(float(v)) for v in q)] for i, q in enumerate(qs)])
+    return folder
+
+
+def test_truth_figures_find_a_link_longer_than_the_model_knows(exported, tmp_path):
+    """Against its own shape the export covers everything; against a truth whose link2 is 3 cm
+    longer, coverage drops and the largest gap is about those 3 cm."""
+    from selfmodel.export_truth import PosedExport, description_pieces, evaluate_export, load_truth
+
+    out, _, fitted = exported
+    qs = np.array([[0.3, -0.4], [-2.0, 1.2]])
+    export = PosedExport(out / "robot.urdf", "base", fitted.pieces, fitted.spheres)
+
+    same = load_truth(_tiny_session(tmp_path / "same", URDF.read_text(), qs))
+    figures = evaluate_export(export, same, np.random.default_rng(0), surface_samples=4000, volume_samples=20_000)
+    for kind in ("pieces", "spheres"):
+        assert figures[kind]["coverage"] == 1.0
+        assert figures[kind]["largest_gap_mm"] == 0.0
+    assert 1.0 < figures["pieces"]["volume_ratio"] < 1.3
+    assert 1.0 < figures["spheres"]["volume_ratio"] < 3.0
+    assert 0.0 < figures["pieces"]["protrusion_mm"] < 4.0
+
+    longer = URDF.read_text().replace('<origin xyz="0.175 0 0"/><geometry><box size="0.35 0.06 0.05"/>',
+                                      '<origin xyz="0.19 0 0"/><geometry><box size="0.38 0.06 0.05"/>')
+    truth = load_truth(_tiny_session(tmp_path / "longer", longer, qs))
+    figures = evaluate_export(export, truth, np.random.default_rng(0), surface_samples=4000, volume_samples=20_000)
+    assert figures["pieces"]["coverage"] < 0.99
+    assert 25.0 < figures["pieces"]["largest_gap_mm"] < 30.5
+    assert figures["per_link"]["link2"]["pieces"]["coverage"] < figures["per_link"]["link1"]["pieces"]["coverage"] == 1.0
+
+    # The description's own collision boxes, as the baseline: exact on the same arm.
+    baseline = PosedExport(URDF, "base", description_pieces(URDF, list(SHAPES)))
+    figures = evaluate_export(baseline, same, np.random.default_rng(0), surface_samples=4000, volume_samples=20_000)
+    assert figures["pieces"]["coverage"] > 0.99 and abs(figures["pieces"]["volume_ratio"] - 1.0) < 0.05
