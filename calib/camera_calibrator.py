@@ -262,6 +262,8 @@ class CameraCalibrator:
         frames = CameraErrorModel(chain, sensors, targets, references, self.model, cameras=sorted(reference_cameras),
                                   reference_camera_T_base=reference_cameras, reference_tip_T_board=tip_T_board0,
                                   frames_only=True)
+        hand_eye_errors = np.concatenate([_pixel_errors(b, frames, frames.initial_vector(offsets)) for b in blocks
+                                          if isinstance(b, CameraObservations)])
         theta_frames = RobustSolver(self.outlier_threshold).solve(blocks, frames, frames.initial_vector(offsets)).theta
         references = {s: frames.state(theta_frames).tracker_T_base[s] for s in sensors}
         offsets = {t: theta_frames[sl].copy() for t, sl in frames.target_slices.items()}
@@ -288,6 +290,7 @@ class CameraCalibrator:
                                     detections[first_camera].board, sigma_px, intrinsics)
         self._statistics(outcome, model, result, theta0, sessions, detections, keys, tracker_sessions,
                          fit_rows, held_rows, inits)
+        outcome.camera_summary["hand_eye_fit_rms_px"] = float(np.sqrt(np.mean(hand_eye_errors ** 2)))
         return outcome
 
     def _check_data(self, model: CameraErrorModel, theta0: np.ndarray, blocks) -> None:
@@ -335,7 +338,8 @@ class CameraCalibrator:
                    "holdout_nominal_rms_px": rms(history["pixel_held_before"]),
                    "corners": {"fit": int(len(history["pixel_fit_after"])), "holdout": int(len(history["pixel_held_after"]))},
                    "cameras": per_camera,
-                   "initialisation": "PnP per image + numpy hand-eye (nominal kinematics)",
+                   "initialisation": "PnP per image + numpy hand-eye (nominal kinematics), then camera and board "
+                                     "poses fitted to the nominal arm ('nominal' figures)",
                    "opencv_hand_eye_cross_check": None}
         cross = [inits[i].opencv_tip_T_board for i in inits if inits[i].opencv_tip_T_board is not None]
         if cross:

@@ -26,7 +26,7 @@ def camera_section(result) -> str:
             axis.set_title(f"{title}: none")
             continue
         bins = np.linspace(0, np.percentile(before, 99), 40)
-        axis.hist(np.clip(before, 0, bins[-1]), bins, alpha=0.6, label="hand-eye start (nominal URDF)")
+        axis.hist(np.clip(before, 0, bins[-1]), bins, alpha=0.6, label="nominal URDF, camera and board poses fitted")
         axis.hist(np.clip(after, 0, bins[-1]), bins, alpha=0.8, label="calibrated")
         axis.set_xlabel("board corner reprojection error (px)")
         axis.set_ylabel("corners")
@@ -54,8 +54,9 @@ def camera_section(result) -> str:
     return f"""<h1>Cameras</h1>
 <p>Board {html.escape(result.board.describe())}; corner noise {result.pixel_sigma:.3f} px per axis
 (estimated from per-image PnP fits unless given). Reprojection RMS: fit {number(summary.get('fit_rms_px'))} px
-(hand-eye start {number(summary.get('fit_nominal_rms_px'))} px), held-out {number(summary.get('holdout_rms_px'))} px
-(start {number(summary.get('holdout_nominal_rms_px'))} px).</p>
+(nominal URDF with fitted camera and board poses {number(summary.get('fit_nominal_rms_px'))} px; hand-eye
+initialiser alone {number(summary.get('hand_eye_fit_rms_px'))} px), held-out {number(summary.get('holdout_rms_px'))} px
+(nominal {number(summary.get('holdout_nominal_rms_px'))} px).</p>
 <img src="{picture}" alt="pixel errors">
 <h2>Camera poses in the base frame (optical frame)</h2>{cameras}
 <h2>Board on the tip (tip_T_board)</h2>{board_row}

@@ -206,6 +206,17 @@ def write_deflection_files(calibration: Calibration, folder: Path) -> None:
 
 def read_deflection(calibration: Calibration, folder: Path, document: dict) -> None:
     """Fill ``calibration``'s deflection attributes from calibration.yaml's ``deflection`` entry and files."""
+    path = folder / UNCERTAINTY_FILE
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                calibration.summary["parameter_names"] = [str(n) for n in data["names"]]
+                calibration.summary["parameter_covariance"] = np.array(data["covariance"], float)
+        except (ValueError, KeyError, OSError) as error:
+            raise InputError(f"{path}: not a readable parameter covariance ({error}).") from None
+        count = len(calibration.summary["parameter_names"])
+        if calibration.summary["parameter_covariance"].shape != (count, count):
+            raise InputError(f"{path}: the covariance is not {count} x {count}, one row per parameter name.")
     entry = document.get("deflection")
     if entry is None:
         return
@@ -232,14 +243,6 @@ def read_deflection(calibration: Calibration, folder: Path, document: dict) -> N
     calibration.deflection = {"mode": entry.get("mode", "none"), "requested": entry.get("requested"),
                               "heldout_comparison": entry.get("heldout_comparison"),
                               "auto_tolerance": entry.get("auto_tolerance")}
-    path = folder / UNCERTAINTY_FILE
-    if path.is_file():
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                calibration.summary["parameter_names"] = [str(n) for n in data["names"]]
-                calibration.summary["parameter_covariance"] = np.array(data["covariance"], float)
-        except (ValueError, KeyError, OSError) as error:
-            raise InputError(f"{path}: not a readable parameter covariance ({error}).") from None
 
 
 # -- prediction with uncertainty ---------------------------------------------------------------------

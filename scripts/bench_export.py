@@ -98,7 +98,7 @@ def export_and_measure(model, truth, workdir: Path, name: str, exporter) -> dict
     start = time.perf_counter()
     fitted = exporter.fit(model, where=name)
     out = workdir / f"export-{name}"
-    report = write_export(model, Path(model.urdf_path), exporter, fitted, out, force=True)
+    report = write_export(fitted, Path(model.urdf_path), out, exporter.srdf_samples, force=True)
     seconds = time.perf_counter() - start
     figures = evaluate_export(PosedExport(out / "robot.urdf", model.base_link if hasattr(model, "base_link") else truth.link_names[0],
                                           fitted.pieces, fitted.spheres), truth, np.random.default_rng(5))

@@ -84,8 +84,8 @@ def calibrate_with_cameras(sessions, out: Path, holdout: float = 0.2, model: str
     held = camera.get("holdout_rms_px")
     typer.echo(f"{out}: {summary['identifiable']} of {summary['parameters']} parameters identifiable "
                f"(condition {summary['condition_number']:.3g}); board corners: fit RMS {camera['fit_rms_px']:.3f} px "
-               f"(hand-eye start {camera['fit_nominal_rms_px']:.3f} px)"
-               + (f", held-out RMS {held:.3f} px (start {camera['holdout_nominal_rms_px']:.3f} px)" if held is not None else "")
+               f"(nominal URDF {camera['fit_nominal_rms_px']:.3f} px, hand-eye alone {camera['hand_eye_fit_rms_px']:.3f} px)"
+               + (f", held-out RMS {held:.3f} px (nominal {camera['holdout_nominal_rms_px']:.3f} px)" if held is not None else "")
                + (f"; tracker fit RMS {tracker['fit']['rms_mm']:.4f} mm" if tracker.get("fit") else "")
                + f"; {len(summary['outliers'])} outliers")
 

@@ -51,6 +51,7 @@ def export(
     voxel_mm: float = typer.Option(3.0, "--voxel", help="Grid spacing in mm of each link's body before meshing."),
     srdf_samples: int = typer.Option(10_000, "--srdf-samples", help="Random configurations tested for the SRDF."),
     truth: bool = typer.Option(True, "--truth/--no-truth", help="When the training session is simulated, measure the export against its true arm."),
+    urdf: Optional[Path] = typer.Option(None, "--urdf", help="Free models only: the description whose links cut the body."),
     heldout: Optional[Path] = typer.Option(None, "--heldout", help="A simulated session of the same rig whose poses the export is measured at (default: random configurations of the training session's true arm)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sphere fit, the margin search and the SRDF sampling."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
@@ -69,7 +70,8 @@ def export(
                                      voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
         exporter.check()
         with progress_bar("exporting collision geometry") as update:
-            report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout, progress=update)
+            report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout,
+                                  progress=update, urdf=urdf)
         if json_output:
             print_json(report)
             return
@@ -78,8 +80,8 @@ def export(
                    f"{sum(row['spheres'] for row in report['links'].values())} spheres, "
                    f"{report['srdf']['never'] + report['srdf']['adjacent'] + report['srdf']['always']} pairs disabled "
                    f"in the SRDF ({report['seconds']['total']:.0f} s)")
-        figures = report.get("truth")
-        if figures:
+        figures = report.get("truth") or {}
+        if "pieces" in figures:
             for kind in ("pieces", "spheres"):
                 row = figures[kind]
                 typer.echo(f"  against the true arm at {figures['poses']} poses, {kind}: coverage "

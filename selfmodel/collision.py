@@ -42,12 +42,15 @@ class LinkBody:
     solid: np.ndarray  # (nx, ny, nz) bool grid of the body
     origin: np.ndarray  # (3,) m, position of grid cell (0, 0, 0)
 
-    def contains(self, points: np.ndarray) -> np.ndarray:
-        """(N, 3) link frame -> (N,) bool: in a body cell of the grid (nearest cell)."""
-        index = np.round((np.asarray(points) - self.origin) / self.voxel).astype(int)
-        valid = np.all((index >= 0) & (index < self.solid.shape), axis=1)
+    def contains(self, points: np.ndarray, grow_cells: int = 0) -> np.ndarray:
+        """(N, 3) link frame -> (N,) bool: in a body cell of the grid (nearest cell), the body
+        grown by ``grow_cells`` cells first."""
+        solid = self.solid if grow_cells == 0 else ndimage.binary_dilation(
+            np.pad(self.solid, grow_cells), iterations=grow_cells)
+        index = np.round((np.asarray(points) - self.origin) / self.voxel).astype(int) + grow_cells
+        valid = np.all((index >= 0) & (index < solid.shape), axis=1)
         inside = np.zeros(len(index), dtype=bool)
-        inside[valid] = self.solid[tuple(index[valid].T)]
+        inside[valid] = solid[tuple(index[valid].T)]
         return inside
 
     @property
@@ -127,7 +130,12 @@ class ConvexPiece:
 
     def contains(self, points: np.ndarray, tolerance: float = 1e-9) -> np.ndarray:
         """(N, 3) -> (N,) bool: inside or on the boundary."""
-        return np.all(points @ self.normals.T <= self.offsets + tolerance, axis=1)
+        points = np.asarray(points, dtype=float)
+        lo, hi = self.vertices.min(axis=0) - 1e-6, self.vertices.max(axis=0) + 1e-6
+        near = np.flatnonzero(np.all((points >= lo) & (points <= hi), axis=1))  # the plane test is the costly part
+        inside = np.zeros(len(points), dtype=bool)
+        inside[near] = np.all(points[near] @ self.normals.T <= self.offsets + tolerance, axis=1)
+        return inside
 
     def inflated(self, margin: float) -> "ConvexPiece":
         """Every plane moved out by ``margin`` m: contains this piece grown by ``margin`` everywhere."""

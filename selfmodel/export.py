@@ -44,7 +44,7 @@ class LinkSource:
 
     ``occupancy`` maps (N, 3) link-frame points to (N,) values whose ``level`` set is the body;
     ``level_sets`` are occupancy functions whose 0.5 level set is the model's own surface near
-    this link (one per configuration for the free model), sampled for the automatic margin.
+    this link, sampled for the automatic margin (empty: the body's own level set).
     """
 
     link: str
@@ -57,6 +57,9 @@ class LinkSource:
     # what the parent's body holds in every one of them is the parent's, not this link's.
     parent: str | None = None
     parent_T_link: np.ndarray | None = None
+    # Climb to corner tips for the margin; off for the free model, whose cut between a link and
+    # its parent leaves ragged edges a climb would take for the link's surface.
+    climb: bool = True
 
 
 @dataclass
@@ -210,10 +213,14 @@ class CollisionExporter:
             spheres = fit_sphere_cover(body.mesh.triangles, self.max_spheres, rng, body.inside)
             seconds["spheres"] += time.perf_counter() - start
             start = time.perf_counter()
+            # The body's own occupancy, shifted so that its level set sits at 0.5, and nothing outside
+            # the bounds the body was cut from (a body cut off by them ends there).
+            own = _own_level_set(occupancy, source, body)
+            level_sets = source.level_sets or [own]
             samples = np.vstack([
-                level_set_samples(level_set, body.mesh, max(self.margin_samples // len(source.level_sets), 200),
+                level_set_samples(level_set, body.mesh, max(self.margin_samples // len(level_sets), 200),
                                   2.0 * self.voxel, rng)
-                for level_set in source.level_sets])
+                for level_set in level_sets])
             need = {}
             for kind, outside in (("pieces", lambda x: pieces_outside_distance(pieces, x)),
                                   ("spheres", spheres.outside_distance)):
@@ -221,11 +228,11 @@ class CollisionExporter:
                     need[kind] = 0.0
                     continue
                 distance = outside(samples)
-                worst = samples[np.argsort(distance)[-min(self.margin_climbs, len(samples)):]]
-                # Climb on the body's own occupancy: for a free model the raw level sets also hold
-                # the neighbouring links, which the climb would wander into.
-                climbed = climb_outward(occupancy, worst, outside, self.voxel, rng)
-                need[kind] = float(max(distance.max(), outside(climbed).max()))
+                need[kind] = float(distance.max())
+                if source.climb:
+                    worst = samples[np.argsort(distance)[-min(self.margin_climbs, len(samples)):]]
+                    climbed = climb_outward(own, worst, outside, self.voxel, rng)
+                    need[kind] = max(need[kind], float(outside(climbed).max()))
             seconds["margin"] += time.perf_counter() - start
             links[source.link] = LinkCollision(source.link, body, pieces, spheres, need, len(samples))
             if progress is not None:
@@ -243,6 +250,21 @@ class CollisionExporter:
         seconds["pieces"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
         return CollisionExport(links, margin, mode, seconds, origins)
+
+
+def _own_level_set(occupancy: Callable[[np.ndarray], np.ndarray], source: LinkSource,
+                   body: LinkBody) -> Callable[[np.ndarray], np.ndarray]:
+    """Near the kept body only: blobs the body dropped as detached are not this link's surface."""
+
+    def own(points: np.ndarray) -> np.ndarray:
+        points = np.asarray(points, dtype=float)
+        inside = np.all((points >= source.lo) & (points <= source.hi), axis=1) & body.contains(points, grow_cells=3)
+        values = np.zeros(len(points))
+        if inside.any():
+            values[inside] = np.asarray(occupancy(points[inside]), dtype=float) - source.level + 0.5
+        return values
+
+    return own
 
 
 def _check_margin(margin: float, bodies: dict[str, LinkBody], what: str, where: str) -> None:
@@ -327,8 +349,10 @@ def free_link_sources(model, exporter: CollisionExporter, rng: np.random.Generat
         parent_T_link = None
         if parent is not None:
             parent_T_link = np.linalg.inv(poses[:, spec.link_names.index(parent)]) @ poses[:, index]
+        # The margin looks at the consistent body's own level set: a single configuration's level
+        # set near this link also holds the neighbouring links, which are not this link's to cover.
         sources.append(LinkSource(link, lo, hi, consistency, exporter.free_consistency,
-                                  [at(k) for k in range(0, len(qs), max(len(qs) // 8, 1))], parent, parent_T_link))
+                                  [], parent, parent_T_link, climb=False))
     return sources
 
 
@@ -425,20 +449,23 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix) -> dict:
     }
 
 
-def write_export(model, model_urdf: Path, export: CollisionExporter | None, fitted: CollisionExport, out: Path,
-                 force: bool = False, evaluate: Callable[[Path, CollisionExport], dict | None] | None = None,
+def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samples: int = 10_000, force: bool = False,
+                 evaluate: Callable[[Path, CollisionExport], dict] | None = None,
                  progress: Progress | None = None, seed: int = 0) -> dict:
-    """Write the export folder atomically; returns the report (also ``out/export_report.json``)."""
+    """Write the export folder atomically; returns the report (also ``out/export_report.json``).
+
+    ``evaluate(exported_urdf, fitted)`` may add report keys (``truth``, ``measured_surface``).
+    """
     with output_folder(out, force) as folder:
         start = time.perf_counter()
         urdf_path = write_collision_urdf(model_urdf, fitted, folder)
         atomic_write_text(folder / "curobo_spheres.yml", curobo_spheres_yaml(fitted))
-        samples = export.srdf_samples if export is not None else 10_000
-        matrix = collision_matrix(urdf_path, fitted.spheres, samples, np.random.default_rng(seed), progress)
+        matrix = collision_matrix(urdf_path, fitted.spheres, srdf_samples, np.random.default_rng(seed), progress)
         write_srdf(folder / "robot.srdf", robot_name(urdf_path), matrix)
         fitted.seconds["write_and_srdf"] = time.perf_counter() - start
         report = export_report(fitted, matrix)
-        report["truth"] = evaluate(urdf_path, fitted) if evaluate is not None else None
+        report["truth"] = None
+        report.update((evaluate(urdf_path, fitted) or {}) if evaluate is not None else {})
         fitted.seconds["total"] = float(sum(v for k, v in fitted.seconds.items() if k != "total"))
         report["seconds"] = fitted.seconds
         atomic_write_json(folder / "export_report.json", report)
@@ -454,14 +481,58 @@ def load_model_folder(folder: Path):
     return load_model(Path(folder))
 
 
-def training_session_paths(model, folder: Path) -> list[Path]:
-    """The sessions the model was trained on, as recorded in its folder (may be empty)."""
-    paths = getattr(model, "session_paths", None) or getattr(model, "sessions", None) or []
-    result = []
-    for path in paths:
-        path = Path(path)
-        result.append(path if path.is_absolute() else (Path(folder) / path).resolve())
-    return result
+def training_session_paths(folder: Path) -> list[Path]:
+    """The sessions the model in ``folder`` was trained on, as its config.json records them."""
+    from selfmodel.model_io import read_config
+
+    paths = (read_config(Path(folder)).get("training") or {}).get("sessions") or []
+    return [Path(path) if Path(path).is_absolute() else (Path(folder) / path).resolve() for path in paths]
+
+
+def prepare_free_model(model, folder: Path, urdf: Path | None) -> None:
+    """A free model knows no chain: give it the URDF that cuts its body into links, the base and tip
+    of its training session, and its training configurations (from the sessions' joints.csv)."""
+    from capture.session import load_session
+
+    if urdf is None:
+        raise InputError(f"{folder}: a free model has no links of its own; name the description to cut its body "
+                         f"into links with --urdf.")
+    sessions = [load_session(path) for path in training_session_paths(folder) if (Path(path) / "session.json").is_file()]
+    if not sessions:
+        raise InputError(f"{folder}: the sessions this free model was trained on are gone, so its base and tip links "
+                         f"and its training configurations are unknown.")
+    model.urdf_path = Path(urdf)
+    model.base_link, model.tip_link = sessions[0].base_link, sessions[0].tip_link
+    model.training_q = np.vstack([session.q for session in sessions])
+
+
+def measured_surface_inside(model, export: CollisionExport) -> dict | None:
+    """How much of the structured model's measured training surface (depth points, noisy) the
+    export holds: fraction inside, and the 99th percentile of the distance outside (mm)."""
+    from selfmodel.model_io import surface_samples
+
+    if getattr(model, "folder", None) is None or getattr(model, "kind", "") != "structured":
+        return None
+    points, _, _ = surface_samples(model)
+    result = {}
+    for kind in ("pieces", "spheres"):
+        inside = total = 0
+        outside_all = []
+        for link, collision in export.links.items():
+            local = points.get(link)
+            if local is None or not len(local):
+                continue
+            local = np.asarray(local, dtype=float)
+            outside = (pieces_outside_distance(collision.pieces, local) if kind == "pieces"
+                       else collision.spheres.outside_distance(local))
+            inside += int(np.sum(outside <= 0))
+            total += len(local)
+            outside_all.append(outside)
+        if total:
+            result[kind] = {"fraction_inside": inside / total,
+                            "outside_p99_mm": 1000.0 * float(np.percentile(np.concatenate(outside_all), 99)),
+                            "samples": total}
+    return result or None
 
 
 def truth_at_random_configurations(session_path: Path, count: int, rng: np.random.Generator):
@@ -489,12 +560,12 @@ def truth_at_random_configurations(session_path: Path, count: int, rng: np.rando
 
 def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, force: bool = False,
                  evaluate_truth: bool = True, heldout: Path | None = None, truth_poses: int = 10,
-                 progress: Progress | None = None, model=None) -> dict:
+                 progress: Progress | None = None, model=None, urdf: Path | None = None) -> dict:
     """Load a model folder, export its collision geometry to ``out``; the report as a dict.
 
     With ``evaluate_truth``, the export is measured against a simulated truth: the ``heldout``
     session's poses when given, else the first training session's true arm at ``truth_poses``
-    random configurations.
+    random configurations. ``urdf``: the description that cuts a free model's body into links.
     """
     from rigs.files import check_new_output
     from selfmodel.export_truth import PosedExport, evaluate_export, load_truth
@@ -502,6 +573,8 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
     check_new_output(out, force)
     model_folder = Path(model_folder)
     model = model if model is not None else load_model_folder(model_folder)
+    if getattr(model, "kind", "") == "free":
+        prepare_free_model(model, model_folder, urdf)
     urdf_path = getattr(model, "urdf_path", None)
     if urdf_path is None:
         raise InputError(f"{model_folder}: the model names no URDF, so its links cannot be placed.")
@@ -514,7 +587,7 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
         if heldout is not None:
             truth, source = load_truth(heldout), f"held-out session {heldout}"
         else:
-            simulated = [path for path in training_session_paths(model, model_folder) if (path / "truth").is_dir()]
+            simulated = [path for path in training_session_paths(model_folder) if (path / "truth").is_dir()]
             if not simulated:
                 return None
             truth = truth_at_random_configurations(simulated[0], truth_poses, rng)
@@ -524,5 +597,8 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
         figures["poses_source"] = source
         return figures
 
-    return write_export(model, Path(urdf_path), exporter, fitted, out, force, evaluate if evaluate_truth else None,
-                        seed=exporter.seed)
+    def evaluate_all(exported_urdf: Path, export: CollisionExport) -> dict:
+        return {"truth": evaluate(exported_urdf, export) if evaluate_truth else None,
+                "measured_surface": measured_surface_inside(model, export)}
+
+    return write_export(fitted, Path(urdf_path), out, exporter.srdf_samples, force, evaluate_all, seed=exporter.seed)

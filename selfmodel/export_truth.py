@@ -234,18 +234,21 @@ def _export_surface(export: PosedExport, kind: str, links: list[str], export_pos
                     rng: np.random.Generator, count: int = 20000) -> np.ndarray:
     """Samples (M, 3), base frame, of the export's outer surface (not inside another part)."""
     parts = []
+    if kind == "spheres":
+        total_area = float(sum(np.sum(cover.radii ** 2) for cover in export.spheres.values()))
+    else:
+        meshes = {link: [piece.mesh() for piece in export.pieces.get(link) or []] for link in links}
+        total_area = float(sum(mesh.area for items in meshes.values() for mesh in items))
     for k, link in enumerate(links):
         if kind == "spheres" and link in export.spheres:
             cover = export.spheres[link]
             for centre, radius in zip(cover.centres, cover.radii):
-                directions = rng.normal(size=(max(int(count * radius ** 2 / _total_sphere_area(export)), 4), 3))
+                directions = rng.normal(size=(max(int(count * radius ** 2 / total_area), 4), 3))
                 directions /= np.linalg.norm(directions, axis=1, keepdims=True)
                 parts.append(transform_points(export_poses[k], centre + radius * directions))
         elif kind == "pieces":
-            for piece in export.pieces.get(link) or []:
-                mesh = piece.mesh()
-                samples = np.asarray(mesh.sample(max(int(count * mesh.area / _total_piece_area(export)), 4),
-                                                 seed=int(rng.integers(2**31))))
+            for mesh in meshes[link]:
+                samples = np.asarray(mesh.sample(max(int(count * mesh.area / total_area), 4), seed=int(rng.integers(2**31))))
                 parts.append(transform_points(export_poses[k], samples))
     points = np.vstack(parts)
     # Keep the outer surface only: a point strictly inside another part of the union is not on it.
@@ -261,14 +264,6 @@ def _export_surface(export: PosedExport, kind: str, links: list[str], export_pos
             for piece in export.pieces.get(link) or []:
                 strictly_inside |= np.all(local @ piece.normals.T < piece.offsets - 1e-6, axis=1)
     return points[~strictly_inside]
-
-
-def _total_sphere_area(export: PosedExport) -> float:
-    return float(sum(np.sum(cover.radii ** 2) for cover in export.spheres.values()))
-
-
-def _total_piece_area(export: PosedExport) -> float:
-    return float(sum(piece.mesh().area for pieces in export.pieces.values() for piece in pieces))
 
 
 def description_pieces(urdf_path: Path, links: list[str]) -> dict[str, list[ConvexPiece]]:

@@ -116,7 +116,7 @@ def exported(tmp_path_factory):
     exporter = CollisionExporter(max_spheres=12, max_pieces=4, srdf_samples=10_000, voxel=0.004, seed=0)
     fitted = exporter.fit(StandInModel())
     out = tmp_path_factory.mktemp("export") / "collision"
-    report = write_export(StandInModel(), URDF, exporter, fitted, out)
+    report = write_export(fitted, URDF, out, exporter.srdf_samples)
     return out, report, fitted
 
 
@@ -218,21 +218,32 @@ def test_a_pair_that_cannot_meet_is_disabled_as_never(tmp_path):
 
 
 def test_free_model_bodies_come_from_what_stays_put_in_each_link_frame():
+    """A free model knows no links; cut by the URDF's frames, its export still covers the arm."""
+    from selfmodel.chain import link_poses_numpy
     from selfmodel.collision import pieces_contain
     from selfmodel.export import CollisionExporter
 
     fitted = CollisionExporter(max_spheres=12, max_pieces=4, voxel=0.007, free_configurations=8, margin_samples=2000,
                                margin_climbs=50, seed=1).fit(FreeStandIn())
     assert set(fitted.links) == set(SHAPES)
+    assert fitted.margin < 0.0105  # within 1.5 cells of the 7 mm grid, not the neighbours' bodies (centimetres)
+    spec = FreeStandIn().spec
     rng = np.random.default_rng(5)
-    for link in SHAPES:
-        points = surface_samples(link, 5000, rng)
-        assert pieces_contain(fitted.links[link].pieces, points).mean() > 0.995, link
-        # Not the whole swept volume of the other links: the body is close to the link's own size.
-        body_volume = fitted.links[link].body.volume
-        kind, _, size = SHAPES[link]
-        true_volume = np.prod(2 * size) if kind == "box" else np.pi * size[0] ** 2 * 2 * size[1]
-        assert body_volume < 1.6 * true_volume, (link, body_volume, true_volume)
+    for q in ([0.4, -1.0], [-2.2, 0.7], [1.0, 2.5]):
+        poses = link_poses_numpy(spec, np.array([q]))[0]
+        frames = {link: poses[spec.link_names.index(link)] for link in SHAPES}
+        for link in SHAPES:
+            points = surface_samples(link, 3000, rng) @ frames[link][:3, :3].T + frames[link][:3, 3]
+            inside = np.zeros(len(points), dtype=bool)
+            for other in SHAPES:
+                local = (points - frames[other][:3, 3]) @ frames[other][:3, :3]
+                inside |= pieces_contain(fitted.links[other].pieces, local)
+            assert inside.mean() > 0.995, (q, link, inside.mean())
+    # Not the swept volume of the other links: the bodies stay near the links' own sizes.
+    total = sum(link.body.volume for link in fitted.links.values())
+    true_total = sum(np.prod(2 * size) if kind == "box" else np.pi * size[0] ** 2 * 2 * size[1]
+                     for kind, _, size in SHAPES.values())
+    assert total < 1.8 * true_total, (total, true_total)
 
 
 def test_empty_link_body_is_named():
@@ -250,11 +261,11 @@ def test_margin_that_would_swallow_the_arm_is_refused():
 
 
 def test_existing_output_folder_is_refused_without_force(exported, tmp_path):
-    from selfmodel.export import CollisionExporter, write_export
+    from selfmodel.export import write_export
 
     out, _, fitted = exported
     with pytest.raises(InputError, match="already exists"):
-        write_export(StandInModel(), URDF, CollisionExporter(), fitted, out)
+        write_export(fitted, URDF, out)
     assert (out / "robot.urdf").is_file()
 
 
@@ -308,3 +319,52 @@ def test_truth_figures_find_a_link_longer_than_the_model_knows(exported, tmp_pat
     baseline = PosedExport(URDF, "base", description_pieces(URDF, list(SHAPES)))
     figures = evaluate_export(baseline, same, np.random.default_rng(0), surface_samples=4000, volume_samples=20_000)
     assert figures["pieces"]["coverage"] > 0.99 and abs(figures["pieces"]["volume_ratio"] - 1.0) < 0.05
+
+
+def test_command_line_refuses_bad_input_with_one_sentence(tmp_path):
+    from typer.testing import CliRunner
+
+    from selfcal.cli import app
+
+    runner = CliRunner()
+    existing = tmp_path / "collision"
+    existing.mkdir()
+    result = runner.invoke(app, ["selfmodel", "export", str(tmp_path / "model"), "--out", str(existing)])
+    assert result.exit_code == 2 and "already exists" in result.output
+    result = runner.invoke(app, ["selfmodel", "export", str(tmp_path / "model"), "--out", str(tmp_path / "new"),
+                                 "--margin", "lots"])
+    assert result.exit_code == 2 and "--margin 'lots'" in result.output
+    result = runner.invoke(app, ["selfmodel", "export", str(tmp_path / "model"), "--out", str(tmp_path / "new"),
+                                 "--spheres", "0"])
+    assert result.exit_code == 2 and "at least one sphere" in result.output
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.slow
+def test_trained_model_exports_from_the_command_line(tmp_path):
+    """End to end on a real (tiny) learned model: capture, train, export, report against the truth."""
+    from typer.testing import CliRunner
+
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+    from selfcal.cli import app
+
+    runner = CliRunner()
+    rig = load_rig(Path(__file__).parent / "data" / "selfmodel" / "two_joint_box.toml")
+    session = capture_simulated(rig, 30, 1, tmp_path / "train")
+    model = tmp_path / "model"
+    result = runner.invoke(app, ["selfmodel", "train", str(session), "--out", str(model), "--steps", "300",
+                                 "--seed", "1", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "collision"
+    result = runner.invoke(app, ["selfmodel", "export", str(model), "--out", str(out), "--voxel", "6",
+                                 "--srdf-samples", "2000", "--spheres", "10", "--pieces", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report == json.loads((out / "export_report.json").read_text())
+    assert {p.name for p in out.iterdir()} >= {"robot.urdf", "robot.srdf", "curobo_spheres.yml", "export_report.json", "meshes"}
+    assert 0.0 <= report["margin_mm"] < 20.0 and report["margin_mode"] == "auto"
+    assert all(row["spheres"] <= 10 and row["pieces"] <= 4 for row in report["links"].values())
+    assert report["truth"]["pieces"]["surface_samples"] > 1000
+    assert 0.0 <= report["truth"]["pieces"]["coverage"] <= 1.0
+    assert report["measured_surface"]["pieces"]["samples"] > 100
