@@ -10,21 +10,23 @@ Rows, each measured on the same held-out poses of a simulated session (truth/ is
 - ``URDF collision meshes (baseline)``: the description's own V-HACD meshes posed by the nominal
   chain; on `xarm6-cameras-crashed` (link 3 bent by 3 degrees) this is what a planner would use.
 
-    .venv/bin/python scripts/bench_export.py [--minutes 10] [--poses 300] [--crashed-model]
+    nice -n 10 .venv/bin/python scripts/bench_export.py [--selfmodel-workdir /tmp/selfmodel-bench]
+
+Run it after scripts/bench_selfmodel.py: its held-out sessions and trained models are used (no
+second training run); measured rows are cached under --workdir.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import ROOT, table, write_section  # noqa: E402
+from benchlib import table, write_section  # noqa: E402
 
 RIG = "xarm6-cameras"
 CRASHED = "xarm6-cameras-crashed"
@@ -132,65 +134,88 @@ def counts_of(report: dict) -> dict:
             "spheres": f"{max(r['spheres'] for r in links)}"}
 
 
+def cached(workdir: Path, name: str, compute) -> dict:
+    """A row's figures, kept as JSON under ``workdir/rows`` so a rerun after more models are trained
+    does not measure the unchanged rows again."""
+    import json
+
+    path = workdir / "rows" / f"{name}.json"
+    if path.is_file():
+        print(f"{name}: reusing {path}", flush=True)
+        return json.loads(path.read_text())
+    print(f"{name}: measuring", flush=True)
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from selfcal.ui import to_jsonable
+
+    path.write_text(json.dumps(to_jsonable(result)))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=10.0, help="training time of the structured model")
-    parser.add_argument("--poses", type=int, default=300, help="training poses")
-    parser.add_argument("--model", type=Path, help="a trained model folder to export instead of training one")
-    parser.add_argument("--crashed-model", action="store_true", help="also train and export a model of the crashed rig")
-    parser.add_argument("--workdir", type=Path, help="keep captures and exports here (default: a temporary folder)")
+    parser.add_argument("--selfmodel-workdir", type=Path, default=Path("/tmp/selfmodel-bench"),
+                        help="scripts/bench_selfmodel.py's --workdir: its held-out sessions and trained models are "
+                             "used when present (no second training run)")
+    parser.add_argument("--train-minutes", type=float, default=None,
+                        help="train a structured model here for this long when the self-model bench has none")
+    parser.add_argument("--poses", type=int, default=300, help="training poses when training here")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-export"),
+                        help="captures, exports and measured rows are kept here")
     args = parser.parse_args()
 
-    from selfmodel.export import CollisionExporter
+    from selfmodel.export import CollisionExporter, load_model_folder
     from selfmodel.export_truth import load_truth
 
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-export-"))
+    workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     exporter = CollisionExporter(max_spheres=20, max_pieces=8, seed=0)
-    table_rows, notes = [], []
+    table_rows, notes, missing = [], [], []
 
-    for rig, learn in ((RIG, True), (CRASHED, args.crashed_model)):
-        heldout = capture(workdir, rig, HELDOUT_POSES, HELDOUT_SEED)
+    for rig, model_name in ((RIG, "structured"), (CRASHED, "structured-crashed")):
+        heldout = args.selfmodel_workdir / f"{rig}-heldout"
+        if not (heldout / "session.json").is_file():
+            heldout = capture(workdir, rig, HELDOUT_POSES, HELDOUT_SEED)
         truth = load_truth(heldout)
-        print(f"{rig}: baseline", flush=True)
-        table_rows += rows_for(f"{rig}: URDF collision meshes (baseline)", baseline(heldout, truth), None, None)
+        notes.append(f"{rig}: {len(truth.pose_ids)} held-out poses from {heldout.name}")
+        figures = cached(workdir, f"{rig}-baseline", lambda: baseline(heldout, truth))
+        table_rows += rows_for(f"{rig}: URDF collision meshes (baseline)", figures, None, None)
         if rig == RIG:
-            print(f"{rig}: export of the true meshes", flush=True)
-            oracle = export_and_measure(TrueBodyModel(heldout), truth, workdir, f"{rig}-true", exporter)
+            oracle = cached(workdir, f"{rig}-true-export",
+                            lambda: export_and_measure(TrueBodyModel(heldout), truth, workdir, f"{rig}-true", exporter))
             table_rows += rows_for(f"{rig}: export of the true meshes", oracle["figures"], counts_of(oracle["report"]),
                                    oracle["seconds"])
-        if not learn:
-            continue
-        if args.model is not None and rig == RIG:
-            from selfmodel.export import load_model_folder
-
-            model, source = load_model_folder(args.model), f"model folder {args.model}"
-        else:
+        folder = args.selfmodel_workdir / "models" / model_name
+        if (folder / "config.json").is_file():
+            model, source = load_model_folder(folder), f"model {folder}"
+        elif args.train_minutes:
             session = capture(workdir, rig, args.poses, TRAIN_SEED)
-            print(f"{rig}: training {args.minutes} min on {args.poses} poses", flush=True)
-            model, source = train(session, args.minutes), f"structured model, {args.poses} poses, {args.minutes:g} min"
-        print(f"{rig}: export of the learned model", flush=True)
+            print(f"{rig}: training {args.train_minutes} min on {args.poses} poses", flush=True)
+            model, source = train(session, args.train_minutes), f"structured, {args.poses} poses, {args.train_minutes:g} min"
+        else:
+            missing.append(f"{rig}: no trained model in {folder} yet, so no export row for it")
+            continue
         learned = export_and_measure(model, truth, workdir, f"{rig}-model", exporter)
-        table_rows += rows_for(f"{rig}: export ({source})", learned["figures"], counts_of(learned["report"]),
+        table_rows += rows_for(f"{rig}: export of the learned model", learned["figures"], counts_of(learned["report"]),
                                learned["seconds"])
-        notes.append(f"{rig}: automatic margin {learned['report']['margin_mm']:.1f} mm; SRDF: "
-                     f"{learned['report']['srdf']['adjacent']} adjacent, {learned['report']['srdf']['never']} never, "
-                     f"{learned['report']['srdf']['always']} always of {learned['report']['srdf']['checked_pairs']} pairs "
-                     f"over {learned['report']['srdf']['samples']} configurations; export seconds "
-                     + ", ".join(f"{k} {v:.0f}" for k, v in learned["report"]["seconds"].items()))
-        per_link = learned["figures"]["per_link"]
-        notes.append(f"{rig}: per-link coverage (pieces / spheres, %): " + ", ".join(
-            f"{link} {100 * v['pieces']['coverage']:.1f} / {100 * v['spheres']['coverage']:.1f}" for link, v in per_link.items()))
+        report = learned["report"]
+        notes.append(f"{rig}: learned model from {source}; automatic margin {report['margin_mm']:.1f} mm; SRDF: "
+                     f"{report['srdf']['adjacent']} adjacent, {report['srdf']['never']} never, {report['srdf']['always']} "
+                     f"always of {report['srdf']['checked_pairs']} pairs over {report['srdf']['samples']} configurations; "
+                     "export seconds " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items()))
+        notes.append(f"{rig}: per-link coverage of the learned export (pieces / spheres, %): " + ", ".join(
+            f"{link} {100 * v['pieces']['coverage']:.1f} / {100 * v['spheres']['coverage']:.1f}"
+            for link, v in learned["figures"]["per_link"].items()))
 
-    body = (f"Held-out poses: {HELDOUT_POSES} poses (seed {HELDOUT_SEED}) of each rig; true surface samples of the true "
-            "meshes (board included) posed at truth/joints_reached.csv, faces hidden inside another link left out; the "
-            "export is posed by its own URDF at the commanded angles. Coverage: true surface samples inside; gap: the "
-            "farthest uncovered sample; protrusion: mean distance of the export's outer surface from the true body; "
-            "volume ratio: export volume over true volume (uniform samples). Targets: coverage >= 99.5 %, gap <= 5 mm, "
-            "volume ratio <= 2.0 (pieces), <= 3.0 (spheres), <= 20 spheres and <= 8 pieces of <= 64 vertices a link.\n\n"
+    body = ("True surface samples of the true meshes (calibration board included) posed at truth/joints_reached.csv, "
+            "faces hidden inside another link left out; each export is posed by its own URDF at the commanded angles. "
+            "Coverage: true surface samples inside; gap: the farthest uncovered sample; protrusion: mean distance of the "
+            "export's outer surface from the true body; volume ratio: export volume over true volume (uniform samples). "
+            "Targets: coverage >= 99.5 %, gap <= 5 mm, volume ratio <= 2.0 (pieces), <= 3.0 (spheres), <= 20 spheres "
+            "and <= 8 pieces of <= 64 vertices a link.\n\n"
             + table(["geometry", "kind", "coverage %", "largest gap mm", "protrusion mm", "volume ratio",
-                     "max count a link (pieces / vertices)", "export s"], table_rows)
-            + "\n\n" + "\n".join(f"- {note}" for note in notes))
+                     "max a link: spheres, or pieces / vertices", "export s"], table_rows)
+            + "\n\n" + "\n".join(f"- {note}" for note in notes + missing))
     command = "scripts/bench_export.py " + " ".join(sys.argv[1:])
     write_section("selfmodel-export", "Collision export from the self-model (issue 7)", body, command.strip())
 

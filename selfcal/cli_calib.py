@@ -27,6 +27,8 @@ def calibrate(
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
     deflection: str = typer.Option("auto", "--deflection", help="none|compliance|learned|both|auto: deflection model "
                                    "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
+    pixel_sigma: Optional[float] = typer.Option(None, "--pixel-sigma", help="Camera sessions: board corner noise, px per "
+                                                "axis (default: estimated from per-image PnP)."),
 ) -> None:
     """Fit the arm's kinematic errors, tracker pose and reflector offsets from tracker sessions."""
     with user_errors():
@@ -36,6 +38,16 @@ def calibrate(
 
         check_new_output(out, force)
         loaded = [load_session(path) for path in sessions]
+        from calib.camera_observations import has_board_images
+
+        if any(has_board_images(s) for s in loaded):  # issue 5: images of the board on the tip, fused with any tracker data
+            if deflection not in ("auto", "none"):
+                raise InputError(f"--deflection {deflection}: deflection models need reflector points only; sessions "
+                                 f"with board images calibrate with --deflection none.")
+            from selfcal.cli_camera import calibrate_with_cameras
+
+            calibrate_with_cameras(loaded, out, holdout, model, seed, outlier_sigma, tip_link, pixel_sigma, force, json_output)
+            return
         with_poses = any(s.tracker_poses is not None for s in loaded)  # issue 9: 6-DoF probe poses
         if with_poses and deflection not in ("auto", "none"):
             raise InputError(f"--deflection {deflection}: deflection models need reflector points; sessions "
@@ -87,10 +99,18 @@ def validate(
     """Predict every tracker point of a session with a calibration and report the errors."""
     with user_errors():
         from calib.calibrator import Calibration
+        from calib.camera_observations import has_board_images
+        from calib.camera_validate import is_camera_calibration
         from calib.validate import validate as run_validation
         from capture.session import load_session
 
-        result = run_validation(Calibration.load(calibration_dir), load_session(session))
+        loaded = load_session(session)
+        if is_camera_calibration(calibration_dir) and has_board_images(loaded) and loaded.tracker is None:
+            from selfcal.cli_camera import validate_with_cameras
+
+            validate_with_cameras(calibration_dir, loaded, json_output)
+            return
+        result = run_validation(Calibration.load(calibration_dir), loaded)
         if json_output:
             print_json(result)
         else:

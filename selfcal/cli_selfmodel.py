@@ -62,6 +62,8 @@ def train(
             raise InputError(f"{partial}: an interrupted training is there; pass --resume to continue it, or remove it.")
         if urdf is not None and not urdf.is_file():
             raise InputError(f"{urdf}: URDF not found.")
+        if urdf is not None and kind == "free":
+            raise InputError("--urdf gives the structured model its chain; the free model uses no URDF.")
         partial.mkdir(parents=True, exist_ok=True)
         atomic_write_json(partial / "run.json", run)
         with progress_bar(f"training {kind} self-model", steps or 0) as update:

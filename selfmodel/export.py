@@ -24,42 +24,19 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import trimesh
 
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, atomic_write_text, output_folder
-from rigs.transforms import transform_points
 from selfmodel.collision import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                  pieces_outside_distance)
+from selfmodel.export_margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
+                                     own_level_set)
+from selfmodel.export_sources import less_parent, link_sources, prepare_free_model, training_session_paths
 from selfmodel.spheres import SphereCover, fit_sphere_cover
 from selfmodel.srdf import CollisionMatrix, collision_matrix, write_srdf
 
 Progress = Callable[[int, int], None]
-
-
-@dataclass
-class LinkSource:
-    """Where a link's body comes from: a box in the link frame (m) and occupancy functions on it.
-
-    ``occupancy`` maps (N, 3) link-frame points to (N,) values whose ``level`` set is the body;
-    ``level_sets`` are occupancy functions whose 0.5 level set is the model's own surface near
-    this link, sampled for the automatic margin (empty: the body's own level set).
-    """
-
-    link: str
-    lo: np.ndarray
-    hi: np.ndarray
-    occupancy: Callable[[np.ndarray], np.ndarray]
-    level: float
-    level_sets: list[Callable[[np.ndarray], np.ndarray]]
-    # Free model only: the parent link and parent_T_link (K, 4, 4) at the configurations used;
-    # what the parent's body holds in every one of them is the parent's, not this link's.
-    parent: str | None = None
-    parent_T_link: np.ndarray | None = None
-    # Climb to corner tips for the margin; off for the free model, whose cut between a link and
-    # its parent leaves ragged edges a climb would take for the link's surface.
-    climb: bool = True
 
 
 @dataclass
@@ -89,60 +66,6 @@ class CollisionExport:
     @property
     def spheres(self) -> dict[str, SphereCover]:
         return {name: link.spheres for name, link in self.links.items()}
-
-
-def level_set_samples(occupancy: Callable[[np.ndarray], np.ndarray], mesh: trimesh.Trimesh, count: int,
-                      reach: float, rng: np.random.Generator, steps: int = 17) -> np.ndarray:
-    """Points (M, 3) on the 0.5 level set of ``occupancy`` near ``mesh`` (same frame, m).
-
-    From ``count`` points on the mesh and up to ``count`` of its vertices, search along the normal within +-``reach`` for the outermost
-    crossing from >= 0.5 to < 0.5 and interpolate it linearly; points with no crossing are dropped.
-    A finer look than the grid the mesh came from: it finds corners and thin parts the grid cut.
-    """
-    points, faces = trimesh.sample.sample_surface(mesh, count, seed=int(rng.integers(2**31)))
-    # Vertices too, along their (averaged) normals: at an edge or corner the grid cut off, a
-    # vertex normal points at the cut-off tip, where face samples rarely look.
-    vertices = rng.choice(len(mesh.vertices), size=min(count, len(mesh.vertices)), replace=False)
-    points = np.vstack([points, mesh.vertices[vertices]])
-    normals = np.vstack([mesh.face_normals[faces], mesh.vertex_normals[vertices]])
-    offsets = np.linspace(-reach, reach, steps)
-    probes = points[:, None, :] + offsets[None, :, None] * normals[:, None, :]
-    values = np.asarray(occupancy(probes.reshape(-1, 3)), dtype=float).reshape(len(points), steps)
-    crossing = (values[:, :-1] >= 0.5) & (values[:, 1:] < 0.5)
-    has = crossing.any(axis=1)
-    last = steps - 2 - np.argmax(crossing[:, ::-1], axis=1)  # outermost crossing
-    rows = np.flatnonzero(has)
-    k = last[rows]
-    v0, v1 = values[rows, k], values[rows, k + 1]
-    fraction = np.clip((v0 - 0.5) / np.maximum(v0 - v1, 1e-12), 0.0, 1.0)
-    t = offsets[k] + fraction * (offsets[k + 1] - offsets[k])
-    return points[rows] + t[:, None] * normals[rows]
-
-
-def climb_outward(occupancy: Callable[[np.ndarray], np.ndarray], starts: np.ndarray,
-                  outside: Callable[[np.ndarray], np.ndarray], radius: float, rng: np.random.Generator,
-                  rounds: int = 10, probes: int = 48) -> np.ndarray:
-    """Occupied points (K, 3) pushed as far ``outside`` the export as the body reaches.
-
-    A local random search from each start: probes within ``radius`` that are still occupied
-    (>= 0.5) and lie farther outside replace the start; the radius shrinks each round. It finds
-    the tips of corners and edges between the level-set samples, which set the margin.
-    """
-    best = np.asarray(starts, dtype=float).copy()
-    best_outside = outside(best)
-    for _ in range(rounds):
-        directions = rng.normal(size=(len(best), probes, 3))
-        directions *= (radius * rng.uniform(0, 1, (len(best), probes, 1)) ** (1 / 3)
-                       / np.linalg.norm(directions, axis=2, keepdims=True))
-        candidates = (best[:, None, :] + directions).reshape(-1, 3)
-        occupied = np.asarray(occupancy(candidates), dtype=float) >= 0.5
-        scores = np.where(occupied, outside(candidates), -np.inf).reshape(len(best), probes)
-        pick = np.argmax(scores, axis=1)
-        better = scores[np.arange(len(best)), pick] > best_outside
-        best[better] = candidates.reshape(len(best), probes, 3)[better, pick[better]]
-        best_outside[better] = scores[np.arange(len(best)), pick][better]
-        radius *= 0.7
-    return best
 
 
 class CollisionExporter:
@@ -184,7 +107,7 @@ class CollisionExporter:
     def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
         self.check()
         rng = np.random.default_rng(self.seed)
-        sources = link_sources(model, self, rng, where)
+        sources = link_sources(model, rng, where, self.free_configurations, self.free_consistency)
         seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0}
         bodies: dict[str, LinkBody] = {}
         occupancies = {}
@@ -192,14 +115,14 @@ class CollisionExporter:
             start = time.perf_counter()
             occupancy = source.occupancy
             if source.parent is not None and source.parent in bodies:
-                occupancy = _less_parent(source, bodies[source.parent], self.free_consistency)
+                occupancy = less_parent(source, bodies[source.parent], self.free_consistency)
             bodies[source.link] = link_body(source.link, occupancy, source.lo, source.hi, self.voxel, source.level,
                                             where=where)
             occupancies[source.link] = occupancy
             seconds["bodies"] += time.perf_counter() - start
         # A given margin is checked before minutes of decomposition, a measured one after.
         if self.margin is not None:
-            _check_margin(float(self.margin), bodies, "--margin", where)
+            check_margin(float(self.margin), bodies, "--margin", where)
         links: dict[str, LinkCollision] = {}
         for done, source in enumerate(sources):
             body, occupancy = bodies[source.link], occupancies[source.link]
@@ -215,7 +138,7 @@ class CollisionExporter:
             start = time.perf_counter()
             # The body's own occupancy, shifted so that its level set sits at 0.5, and nothing outside
             # the bounds the body was cut from (a body cut off by them ends there).
-            own = _own_level_set(occupancy, source, body)
+            own = own_level_set(occupancy, source, body)
             level_sets = source.level_sets or [own]
             samples = np.vstack([
                 level_set_samples(level_set, body.mesh, max(self.margin_samples // len(level_sets), 200),
@@ -240,7 +163,7 @@ class CollisionExporter:
         if self.margin is None:
             needed = max(max(link.margin_needed.values()) for link in links.values())
             margin, mode = math.ceil(needed * 1e4) / 1e4, "auto"  # round up to 0.1 mm
-            _check_margin(margin, bodies, "the measured margin", where)
+            check_margin(margin, bodies, "the measured margin", where)
         else:
             margin, mode = float(self.margin), "given"
         start = time.perf_counter()
@@ -252,41 +175,6 @@ class CollisionExporter:
         return CollisionExport(links, margin, mode, seconds, origins)
 
 
-def _own_level_set(occupancy: Callable[[np.ndarray], np.ndarray], source: LinkSource,
-                   body: LinkBody) -> Callable[[np.ndarray], np.ndarray]:
-    """Near the kept body only: blobs the body dropped as detached are not this link's surface."""
-
-    def own(points: np.ndarray) -> np.ndarray:
-        points = np.asarray(points, dtype=float)
-        inside = np.all((points >= source.lo) & (points <= source.hi), axis=1) & body.contains(points, grow_cells=3)
-        values = np.zeros(len(points))
-        if inside.any():
-            values[inside] = np.asarray(occupancy(points[inside]), dtype=float) - source.level + 0.5
-        return values
-
-    return own
-
-
-def _check_margin(margin: float, bodies: dict[str, LinkBody], what: str, where: str) -> None:
-    """A margin as thick as the thickest link's half-thickness would more than double every link."""
-    thickest = max(bodies.values(), key=lambda body: body.inscribed_radius)
-    if margin >= thickest.inscribed_radius:
-        raise InputError(f"{where}: {what} of {margin * 1000:.1f} mm would swallow the arm: it is at least the "
-                         f"half-thickness of its thickest link ({thickest.link}, {thickest.inscribed_radius * 1000:.1f} mm).")
-
-
-def _less_parent(source: LinkSource, parent: LinkBody, consistency: float) -> Callable[[np.ndarray], np.ndarray]:
-    """A free model's link occupancy without what its parent's body explains: a point that sits in
-    the parent's body at (nearly) every configuration is the parent's. Without this, the part of
-    a parent that turns about the joint axis would count twice (it looks still from both)."""
-
-    def occupancy(points: np.ndarray) -> np.ndarray:
-        explained = np.mean([parent.contains(transform_points(pose, points)) for pose in source.parent_T_link], axis=0)
-        return np.where(explained >= consistency, 0.0, source.occupancy(points))
-
-    return occupancy
-
-
 def _inflate(piece: ConvexPiece, margin: float, max_vertices: int, rng: np.random.Generator) -> ConvexPiece:
     """Planes moved out by ``margin``; when a vertex where many planes met splits and the count
     passes the limit, a conservative hull of the inflated piece brings it back."""
@@ -296,80 +184,6 @@ def _inflate(piece: ConvexPiece, margin: float, max_vertices: int, rng: np.rando
     if len(inflated.vertices) > max_vertices:
         inflated = conservative_hull(inflated.vertices, max_vertices, rng)
     return inflated
-
-
-# -- what a model offers ----------------------------------------------------------------------------
-
-def link_sources(model, exporter: CollisionExporter, rng: np.random.Generator, where: str) -> list[LinkSource]:
-    """Per-link bodies from a structured model (``link_occupancy``) or a free one (``occupancy``)."""
-    if hasattr(model, "link_occupancy") and hasattr(model, "link_bounds"):
-        sources = []
-        for link in model.link_names:
-            lo, hi = (np.asarray(v, dtype=float) for v in model.link_bounds(link))
-            occupancy = (lambda name: lambda points: model.link_occupancy(name, points))(link)
-            sources.append(LinkSource(link, lo, hi, occupancy, 0.5, [occupancy]))
-        return sources
-    if hasattr(model, "occupancy"):
-        return free_link_sources(model, exporter, rng, where)
-    raise InputError(f"{where}: not a self-model (it answers neither link_occupancy nor occupancy).")
-
-
-def free_link_sources(model, exporter: CollisionExporter, rng: np.random.Generator, where: str) -> list[LinkSource]:
-    """A free model knows no links: a link's body is what stays occupied in that link's frame
-    (URDF kinematics) across many configurations; elsewhere the other links come and go."""
-    from selfmodel.chain import ChainSpec, link_poses_numpy
-    from selfmodel.link_meshes import link_meshes
-
-    urdf_path = getattr(model, "urdf_path", None)
-    base_link, tip_link = getattr(model, "base_link", None), getattr(model, "tip_link", None)
-    if urdf_path is None or not base_link or not tip_link:
-        raise InputError(f"{where}: a free model needs a URDF with base and tip links to cut its body into links.")
-    spec = ChainSpec.from_urdf(Path(urdf_path), base_link, tip_link)
-    if list(spec.joint_names) != list(model.joint_names):
-        raise InputError(f"{urdf_path}: its joints ({', '.join(spec.joint_names)}) do not match the model's "
-                         f"({', '.join(model.joint_names)}).")
-    qs = training_configurations(model, spec, exporter.free_configurations, rng)
-    poses = link_poses_numpy(spec, qs)  # (K, L, 4, 4) base frame
-    meshes = link_meshes(Path(urdf_path), spec.link_names)
-    sources = []
-    for index, link in enumerate(spec.link_names):
-        if link not in meshes:
-            continue  # a link the description gives no body: nothing to cut out for it
-        lo, hi = meshes[link].bounds
-        pad = 0.25 * (hi - lo) + 0.02  # room for a learned body larger than the description
-        lo, hi = lo - pad, hi + pad
-
-        def at(k: int, link_index: int = index):
-            return lambda points: model.occupancy(transform_points(poses[k, link_index], points), qs[k])
-
-        def consistency(points: np.ndarray, link_index: int = index) -> np.ndarray:
-            return np.mean([at(k, link_index)(points) for k in range(len(qs))], axis=0)
-
-        parent = spec.link_names[spec.joints[index - 1].parent_index] if index > 0 else None
-        parent_T_link = None
-        if parent is not None:
-            parent_T_link = np.linalg.inv(poses[:, spec.link_names.index(parent)]) @ poses[:, index]
-        # The margin looks at the consistent body's own level set: a single configuration's level
-        # set near this link also holds the neighbouring links, which are not this link's to cover.
-        sources.append(LinkSource(link, lo, hi, consistency, exporter.free_consistency,
-                                  [], parent, parent_T_link, climb=False))
-    return sources
-
-
-def training_configurations(model, spec, count: int, rng: np.random.Generator) -> np.ndarray:
-    """(count, dof) configurations: the model's training ones when it keeps them, else uniform in
-    the URDF's joint limits."""
-    known = getattr(model, "training_q", None)
-    if known is not None and len(known):
-        known = np.asarray(known, dtype=float)
-        return known[rng.choice(len(known), size=min(count, len(known)), replace=False)]
-    from rigs.urdf import joints as urdf_joints
-
-    tree = urdf_io.parse_urdf(Path(model.urdf_path))
-    infos = urdf_joints(tree)
-    lower = np.array([infos[name].lower for name in spec.joint_names])
-    upper = np.array([infos[name].upper for name in spec.joint_names])
-    return rng.uniform(lower, upper, (count, len(lower)))
 
 
 # -- writing ----------------------------------------------------------------------------------------
@@ -406,7 +220,7 @@ def write_collision_urdf(model_urdf: Path, export: CollisionExport, folder: Path
 
 def curobo_spheres_yaml(export: CollisionExport) -> str:
     """cuRobo's ``collision_spheres`` (link frames, metres); the margin is already in the radii."""
-    lines = [f"# selfcal selfmodel export: sphere covers of the learned body, link frames, metres;",
+    lines = ["# selfcal selfmodel export: sphere covers of the learned body, link frames, metres;",
              f"# radii include the export margin of {export.margin * 1000:.1f} mm.",
              "collision_spheres:"]
     for name, link in export.links.items():
@@ -481,83 +295,6 @@ def load_model_folder(folder: Path):
     return load_model(Path(folder))
 
 
-def training_session_paths(folder: Path) -> list[Path]:
-    """The sessions the model in ``folder`` was trained on, as its config.json records them."""
-    from selfmodel.model_io import read_config
-
-    paths = (read_config(Path(folder)).get("training") or {}).get("sessions") or []
-    return [Path(path) if Path(path).is_absolute() else (Path(folder) / path).resolve() for path in paths]
-
-
-def prepare_free_model(model, folder: Path, urdf: Path | None) -> None:
-    """A free model knows no chain: give it the URDF that cuts its body into links, the base and tip
-    of its training session, and its training configurations (from the sessions' joints.csv)."""
-    from capture.session import load_session
-
-    if urdf is None:
-        raise InputError(f"{folder}: a free model has no links of its own; name the description to cut its body "
-                         f"into links with --urdf.")
-    sessions = [load_session(path) for path in training_session_paths(folder) if (Path(path) / "session.json").is_file()]
-    if not sessions:
-        raise InputError(f"{folder}: the sessions this free model was trained on are gone, so its base and tip links "
-                         f"and its training configurations are unknown.")
-    model.urdf_path = Path(urdf)
-    model.base_link, model.tip_link = sessions[0].base_link, sessions[0].tip_link
-    model.training_q = np.vstack([session.q for session in sessions])
-
-
-def measured_surface_inside(model, export: CollisionExport) -> dict | None:
-    """How much of the structured model's measured training surface (depth points, noisy) the
-    export holds: fraction inside, and the 99th percentile of the distance outside (mm)."""
-    from selfmodel.model_io import surface_samples
-
-    if getattr(model, "folder", None) is None or getattr(model, "kind", "") != "structured":
-        return None
-    points, _, _ = surface_samples(model)
-    result = {}
-    for kind in ("pieces", "spheres"):
-        inside = total = 0
-        outside_all = []
-        for link, collision in export.links.items():
-            local = points.get(link)
-            if local is None or not len(local):
-                continue
-            local = np.asarray(local, dtype=float)
-            outside = (pieces_outside_distance(collision.pieces, local) if kind == "pieces"
-                       else collision.spheres.outside_distance(local))
-            inside += int(np.sum(outside <= 0))
-            total += len(local)
-            outside_all.append(outside)
-        if total:
-            result[kind] = {"fraction_inside": inside / total,
-                            "outside_p99_mm": 1000.0 * float(np.percentile(np.concatenate(outside_all), 99)),
-                            "samples": total}
-    return result or None
-
-
-def truth_at_random_configurations(session_path: Path, count: int, rng: np.random.Generator):
-    """A simulated session's true arm at ``count`` configurations drawn uniformly in the joint
-    limits: held out by construction (joint sag under gravity is not modelled here)."""
-    from capture.session import load_session
-    from selfmodel.chain import ChainSpec, link_poses_numpy
-    from selfmodel.export_truth import TruthAtPoses
-    from selfmodel.metrics import true_arm
-
-    session = load_session(session_path)
-    arm = true_arm(session, session.pose_ids[:1])
-    truth_urdf = session.path / "truth" / "robot.urdf"
-    spec = ChainSpec.from_urdf(truth_urdf, session.base_link, session.tip_link)
-    infos = urdf_io.joints(urdf_io.parse_urdf(truth_urdf), truth_urdf)
-    lower = np.array([infos[name].lower for name in spec.joint_names])
-    upper = np.array([infos[name].upper for name in spec.joint_names])
-    q = rng.uniform(lower, upper, (count, len(lower)))
-    poses = link_poses_numpy(spec, q)
-    links = [link for link in spec.link_names if link in arm.meshes]
-    columns = [spec.link_names.index(link) for link in links]
-    return TruthAtPoses([f"random{k:03d}" for k in range(count)], links, arm.meshes, poses[:, columns], q,
-                        list(session.joint_names))
-
-
 def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, force: bool = False,
                  evaluate_truth: bool = True, heldout: Path | None = None, truth_poses: int = 10,
                  progress: Progress | None = None, model=None, urdf: Path | None = None) -> dict:
@@ -568,7 +305,7 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
     random configurations. ``urdf``: the description that cuts a free model's body into links.
     """
     from rigs.files import check_new_output
-    from selfmodel.export_truth import PosedExport, evaluate_export, load_truth
+    from selfmodel.export_truth import PosedExport, evaluate_export, load_truth, truth_at_random_configurations
 
     check_new_output(out, force)
     model_folder = Path(model_folder)

@@ -312,3 +312,26 @@ def description_pieces(urdf_path: Path, links: list[str]) -> dict[str, list[Conv
                 except (QhullError, ValueError):  # a flat part (no volume) cannot hold anything: skip it
                     continue
     return result
+
+
+def truth_at_random_configurations(session_path: Path, count: int, rng: np.random.Generator):
+    """A simulated session's true arm at ``count`` configurations drawn uniformly in the joint
+    limits: held out by construction (joint sag under gravity is not modelled here)."""
+    from capture.session import load_session
+    from selfmodel.chain import ChainSpec, link_poses_numpy
+    from selfmodel.export_truth import TruthAtPoses
+    from selfmodel.metrics import true_arm
+
+    session = load_session(session_path)
+    arm = true_arm(session, session.pose_ids[:1])
+    truth_urdf = session.path / "truth" / "robot.urdf"
+    spec = ChainSpec.from_urdf(truth_urdf, session.base_link, session.tip_link)
+    infos = urdf_io.joints(urdf_io.parse_urdf(truth_urdf), truth_urdf)
+    lower = np.array([infos[name].lower for name in spec.joint_names])
+    upper = np.array([infos[name].upper for name in spec.joint_names])
+    q = rng.uniform(lower, upper, (count, len(lower)))
+    poses = link_poses_numpy(spec, q)
+    links = [link for link in spec.link_names if link in arm.meshes]
+    columns = [spec.link_names.index(link) for link in links]
+    return TruthAtPoses([f"random{k:03d}" for k in range(count)], links, arm.meshes, poses[:, columns], q,
+                        list(session.joint_names))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import trimesh
@@ -26,7 +25,7 @@ import trimesh
 from capture.session import Session
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, link_poses_numpy
-from selfmodel.link_meshes import link_meshes, posed_union
+from selfmodel.link_meshes import link_meshes
 from selfmodel.meshing import arm_mesh, link_meshes_of
 
 HIDDEN_OFFSET = 0.002  # m: a true surface sample whose outward neighbour is inside the arm is a hidden face

@@ -2,8 +2,9 @@
 
 ``SelfModelTrainer(kind=..., minutes=..., seed=...)`` does nothing until ``fit(sessions, ...)``,
 which returns a :class:`TrainResult` holding the model and what the run did. Deterministic for a
-seed when the length is given in ``steps``; with ``minutes`` the step count is fixed after timing
-the first steps, so it depends on the machine's speed.
+seed when the length is given in ``steps``; with ``minutes`` the learning-rate schedule follows the
+clock, so how many steps fit depends on the machine's speed (the data, initialisation and batch
+order are still fixed by the seed).
 
 The structured model gets one more kind of label: space that no camera ever saw free, in a link's
 own frame, counts as that link's matter. Shell labels alone make a hollow body (a prototype called
@@ -164,22 +165,46 @@ class SelfModelTrainer:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             generator.set_state(state["generator"])
-            step, total, elapsed = int(state["step"]), int(state["total"]), float(state["elapsed"])
+            step, elapsed = int(state["step"]), float(state["elapsed"])
+            total = None if int(state["total"]) < 0 else int(state["total"])
             history = [tuple(row) for row in state["history"].tolist()]
         budget = None if self.steps is not None else self.minutes * 60.0
         started = time.perf_counter() - elapsed
-        last_save = time.perf_counter()
-        loss_value = float("nan")
+        run = {"step": step, "loss": float("nan"), "history": history}
+        try:
+            self._loop(model, optimizer, generator, points, labels, configs, q_all, prior, structured, run, total,
+                       budget, started, checkpoint, progress)
+        except BaseException:
+            # Interrupted (Ctrl-C, a crash): keep what was learned so --resume can continue from here.
+            if checkpoint is not None:
+                self._save_checkpoint(checkpoint, model, optimizer, generator, run["step"], total,
+                                      time.perf_counter() - started, run["history"])
+            raise
+        step, loss_value, history = run["step"], run["loss"], run["history"]
+        seconds = time.perf_counter() - started
+        if checkpoint is not None:
+            self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, seconds, history)
+        result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), q=data.q, history=history)
+        if structured:
+            self._surface_owners(result, data)
+        return result
+
+    def _loop(self, model, optimizer, generator, points, labels, configs, q_all, prior, structured, run: dict, total,
+              budget, started, checkpoint, progress) -> None:
+        """Steps until done; ``run`` (step, loss, history) is kept current after every step."""
         bce = torch.nn.functional.binary_cross_entropy_with_logits
-        kinematics_from = None
-        while total is None or step < total:
-            if total is not None:
-                fraction = step / max(total, 1)
-                rate = self.final_learning_rate + 0.5 * (self.learning_rate - self.final_learning_rate) * (1 + math.cos(math.pi * fraction))
-                optimizer.param_groups[0]["lr"] = rate
-                if structured:
-                    kinematics_from = int(self.kinematics_start * total)
-                    optimizer.param_groups[1]["lr"] = self.kinematics_learning_rate * rate / self.learning_rate
+        last_save = time.perf_counter()
+        step, history = run["step"], run["history"]
+        while True:
+            # The schedule runs on the fraction done: of the steps, or of the time budget (so a
+            # machine that slows down mid-run still ends on time, with the rate annealed).
+            fraction = step / total if total is not None else (time.perf_counter() - started) / budget
+            if fraction >= 1.0:
+                break
+            rate = self.final_learning_rate + 0.5 * (self.learning_rate - self.final_learning_rate) * (1 + math.cos(math.pi * fraction))
+            optimizer.param_groups[0]["lr"] = rate
+            if structured:
+                optimizer.param_groups[1]["lr"] = self.kinematics_learning_rate * rate / self.learning_rate
             rows = torch.randint(0, len(points), (self.batch,), generator=generator)
             batch_points, batch_labels = points[rows], labels[rows]
             if structured:
@@ -201,29 +226,18 @@ class SelfModelTrainer:
                 loss = bce(logits, batch_labels)
             optimizer.zero_grad()
             loss.backward()
-            if structured and (kinematics_from is None or step < kinematics_from):
+            if structured and fraction < self.kinematics_start:
                 model.chain.deltas.grad = None
             optimizer.step()
             step += 1
-            loss_value = float(loss.detach())
+            run["step"], run["loss"] = step, float(loss.detach())
             if step % 50 == 0:
-                history.append((step, loss_value))
-            if total is None and step == 20:
-                # Fix the run's length from the speed of the first steps (data preparation excluded).
-                per_step = (time.perf_counter() - started) / step
-                total = max(step + 1, int(budget / per_step))
+                history.append((step, run["loss"]))
             if progress is not None:
-                progress(step, total or 0)
+                progress(step, total) if total is not None else progress(int(1000 * fraction), 1000)
             if checkpoint is not None and time.perf_counter() - last_save > 60:
                 self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, time.perf_counter() - started, history)
                 last_save = time.perf_counter()
-        seconds = time.perf_counter() - started
-        if checkpoint is not None:
-            self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, seconds, history)
-        result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), q=data.q, history=history)
-        if structured:
-            self._surface_owners(result, data)
-        return result
 
     @staticmethod
     def _save_checkpoint(path: Path, model, optimizer, generator, step, total, elapsed, history) -> None:
@@ -232,7 +246,7 @@ class SelfModelTrainer:
 
         buffer = io.BytesIO()
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
-                    "step": step, "total": total, "elapsed": elapsed,
+                    "step": step, "total": -1 if total is None else total, "elapsed": elapsed,
                     "history": torch.tensor(history if history else np.zeros((0, 2)), dtype=torch.float64)}, buffer)
         atomic_write_bytes(path, buffer.getvalue())
 

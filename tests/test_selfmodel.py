@@ -106,6 +106,22 @@ def test_fit_reads_no_truth_and_repeats_for_a_seed(sessions, tmp_path):
         assert torch.equal(first[key], second[key]), key
 
 
+def test_interrupted_training_resumes_to_the_same_model(sessions, tmp_path):
+    session = load_session(sessions["train"])
+    straight = small_trainer(steps=16).fit([session]).model.state_dict()
+
+    def interrupt(done, total):
+        if done == 7:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        small_trainer(steps=16).fit([session], checkpoint_dir=tmp_path, progress=interrupt)
+    resumed = small_trainer(steps=16).fit([session], checkpoint_dir=tmp_path, resume=True)
+    assert resumed.steps == 16
+    for key, value in straight.items():
+        assert torch.equal(value, resumed.model.state_dict()[key]), key
+
+
 def test_free_model_trains_behind_the_same_interface(sessions):
     model = small_trainer(steps=30, kind="free").fit([load_session(sessions["train"])]).model
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(250_000, rel=0.1)

@@ -1,0 +1,154 @@
+"""Where each link's body comes from, for the collision export.
+
+A structured self-model answers per link (``link_bounds``, ``link_occupancy``). A free model
+answers only ``occupancy(points, q)``: cut by a URDF's link frames, a link's body is what stays
+occupied in that link's frame across many configurations, less what its parent's body explains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from rigs import urdf as urdf_io
+from rigs.errors import InputError
+from rigs.transforms import transform_points
+from selfmodel.collision import LinkBody
+
+
+@dataclass
+class LinkSource:
+    """Where a link's body comes from: a box in the link frame (m) and occupancy functions on it.
+
+    ``occupancy`` maps (N, 3) link-frame points to (N,) values whose ``level`` set is the body;
+    ``level_sets`` are occupancy functions whose 0.5 level set is the model's own surface near
+    this link, sampled for the automatic margin (empty: the body's own level set).
+    """
+
+    link: str
+    lo: np.ndarray
+    hi: np.ndarray
+    occupancy: Callable[[np.ndarray], np.ndarray]
+    level: float
+    level_sets: list[Callable[[np.ndarray], np.ndarray]]
+    # Free model only: the parent link and parent_T_link (K, 4, 4) at the configurations used;
+    # what the parent's body holds in every one of them is the parent's, not this link's.
+    parent: str | None = None
+    parent_T_link: np.ndarray | None = None
+    # Climb to corner tips for the margin; off for the free model, whose cut between a link and
+    # its parent leaves ragged edges a climb would take for the link's surface.
+    climb: bool = True
+
+
+def less_parent(source: LinkSource, parent: LinkBody, consistency: float) -> Callable[[np.ndarray], np.ndarray]:
+    """A free model's link occupancy without what its parent's body explains: a point that sits in
+    the parent's body at (nearly) every configuration is the parent's. Without this, the part of
+    a parent that turns about the joint axis would count twice (it looks still from both)."""
+
+    def occupancy(points: np.ndarray) -> np.ndarray:
+        explained = np.mean([parent.contains(transform_points(pose, points)) for pose in source.parent_T_link], axis=0)
+        return np.where(explained >= consistency, 0.0, source.occupancy(points))
+
+    return occupancy
+
+
+def link_sources(model, rng: np.random.Generator, where: str, free_configurations: int = 24,
+                 free_consistency: float = 0.8) -> list[LinkSource]:
+    """Per-link bodies from a structured model (``link_occupancy``) or a free one (``occupancy``)."""
+    if hasattr(model, "link_occupancy") and hasattr(model, "link_bounds"):
+        sources = []
+        for link in model.link_names:
+            lo, hi = (np.asarray(v, dtype=float) for v in model.link_bounds(link))
+            occupancy = (lambda name: lambda points: model.link_occupancy(name, points))(link)
+            sources.append(LinkSource(link, lo, hi, occupancy, 0.5, [occupancy]))
+        return sources
+    if hasattr(model, "occupancy"):
+        return free_link_sources(model, rng, where, free_configurations, free_consistency)
+    raise InputError(f"{where}: not a self-model (it answers neither link_occupancy nor occupancy).")
+
+
+def free_link_sources(model, rng: np.random.Generator, where: str, free_configurations: int,
+                      free_consistency: float) -> list[LinkSource]:
+    """A free model knows no links: a link's body is what stays occupied in that link's frame
+    (URDF kinematics) across many configurations; elsewhere the other links come and go."""
+    from selfmodel.chain import ChainSpec, link_poses_numpy
+    from selfmodel.link_meshes import link_meshes
+
+    urdf_path = getattr(model, "urdf_path", None)
+    base_link, tip_link = getattr(model, "base_link", None), getattr(model, "tip_link", None)
+    if urdf_path is None or not base_link or not tip_link:
+        raise InputError(f"{where}: a free model needs a URDF with base and tip links to cut its body into links.")
+    spec = ChainSpec.from_urdf(Path(urdf_path), base_link, tip_link)
+    if list(spec.joint_names) != list(model.joint_names):
+        raise InputError(f"{urdf_path}: its joints ({', '.join(spec.joint_names)}) do not match the model's "
+                         f"({', '.join(model.joint_names)}).")
+    qs = training_configurations(model, spec, free_configurations, rng)
+    poses = link_poses_numpy(spec, qs)  # (K, L, 4, 4) base frame
+    meshes = link_meshes(Path(urdf_path), spec.link_names)
+    sources = []
+    for index, link in enumerate(spec.link_names):
+        if link not in meshes:
+            continue  # a link the description gives no body: nothing to cut out for it
+        lo, hi = meshes[link].bounds
+        pad = 0.25 * (hi - lo) + 0.02  # room for a learned body larger than the description
+        lo, hi = lo - pad, hi + pad
+
+        def at(k: int, link_index: int = index):
+            return lambda points: model.occupancy(transform_points(poses[k, link_index], points), qs[k])
+
+        def consistency(points: np.ndarray, link_index: int = index) -> np.ndarray:
+            return np.mean([at(k, link_index)(points) for k in range(len(qs))], axis=0)
+
+        parent = spec.link_names[spec.joints[index - 1].parent_index] if index > 0 else None
+        parent_T_link = None
+        if parent is not None:
+            parent_T_link = np.linalg.inv(poses[:, spec.link_names.index(parent)]) @ poses[:, index]
+        # The margin looks at the consistent body's own level set: a single configuration's level
+        # set near this link also holds the neighbouring links, which are not this link's to cover.
+        sources.append(LinkSource(link, lo, hi, consistency, free_consistency,
+                                  [], parent, parent_T_link, climb=False))
+    return sources
+
+
+def training_configurations(model, spec, count: int, rng: np.random.Generator) -> np.ndarray:
+    """(count, dof) configurations: the model's training ones when it keeps them, else uniform in
+    the URDF's joint limits."""
+    known = getattr(model, "training_q", None)
+    if known is not None and len(known):
+        known = np.asarray(known, dtype=float)
+        return known[rng.choice(len(known), size=min(count, len(known)), replace=False)]
+    from rigs.urdf import joints as urdf_joints
+
+    tree = urdf_io.parse_urdf(Path(model.urdf_path))
+    infos = urdf_joints(tree)
+    lower = np.array([infos[name].lower for name in spec.joint_names])
+    upper = np.array([infos[name].upper for name in spec.joint_names])
+    return rng.uniform(lower, upper, (count, len(lower)))
+
+
+def training_session_paths(folder: Path) -> list[Path]:
+    """The sessions the model in ``folder`` was trained on, as its config.json records them."""
+    from selfmodel.model_io import read_config
+
+    paths = (read_config(Path(folder)).get("training") or {}).get("sessions") or []
+    return [Path(path) if Path(path).is_absolute() else (Path(folder) / path).resolve() for path in paths]
+
+
+def prepare_free_model(model, folder: Path, urdf: Path | None) -> None:
+    """A free model knows no chain: give it the URDF that cuts its body into links, the base and tip
+    of its training session, and its training configurations (from the sessions' joints.csv)."""
+    from capture.session import load_session
+
+    if urdf is None:
+        raise InputError(f"{folder}: a free model has no links of its own; name the description to cut its body "
+                         f"into links with --urdf.")
+    sessions = [load_session(path) for path in training_session_paths(folder) if (Path(path) / "session.json").is_file()]
+    if not sessions:
+        raise InputError(f"{folder}: the sessions this free model was trained on are gone, so its base and tip links "
+                         f"and its training configurations are unknown.")
+    model.urdf_path = Path(urdf)
+    model.base_link, model.tip_link = sessions[0].base_link, sessions[0].tip_link
+    model.training_q = np.vstack([session.q for session in sessions])
