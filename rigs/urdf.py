@@ -7,6 +7,7 @@ caller names package folders it trusts.
 
 from __future__ import annotations
 
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -209,7 +210,8 @@ def copy_self_contained(tree: ET.ElementTree, source_dir: Path, dest_dir: Path, 
     for mesh in mesh_elements(tree):
         source = resolve_mesh(mesh.get("filename", ""), Path(source_dir), list(package_dirs), confine=confine)
         if source not in copied:
-            relative = Path("meshes") / f"{len(copied):02d}_{source.name}"
+            # The number keeps same-named meshes from different folders apart; drop an earlier copy's.
+            relative = Path("meshes") / f"{len(copied):02d}_{re.sub(r'^[0-9]{2}_', '', source.name)}"
             (dest_dir / "meshes").mkdir(exist_ok=True)
             shutil.copyfile(source, dest_dir / relative)
             # An .obj may name a material library next to it; bring it along when present.

@@ -200,8 +200,8 @@ def main() -> None:
                                learned["seconds"])
         report = learned["report"]
         notes.append(f"{rig}: learned model from {source}; automatic margin {report['margin_mm']:.1f} mm; SRDF: "
-                     f"{report['srdf']['adjacent']} adjacent, {report['srdf']['never']} never, {report['srdf']['always']} "
-                     f"always of {report['srdf']['checked_pairs']} pairs over {report['srdf']['samples']} configurations; "
+                     f"{report['srdf']['adjacent']} adjacent and {report['srdf']['never']} never disabled, "
+                     f"{report['srdf']['touching_in_every_sample']} touching in every sample kept, of {report['srdf']['checked_pairs']} pairs over {report['srdf']['samples']} configurations; "
                      "export seconds " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items()))
         notes.append(f"{rig}: per-link coverage of the learned export (pieces / spheres, %): " + ", ".join(
             f"{link} {100 * v['pieces']['coverage']:.1f} / {100 * v['spheres']['coverage']:.1f}"

@@ -78,8 +78,8 @@ def export(
         typer.echo(f"{out}: {len(report['links'])} links, margin {report['margin_mm']:.1f} mm ({report['margin_mode']}), "
                    f"{sum(row['pieces'] for row in report['links'].values())} convex pieces, "
                    f"{sum(row['spheres'] for row in report['links'].values())} spheres, "
-                   f"{report['srdf']['never'] + report['srdf']['adjacent'] + report['srdf']['always']} pairs disabled "
-                   f"in the SRDF ({report['seconds']['total']:.0f} s)")
+                   f"{report['srdf']['never'] + report['srdf']['adjacent']} pairs disabled "
+                   f"in the SRDF (export {report['seconds']['export_total']:.0f} s)")
         figures = report.get("truth") or {}
         if "pieces" in figures:
             for kind in ("pieces", "spheres"):

@@ -73,11 +73,13 @@ def climb_outward(occupancy: Callable[[np.ndarray], np.ndarray], starts: np.ndar
 
 def own_level_set(occupancy: Callable[[np.ndarray], np.ndarray], source: LinkSource,
                    body: LinkBody) -> Callable[[np.ndarray], np.ndarray]:
-    """Near the kept body only: blobs the body dropped as detached are not this link's surface."""
+    """Within one grid cell of the kept body only: the level set between grid points lies there
+    (corners the grid cut included); occupied specks farther out belong to blobs the body dropped
+    as detached, or to noise, not to this link's surface."""
 
     def own(points: np.ndarray) -> np.ndarray:
         points = np.asarray(points, dtype=float)
-        inside = np.all((points >= source.lo) & (points <= source.hi), axis=1) & body.contains(points, grow_cells=3)
+        inside = np.all((points >= source.lo) & (points <= source.hi), axis=1) & body.contains(points, grow_cells=1)
         values = np.zeros(len(points))
         if inside.any():
             values[inside] = np.asarray(occupancy(points[inside]), dtype=float) - source.level + 0.5

@@ -55,7 +55,7 @@ def less_parent(source: LinkSource, parent: LinkBody, consistency: float) -> Cal
     return occupancy
 
 
-def link_sources(model, rng: np.random.Generator, where: str, free_configurations: int = 24,
+def link_sources(model, rng: np.random.Generator, where: str, free_configurations: int = 12,
                  free_consistency: float = 0.8) -> list[LinkSource]:
     """Per-link bodies from a structured model (``link_occupancy``) or a free one (``occupancy``)."""
     if hasattr(model, "link_occupancy") and hasattr(model, "link_bounds"):

@@ -2,9 +2,10 @@
 
 Adjacent links (parent and child of a joint) always touch and are disabled as ``Adjacent``.
 Every other pair is tested over many random configurations within the joint limits with the
-exported sphere covers; a pair whose spheres never touch is disabled as ``Never`` and one whose
-spheres touch in every configuration as ``Always``. Spheres contain the exported body, so
-"never touch" is a safe verdict for the exported geometry (a near miss counts as a touch).
+exported sphere covers; a pair whose spheres never touch is disabled as ``Never``. Spheres
+contain the exported body, so "never touch" is a safe verdict (a near miss counts as a touch).
+Pairs whose spheres touch in every sample are counted but stay enabled: conservative spheres
+touching says nothing about whether the bodies always do, unlike MoveIt's ``Always`` on meshes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from selfmodel.spheres import SphereCover
 
 @dataclass
 class CollisionMatrix:
-    """Per link pair (sorted names): ``Adjacent``, ``Never``, ``Always`` or None (sometimes collides)."""
+    """Per link pair (sorted names): ``Adjacent``, ``Never`` or None (may collide: keep checking)."""
 
     samples: int
     reasons: dict[tuple[str, str], str | None]
@@ -90,7 +91,7 @@ def collision_matrix(urdf_path: Path, covers: dict[str, SphereCover], samples: i
             reach = covers[a].radii[:, None] + covers[b].radii[None, :]
             touching[start:start + 2000] = np.any(gaps <= reach, axis=(1, 2))
         fractions[key] = float(touching.mean())
-        reasons[key] = "Never" if not touching.any() else "Always" if touching.all() else None
+        reasons[key] = "Never" if not touching.any() else None
         if progress is not None:
             progress(done + 1, len(pairs))
     return CollisionMatrix(samples, reasons, fractions)
