@@ -189,6 +189,34 @@ def _same_robot(sessions: list[Session]) -> None:
                                  f"calibrate sessions of one robot together.")
 
 
+def check_pose_set(model: ErrorModel, theta0: np.ndarray, blocks, structural, residuals: int, poses: int,
+                   rows_per_pose: int, holdout: float, sessions: list[Session]) -> float:
+    """Enough measurements, and poses varied enough, for what the arm's structure can identify.
+
+    ``structural`` is the identifiability of well spread poses of this arm; ``residuals`` and
+    ``poses`` count the data, ``rows_per_pose`` the measurements one pose gives. Returns the data's
+    condition number over the structural one; InputError when too few or degenerate.
+    """
+    needed = MIN_RESIDUALS_PER_PARAMETER * structural.rank
+    if residuals < needed:
+        held = f" after holding out {holdout:.0%}" if holdout else ""
+        raise InputError(f"too few poses: {poses} calibration poses{held} give {residuals} measurements for "
+                         f"{structural.rank} identifiable parameters; at least {math.ceil(needed / rows_per_pose)} "
+                         f"calibration poses are needed.")
+    _, jac, _ = stack(blocks, model, theta0)
+    seen = analyse(jac, model.free, model.names)
+    values = seen.singular_values[:structural.rank]
+    condition = values[0] / values[-1] if values[-1] > 0 else np.inf
+    ratio = float(condition / structural.condition_number)
+    if seen.rank < structural.rank or ratio > DEGENERATE_CONDITION_RATIO:
+        spread = np.degrees(np.concatenate([s.q for s in sessions]).std(axis=0))
+        raise InputError(f"degenerate pose set: the poses barely separate the {structural.rank} parameter "
+                         f"combinations this arm allows (condition number {condition:.3g}, {ratio:.0f} times that of "
+                         f"poses spread over the joint ranges; joint spread {np.round(spread, 1).tolist()} deg); "
+                         f"record poses spread over each joint's range.")
+    return ratio
+
+
 def seed_from_previous(previous: Calibration, model: ErrorModel, theta0: np.ndarray, session: Session) -> np.ndarray:
     """theta0 with the previous calibration's deltas, zero offsets and reflector offsets written in.
 
@@ -360,28 +388,10 @@ class KinematicCalibrator:
                                               np.repeat(np.eye(3)[None], len(rows), 0), [""] * len(rows)))
         _, jac, _ = stack(probes, model, theta0)
         structural = analyse(jac, model.free, model.names)
-        poses_per_block = [len(np.unique(b.pose_row)) for b in blocks]
-        rows_per_pose = 3 * max(len(targets), 1)
         residuals = sum(3 * len(b.targets) for b in blocks)
-        needed = MIN_RESIDUALS_PER_PARAMETER * structural.rank
-        if residuals < needed:
-            poses_needed = math.ceil(needed / rows_per_pose)
-            held = f" after holding out {self.holdout:.0%}" if self.holdout else ""
-            raise InputError(f"too few poses: {sum(poses_per_block)} calibration poses{held} give {residuals} "
-                             f"measurements for {structural.rank} identifiable parameters; at least {poses_needed} "
-                             f"calibration poses are needed.")
-        _, jac, _ = stack(blocks, model, theta0)
-        seen = analyse(jac, model.free, model.names)
-        values = seen.singular_values[:structural.rank]
-        condition = values[0] / values[-1] if values[-1] > 0 else np.inf
-        condition_ratio = float(condition / structural.condition_number)
-        if seen.rank < structural.rank or condition_ratio > DEGENERATE_CONDITION_RATIO:
-            spread = np.degrees(np.concatenate([s.q for s in sessions]).std(axis=0))
-            raise InputError(f"degenerate pose set: the poses barely separate the {structural.rank} parameter "
-                             f"combinations this arm allows (condition number {condition:.3g}, "
-                             f"{condition_ratio:.0f} times that of poses spread over the joint ranges; joint spread "
-                             f"{np.round(spread, 1).tolist()} deg); record poses spread over each joint's range.")
-        return condition_ratio
+        poses = sum(len(np.unique(b.pose_row)) for b in blocks)
+        return check_pose_set(model, theta0, blocks, structural, residuals, poses, 3 * max(len(targets), 1),
+                              self.holdout, sessions)
 
     def _calibration(self, model: ErrorModel, result: SolveResult, sessions, first: Session) -> Calibration:
         state = model.state(result.theta)

@@ -22,7 +22,7 @@ import yaml
 from calib.camera_board import CharucoBoardSpec, make_board
 from calib.camera_observations import detect_session, project
 from calib.initialise import register_points
-from capture.session import Session, _read_csv
+from capture.session import Session, read_csv_rows
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
 from rigs.transforms import invert, make_transform, quat_xyzw_to_matrix
@@ -123,7 +123,7 @@ def true_tip_poses(session: Session) -> np.ndarray | None:
     reached = session.path / "truth" / "joints_reached.csv"
     if not urdf.is_file() or not reached.is_file():
         return None
-    header, rows = _read_csv(reached)
+    header, rows = read_csv_rows(reached)
     lookup = {row[0]: np.array([float(row[header.index(n)]) for n in session.joint_names]) for row in rows}
     if any(p not in lookup for p in session.pose_ids):
         return None

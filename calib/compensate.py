@@ -27,6 +27,7 @@ import numpy as np
 
 from calib.calibrator import Calibration
 from calib.compliance import gravity_torques
+from capture.session import parse_number
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
 
@@ -55,16 +56,6 @@ class Correction:
     residual_m: np.ndarray
     nominal_q: np.ndarray
     nominal_error_m: np.ndarray
-
-
-def _number(text: str, path: Path, row: int, column: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{path}: row {row}, column {column!r}: {text!r} is not a number.") from None
-    if not np.isfinite(value):
-        raise InputError(f"{path}: row {row}, column {column!r}: {text!r} is not a finite number.")
-    return value
 
 
 def read_targets(path: Path, joint_names: list[str], targets: list[str]) -> TargetRows:
@@ -97,7 +88,7 @@ def read_targets(path: Path, joint_names: list[str], targets: list[str]) -> Targ
         if len(row) != len(header):
             raise InputError(f"{path}: row {number} has {len(row)} fields, the header {len(header)}.")
         names.append(row[column["name"]].strip())
-        xyz.append([_number(row[column[c]], path, number, c) for c in "xyz"])
+        xyz.append([parse_number(row[column[c]], path, number, c) for c in "xyz"])
         point = row[column["target"]].strip() if "target" in column else ""
         point = point or TIP
         if point != TIP and point not in targets:
@@ -105,12 +96,12 @@ def read_targets(path: Path, joint_names: list[str], targets: list[str]) -> Targ
                              f"(has {', '.join(targets)}; empty or 'tip' for the tip origin).")
         points.append(point)
         text = row[column["payload_kg"]].strip() if "payload_kg" in column else ""
-        kg = _number(text, path, number, "payload_kg") if text else float("nan")
+        kg = parse_number(text, path, number, "payload_kg") if text else float("nan")
         if kg < 0:
             raise InputError(f"{path}: row {number}: payload_kg must not be negative, got {kg}.")
         payload.append(kg)
         if seed_columns:
-            seeds.append([_number(row[column[j]], path, number, j) for j in joint_names])
+            seeds.append([parse_number(row[column[j]], path, number, j) for j in joint_names])
     return TargetRows(names, np.array(xyz, float), points, np.array(payload, float),
                       np.array(seeds, float) if seed_columns else None)
 
@@ -181,9 +172,9 @@ def read_joints(path: Path, joint_names: list[str]) -> tuple[list[str], np.ndarr
         if len(row) != len(header):
             raise InputError(f"{path}: row {number} has {len(row)} fields, the header {len(header)}.")
         names.append(row[column[label]].strip() if label else str(number - 1))
-        q.append([_number(row[column[j]], path, number, j) for j in joint_names])
+        q.append([parse_number(row[column[j]], path, number, j) for j in joint_names])
         text = row[column["payload_kg"]].strip() if "payload_kg" in column else ""
-        kg = _number(text, path, number, "payload_kg") if text else float("nan")
+        kg = parse_number(text, path, number, "payload_kg") if text else float("nan")
         if kg < 0:
             raise InputError(f"{path}: row {number}: payload_kg must not be negative, got {kg}.")
         payload.append(kg)

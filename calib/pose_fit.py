@@ -11,7 +11,6 @@ A fit reads joints.csv, tracker.csv, tracker_poses.csv, session.json and robot.u
 from __future__ import annotations
 
 import hashlib
-import math
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -208,7 +207,7 @@ def _pose_statistics(calibration, model, result, sessions, sensors, fit_rows, he
 def check_pose_data(calibrator, model: ErrorModel, theta0: np.ndarray, blocks: list, sessions: list[Session]) -> float:
     """Enough poses, and poses varied enough, for what the arm's structure identifies (as the points
     fit checks): returns the data's condition number over that of poses spread over the joint ranges."""
-    from calib.calibrator import DEGENERATE_CONDITION_RATIO, MIN_RESIDUALS_PER_PARAMETER, STRUCTURAL_POSES
+    from calib.calibrator import STRUCTURAL_POSES, check_pose_set
 
     rng = np.random.default_rng(12345)
     chain = model.chain
@@ -240,24 +239,7 @@ def check_pose_data(calibrator, model: ErrorModel, theta0: np.ndarray, blocks: l
     structural = analyse(jac, model.free, model.names)
     residuals = sum(len(b.unit_index) for b in blocks)
     poses = len({(b.sensor, int(row)) for b in blocks for row in b.unit_pose})
-    needed = MIN_RESIDUALS_PER_PARAMETER * structural.rank
-    if residuals < needed:
-        held = f" after holding out {calibrator.holdout:.0%}" if calibrator.holdout else ""
-        raise InputError(f"too few poses: {poses} calibration poses{held} give {residuals} measurements for "
-                         f"{structural.rank} identifiable parameters; at least {math.ceil(needed / rows_per_pose)} "
-                         f"calibration poses are needed.")
-    _, jac, _ = stack(blocks, model, theta0)
-    seen = analyse(jac, model.free, model.names)
-    values = seen.singular_values[:structural.rank]
-    condition = values[0] / values[-1] if values[-1] > 0 else np.inf
-    ratio = float(condition / structural.condition_number)
-    if seen.rank < structural.rank or ratio > DEGENERATE_CONDITION_RATIO:
-        spread = np.degrees(np.concatenate([s.q for s in sessions]).std(axis=0))
-        raise InputError(f"degenerate pose set: the poses barely separate the {structural.rank} parameter "
-                         f"combinations this arm allows (condition number {condition:.3g}, {ratio:.0f} times that of "
-                         f"poses spread over the joint ranges; joint spread {np.round(spread, 1).tolist()} deg); "
-                         f"record poses spread over each joint's range.")
-    return ratio
+    return check_pose_set(model, theta0, blocks, structural, residuals, poses, rows_per_pose, calibrator.holdout, sessions)
 
 
 def probe_html(calibration) -> str:

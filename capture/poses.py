@@ -44,12 +44,12 @@ def random_poses(lower: np.ndarray, upper: np.ndarray, seed: int, is_valid: Call
 
 def read_plan(path: Path, joint_names: list[str]) -> Plan:
     """A plan CSV: ``pose`` plus one column per joint (radians), any order; extra columns kept."""
-    from capture.session import _number, _read_csv
+    from capture.session import parse_number, read_csv_rows
 
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: plan file not found.")
-    header, rows = _read_csv(path)
+    header, rows = read_csv_rows(path)
     for name in ["pose", *joint_names]:
         if name not in header:
             raise InputError(f"{path}: column {name!r} is missing (the plan needs pose and every joint: {', '.join(joint_names)}).")
@@ -60,7 +60,7 @@ def read_plan(path: Path, joint_names: list[str]) -> Plan:
         if len(row) != len(header):
             raise InputError(f"{path}: row {number} has {len(row)} cells, the header has {len(header)}.")
         ids.append(row[columns["pose"]].strip())
-        q.append([_number(row[columns[name]], path, number, name) for name in joint_names])
+        q.append([parse_number(row[columns[name]], path, number, name) for name in joint_names])
         for name in extra_names:
             extra[name].append(row[columns[name]])
     if len(set(ids)) != len(ids):

@@ -99,7 +99,7 @@ class Session:
         joints_path = self.path / "joints.csv"
         for j, name in enumerate(self.joint_names):
             if name in columns:
-                efforts[:, j] = [_number(text, joints_path, row, columns[name])
+                efforts[:, j] = [parse_number(text, joints_path, row, columns[name])
                                  for row, text in enumerate(self.extra[columns[name]], start=2)]
         return efforts
 
@@ -153,7 +153,7 @@ class Session:
 
 # -- reading --------------------------------------------------------------------------------------
 
-def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
+def read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     with open(path, newline="") as stream:
         rows = [row for row in csv.reader(stream) if row and not row[0].startswith("#")]
     if not rows:
@@ -161,7 +161,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
     return [h.strip() for h in rows[0]], rows[1:]
 
 
-def _number(text: str, path: Path, row: int, column: str) -> float:
+def parse_number(text: str, path: Path, row: int, column: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -198,7 +198,7 @@ def load_session(path: Path) -> Session:
     joints_path = path / "joints.csv"
     if not joints_path.is_file():
         raise InputError(f"{joints_path}: file not found.")
-    header, rows = _read_csv(joints_path)
+    header, rows = read_csv_rows(joints_path)
     missing = [name for name in ["pose", *joint_names] if name not in header]
     if missing:
         raise InputError(f"{joints_path}: column {missing[0]!r} is missing.")
@@ -212,8 +212,8 @@ def load_session(path: Path) -> Session:
         if not pose:
             raise InputError(f"{joints_path}: row {number}: empty pose id.")
         pose_ids.append(pose)
-        q.append([_number(row[columns[name]], joints_path, number, name) for name in joint_names])
-        payload.append(_number(row[columns["payload_kg"]], joints_path, number, "payload_kg") if "payload_kg" in columns else 0.0)
+        q.append([parse_number(row[columns[name]], joints_path, number, name) for name in joint_names])
+        payload.append(parse_number(row[columns["payload_kg"]], joints_path, number, "payload_kg") if "payload_kg" in columns else 0.0)
         for name in extra:
             extra[name].append(row[columns[name]])
     if len(set(pose_ids)) != len(pose_ids):
@@ -239,7 +239,7 @@ def load_session(path: Path) -> Session:
 
 
 def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:
-    header, rows = _read_csv(path)
+    header, rows = read_csv_rows(path)
     for name in ("pose", "target", "x", "y", "z"):
         if name not in header:
             raise InputError(f"{path}: column {name!r} is missing.")
@@ -255,9 +255,9 @@ def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:
         seen.add((pose, target))
         index.append(pose_rows[pose])
         targets.append(target)
-        xyz.append([_number(row[columns[a]], path, number, a) for a in "xyz"])
+        xyz.append([parse_number(row[columns[a]], path, number, a) for a in "xyz"])
         if "sigma" in columns:
-            sigma.append(_number(row[columns["sigma"]], path, number, "sigma"))
+            sigma.append(parse_number(row[columns["sigma"]], path, number, "sigma"))
     return TrackerPoints(np.array(index, dtype=int), targets, np.array(xyz, dtype=float).reshape(-1, 3),
                          np.array(sigma) if sigma else None)
 
@@ -266,7 +266,7 @@ def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPose
     """``tracker_poses.csv``: one 6-DoF pose per pose id (quaternion normalised, sign free)."""
     from rigs.transforms import quat_xyzw_to_matrix
 
-    header, rows = _read_csv(path)
+    header, rows = read_csv_rows(path)
     for name in TRACKER_POSES_HEADER:
         if name not in header:
             raise InputError(f"{path}: column {name!r} is missing.")
@@ -280,7 +280,7 @@ def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPose
         if pose_rows[pose] in index:
             raise InputError(f"{path}: row {number}: pose {pose!r} appears twice.")
         index.append(pose_rows[pose])
-        values = [_number(row[columns[name]], path, number, name) for name in TRACKER_POSES_HEADER[1:]]
+        values = [parse_number(row[columns[name]], path, number, name) for name in TRACKER_POSES_HEADER[1:]]
         if np.linalg.norm(values[3:]) < 1e-9:
             raise InputError(f"{path}: row {number}: the quaternion has zero length.")
         transform = np.eye(4)
@@ -288,7 +288,7 @@ def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPose
         transform[:3, 3] = values[:3]
         transforms.append(transform)
         for name in sigmas:
-            sigma[name].append(_number(row[columns[name]], path, number, name))
+            sigma[name].append(parse_number(row[columns[name]], path, number, name))
     return TrackerPoses(np.array(index, dtype=int), np.array(transforms).reshape(-1, 4, 4),
                         np.array(sigma["sigma_pos"]) if "sigma_pos" in sigma else None,
                         np.array(sigma["sigma_rot"]) if "sigma_rot" in sigma else None)
@@ -349,14 +349,14 @@ class SessionWriter:
         """Continue an interrupted recording: returns the writer and the pose ids already complete."""
         path = Path(path)
         manifest = json.loads((path / "session.json").read_text())
-        header, rows = _read_csv(path / "joints.csv")
+        header, rows = read_csv_rows(path / "joints.csv")
         joint_names = manifest["robot"]["joint_names"]
         extra = [h for h in header if h not in ("pose", "payload_kg", *joint_names)]
         done = [row[0] for row in rows if len(row) == len(header)]
         writer = cls(path, manifest, extra, "payload_kg" in header)
         writer._rewrite_rows("joints.csv", lambda row: len(row) == len(header))
         if (path / "tracker.csv").is_file():
-            tracker_header, _ = _read_csv(path / "tracker.csv")
+            tracker_header, _ = read_csv_rows(path / "tracker.csv")
             writer.with_sigma = "sigma" in tracker_header
             writer.tracker_header = tracker_header
             writer._rewrite_rows("tracker.csv", lambda row: row[0] in done)

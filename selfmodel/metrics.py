@@ -70,9 +70,9 @@ def true_arm(session: Session, pose_ids: list[str] | None = None) -> TrueArmPose
     if not urdf.is_file() or not reached_path.is_file():
         raise InputError(f"{session.path}: not a simulated session (truth/robot.urdf or truth/joints_reached.csv is "
                          f"missing), so there is no true shape to compare with.")
-    from capture.session import _read_csv
+    from capture.session import read_csv_rows
 
-    header, rows = _read_csv(reached_path)
+    header, rows = read_csv_rows(reached_path)
     reached = {row[0]: np.array([float(row[header.index(name)]) for name in session.joint_names]) for row in rows}
     pose_ids = list(session.pose_ids if pose_ids is None else pose_ids)
     missing = [p for p in pose_ids if p not in reached]
