@@ -65,6 +65,10 @@ def evaluated(model_folder: Path, session: Path, poses: int, voxel: float) -> di
     from selfmodel.metrics import evaluate
     from selfmodel.model_io import load_model, read_config
 
+    cache = model_folder.with_name(model_folder.name + f".eval-{poses}-{voxel}.json")
+    if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
+        print(f"reusing {cache}", flush=True)
+        return json.loads(cache.read_text())
     model = load_model(model_folder)
     loaded = load_session(session)
     start = time.perf_counter()
@@ -74,6 +78,7 @@ def evaluated(model_folder: Path, session: Path, poses: int, voxel: float) -> di
     figures.update(steps=training["steps"], train_seconds=training["seconds"],
                    parameters=sum(p.numel() for p in model.parameters()))
     print(json.dumps(figures, indent=1), flush=True)
+    cache.write_text(json.dumps(figures))
     return figures
 
 

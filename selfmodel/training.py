@@ -63,8 +63,8 @@ class SelfModelTrainer:
     seed: int = 0
     batch: int = 8192
     prior_batch: int = 2048
-    learning_rate: float = 2e-3
-    final_learning_rate: float = 5e-5
+    learning_rate: float | None = None  # 2e-3 structured, 1e-4 free (SIREN layers diverge at higher rates)
+    final_learning_rate: float | None = None
     kinematics_learning_rate: float = 5e-4
     kinematics_start: float = 0.15  # fraction of the run before joint corrections start to move
     kinematics_weight: float = 1.0  # L2 pull of the corrections towards the description
@@ -77,6 +77,10 @@ class SelfModelTrainer:
     labels: LabelSettings = field(default_factory=LabelSettings)
 
     def __post_init__(self):
+        if self.learning_rate is None:
+            self.learning_rate = 2e-3 if self.kind == "structured" else 1e-4
+        if self.final_learning_rate is None:
+            self.final_learning_rate = self.learning_rate / 40
         if self.kind not in KINDS:
             raise InputError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}.")
         if self.steps is None and (self.minutes is None or self.minutes <= 0):
