@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,9 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
         "network": model.config(),
         "training": {**training, "steps": result.steps, "seconds": round(result.seconds, 1),
                      "final_loss": result.final_loss, "labelled_points": result.labelled_points,
-                     "configurations": result.configurations, "sessions": [str(s.path) for s in sessions]},
+                     "configurations": result.configurations,
+                     # Relative to the model folder, so the export finds them wherever the two move together.
+                     "sessions": [os.path.relpath(Path(s.path).resolve(), folder.resolve()) for s in sessions]},
         "units": {"length": "m", "angle": "rad"},
     }
     if isinstance(model, StructuredSelfModel):
