@@ -35,12 +35,13 @@ class DemoSizes:
     crash_candidates: int
     camera_poses: int
     camera_heldout: int
-    train_minutes: float
+    train_minutes: float | None  # the full demo trains by the clock
+    train_steps: int | None  # the quick one by a fixed step count, so a busy machine cannot starve it
     srdf_samples: int
 
 
-FULL = DemoSizes(100, 100, 30, 1500, 300, 30, 8.0, 10000)
-QUICK = DemoSizes(40, 30, 5, 300, 24, 4, 0.4, 2000)
+FULL = DemoSizes(100, 100, 30, 1500, 300, 30, 8.0, None, 10000)
+QUICK = DemoSizes(40, 30, 5, 300, 24, 4, None, 600, 2000)
 
 
 @dataclass
@@ -113,8 +114,9 @@ def run_demo(folder: Path, quick: bool = False, say: Callable[[str], None] = pri
              str(s.camera_poses), "--seed", "5", "--out", "sessions/xarm")
     demo.run("capture held-out xArm6 poses", "capture", "--rig", "xarm6-cameras-crashed", "--poses",
              str(s.camera_heldout), "--seed", "6", "--out", "sessions/xarm-heldout")
+    budget = ["--steps", str(s.train_steps)] if s.train_steps else ["--minutes", str(s.train_minutes)]
     figures["train"] = demo.run("learn the xArm6's shape from depth", "selfmodel", "train", "sessions/xarm", "--out",
-                                "selfmodel", "--minutes", str(s.train_minutes), "--seed", "0")
+                                "selfmodel", *budget, "--seed", "0")
     figures["eval"] = demo.run("measure the self-model on held-out poses", "selfmodel", "eval", "selfmodel",
                                "sessions/xarm-heldout")
     figures["export"] = demo.run("export collision geometry for planners", "selfmodel", "export", "selfmodel", "--out",
