@@ -189,6 +189,22 @@ def _same_robot(sessions: list[Session]) -> None:
                                  f"calibrate sessions of one robot together.")
 
 
+def holdout_rows(counts: list[int], holdout: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(fit rows, held rows) per session: a random fraction of all poses across sessions, by pose,
+    never by point (a pose's reflectors stay together)."""
+    rng = np.random.default_rng(seed)
+    total = sum(counts)
+    held = set(rng.permutation(total)[: int(round(holdout * total))].tolist())
+    fit_rows, held_rows, offset = [], [], 0
+    for count in counts:
+        rows = np.arange(count)
+        mask = np.array([offset + r in held for r in rows], bool)
+        fit_rows.append(rows[~mask])
+        held_rows.append(rows[mask])
+        offset += count
+    return fit_rows, held_rows
+
+
 def check_pose_set(model: ErrorModel, theta0: np.ndarray, blocks, structural, residuals: int, poses: int,
                    rows_per_pose: int, holdout: float, sessions: list[Session]) -> float:
     """Enough measurements, and poses varied enough, for what the arm's structure can identify.
@@ -311,18 +327,7 @@ class KinematicCalibrator:
             if session.tracker is None or not len(session.tracker.targets):
                 raise InputError(f"{session.path}: has no tracker points (tracker.csv); nothing to calibrate against.")
 
-        # Hold-out: a random fraction of all poses (across sessions), by pose, never by point.
-        rng = np.random.default_rng(self.seed)
-        counts = [len(s.pose_ids) for s in sessions]
-        total = sum(counts)
-        held = set(rng.permutation(total)[: int(round(self.holdout * total))].tolist())
-        fit_rows, held_rows, offset = [], [], 0
-        for count in counts:
-            rows = np.arange(count)
-            held_mask = np.array([offset + r in held for r in rows], bool)
-            fit_rows.append(rows[~held_mask])
-            held_rows.append(rows[held_mask])
-            offset += count
+        fit_rows, held_rows = holdout_rows([len(s.pose_ids) for s in sessions], self.holdout, self.seed)
 
         fit_blocks = [tracker_blocks(s, name, rows) for s, name, rows in zip(sessions, sensors, fit_rows)]
         targets_seen = sorted(set().union(*[set(b.targets) for b in fit_blocks]))

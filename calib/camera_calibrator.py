@@ -26,7 +26,8 @@ from typing import Callable
 
 import numpy as np
 
-from calib.calibrator import Calibration, ErrorStats, KinematicCalibrator, _same_robot, data_hash, tracker_blocks
+from calib.calibrator import (Calibration, ErrorStats, KinematicCalibrator, _same_robot, data_hash, holdout_rows,
+                              tracker_blocks)
 from calib.camera_board import CharucoBoardSpec
 from calib.camera_handeye import HandEyeSolution, board_pose_pnp, hand_eye, opencv_cross_check
 from calib.camera_observations import (CameraDetections, CameraErrorModel, CameraObservations, detect_session,
@@ -40,21 +41,6 @@ from rigs.kinematics import ChainModel
 from rigs.transforms import invert, quat_xyzw
 
 MIN_RESIDUALS_PER_PARAMETER = 2
-
-
-def holdout_rows(counts: list[int], holdout: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(fit rows, held rows) per session: a random fraction of all poses, by pose (as the tracker fit)."""
-    rng = np.random.default_rng(seed)
-    total = sum(counts)
-    held = set(rng.permutation(total)[: int(round(holdout * total))].tolist())
-    fit_rows, held_rows, offset = [], [], 0
-    for count in counts:
-        rows = np.arange(count)
-        mask = np.array([offset + r in held for r in rows], bool)
-        fit_rows.append(rows[~mask])
-        held_rows.append(rows[mask])
-        offset += count
-    return fit_rows, held_rows
 
 
 @dataclass

@@ -45,19 +45,6 @@ def pose_data_hash(sessions: list[Session]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _split(calibrator, sessions: list[Session]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Fit and held-out pose rows per session: a random fraction of all poses, by pose."""
-    rng = np.random.default_rng(calibrator.seed)
-    counts = [len(s.pose_ids) for s in sessions]
-    held = set(rng.permutation(sum(counts))[: int(round(calibrator.holdout * sum(counts)))].tolist())
-    fit_rows, held_rows, offset = [], [], 0
-    for count in counts:
-        rows = np.arange(count)
-        mask = np.array([offset + r in held for r in rows], bool)
-        fit_rows.append(rows[~mask])
-        held_rows.append(rows[mask])
-        offset += count
-    return fit_rows, held_rows
 
 
 def _session_blocks(session: Session, sensor: str, rows: np.ndarray, noise: tuple[float, float] | None = None) -> list:
@@ -82,7 +69,9 @@ def fit_with_poses(calibrator, sessions: list[Session], chain: ChainModel, senso
         raise InputError("recalibrating from a previous calibration needs reflector points for now; calibrate "
                          "sessions with 6-DoF tracker poses afresh.")
     first = sessions[0]
-    fit_rows, held_rows = _split(calibrator, sessions)
+    from calib.calibrator import holdout_rows
+
+    fit_rows, held_rows = holdout_rows([len(s.pose_ids) for s in sessions], calibrator.holdout, calibrator.seed)
     blocks_by_session = [_session_blocks(s, name, rows) for s, name, rows in zip(sessions, sensors, fit_rows)]
 
     references, offsets, probe = {}, {}, None

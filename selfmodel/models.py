@@ -39,6 +39,8 @@ def _as_queries(points, q, dof: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Occupancy(nn.Module):
+    """Shared by the structured and free models; each subclass defines ``logits(points, q)``."""
+
     kind = ""
     workspace_lo: np.ndarray
     workspace_hi: np.ndarray
@@ -55,9 +57,6 @@ class _Occupancy(nn.Module):
 
     def _inside(self, points: np.ndarray) -> np.ndarray:
         return np.all((points >= self.workspace_lo) & (points <= self.workspace_hi), axis=1)
-
-    def logits(self, points: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
 
     def occupancy(self, points, q) -> np.ndarray:
         """points (N, 3) base frame m, q (N, dof) or (dof,) -> (N,) occupancy probabilities."""
