@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import yaml
 
 from calib import iso9283
 from capture.session import Session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
-from rigs.transforms import matrix_to_rpy, quat_xyzw, quat_xyzw_to_matrix
+from rigs.transforms import matrix_to_rpy, quat_xyzw
 
 POSES = ["P1", "P2", "P3", "P4", "P5"]
 # Tool z axis pointing down, the usual orientation for a tracker audit of a vertical arm.
@@ -118,24 +117,15 @@ class Frame:
 
 
 def calibration_frame(calibration_dir: Path, session: Session) -> Frame:
-    """The calibrated model from a calibration folder's robot.urdf and calibration.yaml."""
-    calibration_dir = Path(calibration_dir)
-    path = calibration_dir / "calibration.yaml"
-    if not path.is_file():
-        raise InputError(f"{calibration_dir}: not a calibration folder (calibration.yaml is missing).")
-    try:
-        data = yaml.safe_load(path.read_text())
-        base = data["tracker_T_base"]
-        tracker_T_base = np.eye(4)
-        tracker_T_base[:3, :3] = quat_xyzw_to_matrix(base["quat_xyzw"])
-        tracker_T_base[:3, 3] = base["xyz"]
-        targets = {name: np.asarray(value["xyz"], float) for name, value in data["targets"].items()}
-    except (yaml.YAMLError, KeyError, TypeError, ValueError) as error:
-        raise InputError(f"{path}: missing or malformed tracker_T_base / targets ({error}).") from None
-    chain = ChainModel.from_urdf(calibration_dir / "robot.urdf", session.base_link, session.tip_link)
-    if chain.joint_names != session.joint_names:
-        raise InputError(f"{calibration_dir}: calibrates joints {chain.joint_names}, the session has {session.joint_names}.")
-    return Frame("calibrated", tracker_T_base, targets, chain)
+    """The calibrated model of a calibration folder (its robot.urdf, tracker frame and reflectors)."""
+    from calib.calibrator import Calibration
+
+    calibration = Calibration.load(Path(calibration_dir))
+    if list(calibration.joint_names) != list(session.joint_names):
+        raise InputError(f"{calibration_dir}: calibrates joints {list(calibration.joint_names)}, the session has "
+                         f"{session.joint_names}.")
+    return Frame("calibrated", next(iter(calibration.tracker_T_base.values())), dict(calibration.targets),
+                 calibration.chain)
 
 
 def nominal_frame(session: Session) -> Frame:

@@ -47,14 +47,10 @@ class CameraModel:
     @classmethod
     def load(cls, folder: Path) -> "CameraModel":
         """From a calibration folder (robot.urdf with the errors written in, calibration.yaml)."""
+        from calib.export import read_calibration_document
+
         folder = Path(folder)
-        path = folder / "calibration.yaml"
-        if not path.is_file():
-            raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
-        try:
-            document = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+        path, document = read_calibration_document(folder)
         if not isinstance(document, dict) or not document.get("cameras") or not document.get("board"):
             raise InputError(f"{path}: has no cameras and board; it is not a camera calibration.")
         robot = document.get("robot") or {}

@@ -108,17 +108,22 @@ def _read_frame(entry, where: str) -> np.ndarray:
     return transform
 
 
+def read_calibration_document(folder: Path) -> tuple[Path, object]:
+    """(path, parsed YAML) of a calibration folder's calibration.yaml; InputError when missing or unreadable."""
+    path = Path(folder) / "calibration.yaml"
+    if not path.is_file():
+        raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
+    try:
+        return path, yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+
+
 def read_calibration(folder: Path):
     """A :class:`Calibration` from a calibration folder (robot.urdf + calibration.yaml)."""
     from calib.calibrator import Calibration
 
-    path = folder / "calibration.yaml"
-    if not path.is_file():
-        raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
-    try:
-        document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+    path, document = read_calibration_document(folder)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise InputError(f"{path}: not a {FORMAT} file.")
     for key in ("robot", "joints", "tracker_T_base", "targets"):
