@@ -41,15 +41,33 @@ def pose_id(index: int) -> str:
     return f"p{index:0{POSE_ID_WIDTH}d}"
 
 
+NO_DEPTH = ("free", "unknown")
+DEFAULT_DEPTH_NOISE = 0.002  # relative sigma assumed when a session states nothing about its cameras' noise
+
+
 @dataclass
 class SessionCamera:
-    """A camera of a session: intrinsics, pose of its optical frame in the base frame (or None)."""
+    """A camera of a session: intrinsics, pose of its optical frame in the base frame (or None).
+
+    ``no_depth`` says what a depth pixel of 0 means: ``unknown`` (a hole, a shadow, out of range:
+    what real cameras give) or ``free`` (an ideal simulated camera saw nothing there).
+    """
 
     name: str
     info: CameraInfo
     base_T_camera: np.ndarray | None
     depth_scale: float  # metres per unit of the depth PNG
     depth_noise: float | None  # relative standard deviation, when known
+    depth_sigma_at_1m: float | None = None  # sigma_z = this * z^2 (m), a stereo camera's law, when known
+    no_depth: str = "unknown"
+    frame_id: str | None = None  # the optical frame's name in the recording (ROS header.frame_id)
+
+    def depth_sigma(self, depth: np.ndarray) -> np.ndarray:
+        """Standard deviation (m) of a depth reading of ``depth`` m (any shape)."""
+        depth = np.asarray(depth, dtype=float)
+        if self.depth_sigma_at_1m is not None:
+            return self.depth_sigma_at_1m * depth ** 2
+        return (self.depth_noise if self.depth_noise is not None else DEFAULT_DEPTH_NOISE) * depth
 
 
 @dataclass
@@ -128,8 +146,18 @@ class Session:
     def is_simulated(self) -> bool:
         return (self.path / "truth").is_dir()
 
+    @property
+    def mount_plane_z(self) -> float | None:
+        """The surface the base is bolted to (m, base frame): nothing below it is the arm; None: unknown."""
+        value = (self.manifest.get("scene") or {}).get("mount_plane_z")
+        return None if value is None else float(value)
+
     def image_path(self, camera: str, pose: str, kind: str) -> Path:
         return self.path / "cameras" / camera / f"{pose}_{kind}.png"
+
+    def has_image(self, camera: str, pose: str, kind: str) -> bool:
+        """Whether ``camera`` recorded a ``kind`` image at ``pose`` (an imported recording may skip some)."""
+        return self.image_path(camera, pose, kind).is_file()
 
     def image(self, camera: str, pose: str, kind: str) -> np.ndarray:
         """``rgb`` (H, W, 3) uint8, ``depth`` (H, W) float32 metres (0 = no reading), ``seg`` (H, W) int."""
@@ -229,12 +257,25 @@ def load_session(path: Path) -> Session:
     if tracker_poses_path.is_file():
         session.tracker_poses = read_tracker_poses_csv(tracker_poses_path, {p: i for i, p in enumerate(pose_ids)})
 
+    simulated = (manifest.get("source") or {}).get("kind") == "simulated"
     for name, camera in (manifest.get("sensors", {}).get("cameras") or {}).items():
         info = CameraInfo.load(path / "cameras" / name / "camera_info.yaml")
         pose = camera.get("base_T_camera")
+        # Simulated sessions recorded before cameras stated it had ideal cameras in empty space.
+        no_depth = camera.get("no_depth", "free" if simulated else "unknown")
+        if no_depth not in NO_DEPTH:
+            raise InputError(f"{manifest_path}: key 'sensors.cameras.{name}.no_depth' should be one of "
+                             f"{', '.join(NO_DEPTH)}, got {no_depth!r}.")
+        if pose is not None:
+            try:
+                pose = np.asarray(pose, dtype=float).reshape(4, 4)
+            except (TypeError, ValueError):
+                raise InputError(f"{manifest_path}: key 'sensors.cameras.{name}.base_T_camera' should be a 4x4 "
+                                 f"matrix or null.") from None
+        sigma = camera.get("depth_sigma_at_1m")
         session.cameras[name] = SessionCamera(
-            name, info, None if pose is None else np.asarray(pose, dtype=float).reshape(4, 4),
-            float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"))
+            name, info, pose, float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"),
+            None if sigma is None else float(sigma), no_depth, camera.get("frame_id"))
     return session
 
 
