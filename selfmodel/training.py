@@ -25,25 +25,18 @@ import torch
 from capture.session import Session
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
-from selfmodel.depth_labels import LabelSettings, TrainingData, depth_training_data
+from selfmodel.depth_labels import ArmRegion, LabelSettings, TrainingData, depth_training_data
 from selfmodel.models import FreeSelfModel, StructuredSelfModel
 
 KINDS = ("structured", "free")
+CHECKPOINT = "checkpoint.pt"
 
 
-def _domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi: np.ndarray):
-    """``arm_region(points, config)`` for the labels: inside some link's domain box at that pose
+def _domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi: np.ndarray) -> ArmRegion:
+    """Where the labels take a reading for the arm: inside some link's domain box at that pose
     (description kinematics); what lies outside every one is background (a table, a wall)."""
     q = np.concatenate([session.q for session in sessions])
-    poses = link_poses_numpy(spec, q)  # (C, L, 4, 4)
-    links_T_base = np.linalg.inv(poses)
-
-    def region(points: np.ndarray, config: int) -> np.ndarray:
-        local = np.einsum("lij,nj->lni", links_T_base[config, :, :3, :3], points) + links_T_base[config, :, None, :3, 3]
-        return np.any(np.all((local >= lo[:, None]) & (local <= hi[:, None]), axis=2), axis=0)
-
-    return region
-CHECKPOINT = "checkpoint.pt"
+    return ArmRegion(link_poses_numpy(spec, q), lo, hi)
 
 
 def default_threads() -> int:
