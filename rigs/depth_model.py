@@ -22,8 +22,9 @@ reading) or a wrong depth:
   ``dark_hole_probability``, in blobs of a few pixels as real ones come;
 - stereo shadows: background beside a foreground edge that the second imager (at +x, ``b`` away)
   cannot see reads 0;
-- flying pixels: along a depth edge (neighbours more than ``edge_jump_m`` apart), a fraction
-  ``flying_fraction`` of the pixels reads a depth between the foreground and the background;
+- flying pixels: along a depth step (a second difference of more than ``edge_jump_m`` along a row
+  or column), a fraction ``flying_fraction`` of the pixels reads a depth between the foreground
+  and the background;
 - readings outside ``[min_range_m, max_range_m]`` (default: the camera's near and far) read 0;
 - depths are quantised to ``quantum_m`` (1 mm, the unit of a 16UC1 depth image).
 
@@ -97,7 +98,7 @@ class DepthModel:
         hit = depth > 0
         focal = float(K[0, 0])
         low, high = neighbourhood_range(depth)
-        edge = hit & (high - low > self.edge_jump_m)
+        edge = discontinuities(depth, self.edge_jump_m)
 
         # Noise in disparity, where the matcher makes it.
         disparity = np.where(hit, focal * self.baseline_m / np.where(hit, depth, 1.0), 0.0)
@@ -138,6 +139,20 @@ def neighbourhood_range(depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     low = ndimage.minimum_filter(np.where(valid, depth, np.inf), size=3, mode="nearest")
     high = ndimage.maximum_filter(np.where(valid, depth, -np.inf), size=3, mode="nearest")
     return np.where(np.isfinite(low), low, 0.0), np.where(np.isfinite(high), high, 0.0)
+
+
+def discontinuities(depth: np.ndarray, jump: float) -> np.ndarray:
+    """Pixels (H, W) next to a depth step larger than ``jump`` m: where the second difference along
+    a row or a column exceeds it (a slope, however steep, has none; a step has one on each side)."""
+    valid = depth > 0
+    second = np.zeros(depth.shape)
+    for axis in (0, 1):
+        d = np.moveaxis(depth, axis, 0)
+        ok = np.moveaxis(valid, axis, 0)
+        values = np.zeros(d.shape)
+        values[1:-1] = np.where(ok[2:] & ok[1:-1] & ok[:-2], np.abs(d[2:] - 2 * d[1:-1] + d[:-2]), 0.0)
+        second = np.maximum(second, np.moveaxis(values, 0, axis))
+    return valid & (second > jump)
 
 
 def incidence_cosine(depth: np.ndarray, K: np.ndarray) -> np.ndarray:

@@ -332,6 +332,25 @@ def _bag_camera_poses(reader, bag: Path, cameras, robot: Robot, options: CameraO
     return poses
 
 
+POSE_DEPTH_RATIO = (0.3, 3.0)  # median depth over the camera's distance from the base, for a camera that sees the arm
+
+
+def check_depth_against_pose(camera, base_T_camera: np.ndarray | None, options: CameraOptions, bag: Path) -> None:
+    """With a known pose, a camera that watches the arm reads depths like its distance from the base."""
+    if base_T_camera is None or camera.depth is None or camera.depth.median_depth is None:
+        return
+    distance = float(np.linalg.norm(base_T_camera[:3, 3]))
+    ratio = camera.depth.median_depth / distance
+    low, high = POSE_DEPTH_RATIO
+    if not low <= ratio <= high:
+        guess = 10.0 ** round(np.log10(distance * options.units_m / camera.depth.median_depth))
+        hint = (f"pass --depth-scale {guess:g} if its values are in another unit"
+                if camera.depth.kind.encoding != "32FC1" else "32FC1 depth must be in metres (REP 118)")
+        raise InputError(f"{bag}: topic {camera.depth.topic} message 1: the median depth is "
+                         f"{camera.depth.median_depth:.3g} m but /tf_static puts camera {camera.name!r} "
+                         f"{distance:.3g} m from the base; {hint}.")
+
+
 def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOptions, out: Path,
                           payload_kg: float | None = None, force: bool = False,
                           progress: Callable[[int, int], None] | None = None) -> dict:
@@ -369,6 +388,8 @@ def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOp
             raise InputError(f"{bag}: no camera frame was taken while the arm stood still ({lines}); check "
                              f"--still ({options.still:g} rad) and --still-window ({options.still_window:g} s).")
         poses = _bag_camera_poses(reader, Path(bag), found, robot, options)
+        for camera in found:
+            check_depth_against_pose(camera, poses[camera.name][0], options, Path(bag))
         cameras = []
         for camera in found:
             base_T_camera, pose_source = poses[camera.name]

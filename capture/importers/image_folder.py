@@ -26,13 +26,13 @@ from capture.camera_info import CameraInfo
 from capture.importers.assemble import Robot, check_robot
 from capture.importers.camera_import import CameraOptions, ImportedCamera, import_summary, write_camera_session
 from capture.importers.joint_logs import read_joint_log
+from capture.importers.rosbag_cameras import DEPTH_RANGE_M
 from rigs.errors import InputError
 from rigs.transforms import quat_xyzw_to_matrix
 
 POSE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DEPTH_SUFFIX = "_depth.png"
 COLOUR_SUFFIXES = ("_rgb.png", "_rgb.jpg", "_rgb.jpeg", "_color.png", "_color.jpg", "_colour.png")
-DEPTH_RANGE_M = (0.1, 10.0)
 
 
 def _read_pose_yaml(path: Path) -> np.ndarray:

@@ -31,7 +31,7 @@ from capture.importers.ros_images import (CAMERA_INFO, COMPRESSED, IMAGE, MILLIM
 from rigs.errors import InputError
 
 TRANSPORTS = ("compressed", "compressedDepth", "theora", "zstd")
-DEPTH_RANGE_M = (0.1, 10.0)  # a depth camera's median reading of a scene with an arm lies in here
+DEPTH_RANGE_M = (0.25, 10.0)  # a depth camera's median reading of a scene with an arm lies in here
 NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -48,6 +48,7 @@ class Stream:
     width: int
     height: int
     stamps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    median_depth: float | None = None  # m, of the first frame (depth streams)
 
 
 @dataclass
@@ -153,6 +154,7 @@ def _check_depth_scale(depth: np.ndarray, stream: Stream, units_m: float, bag: P
     if valid.size < 0.01 * depth.size:
         return  # an image of almost nothing says nothing about its unit
     median = float(np.median(valid))
+    stream.median_depth = median
     low, high = DEPTH_RANGE_M
     if low <= median <= high:
         return
