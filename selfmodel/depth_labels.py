@@ -134,7 +134,8 @@ def check_depth_sessions(sessions: list[Session]) -> None:
         unknown = [name for name, camera in session.cameras.items() if camera.base_T_camera is None]
         if unknown:
             names = ", ".join(repr(n) for n in unknown)
-            raise InputError(f"{session.path}/session.json: camera {names} has no pose (base_T_camera is null); find "
+            what = f"camera {names} has no pose" if len(unknown) == 1 else f"cameras {names} have no pose"
+            raise InputError(f"{session.path}/session.json: {what} (base_T_camera is null); find "
                              f"the camera poses from the board on the flange with `selfcal calibrate {session.path} "
                              f"--out CAL` and train with `--cameras CAL`, or import the recording with /tf_static "
                              f"(bags) or pose.yaml (image folders).")

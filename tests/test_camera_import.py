@@ -204,6 +204,7 @@ def test_an_image_folder_imports_with_its_poses_and_without(native, tmp_path):
     # Training needs every camera's pose, and says how to get them.
     run = invoke("selfmodel", "train", str(out), "--out", str(tmp_path / "model"), "--steps", "2")
     assert run.exit_code == 2 and "selfcal calibrate" in run.output and "--cameras" in run.output
+    assert not (tmp_path / "model.partial").exists()
 
 
 # -- refused, with one sentence and exit 2 ---------------------------------------------------------
@@ -367,3 +368,40 @@ def test_folder_problems_are_one_sentence(native, tmp_path):
     assert "but" in fails("import", "images", str(folder), *args, "--out", str(tmp_path / "o")) and \
         "200x120" in fails("import", "images", str(folder), *args, "--out", str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()
+
+
+# -- camera poses from the board on the flange -----------------------------------------------------
+
+def test_camera_poses_from_the_board_feed_the_self_model(capture_session, tmp_path):
+    """A bag without /tf_static: `selfcal calibrate` finds the cameras from the board on the flange,
+    and `selfmodel train --cameras` trains with them; the model evaluates on a native session."""
+    from rigs.transforms import invert, log6
+
+    native = load_session(capture_session("xarm6-cameras", 16, 3))
+    rig = load_rig("xarm6-cameras")
+    bag = tmp_path / "bag"
+    record_bag(rig, native.q, 3, bag, BagPlan(hold_s=0.4, move_s=0.1, camera_rate=10.0,
+                                              encodings={c.name: CameraEncoding("16UC1-png", "jpeg") for c in rig.cameras}))
+    session = tmp_path / "session"
+    run = invoke("import", "rosbag", str(bag), *robot_args(native), "--out", str(session), "--camera-poses", "none",
+                 "--board", "charuco:7:5:0.035:0.026:4X4_50", "--json")
+    assert run.exit_code == 0, run.output
+    assert all(c["pose"] is None for c in json.loads(run.output)["cameras"].values())
+    model = tmp_path / "model"
+    message = fails("selfmodel", "train", str(session), "--out", str(model), "--steps", "2")
+    assert "selfcal calibrate" in message and not model.with_name("model.partial").exists()
+    cal = tmp_path / "cal"
+    run = invoke("calibrate", str(session), "--out", str(cal), "--json")
+    assert run.exit_code == 0, run.output
+    found = json.loads(run.output)["base_T_camera"]
+    for name, camera in native.cameras.items():
+        error = invert(camera.base_T_camera) @ np.asarray(found[name])
+        assert np.linalg.norm(error[:3, 3]) < 0.01, name  # m
+        assert np.degrees(np.linalg.norm(log6(error)[3:])) < 0.5, name
+    run = invoke("selfmodel", "train", str(session), "--out", str(model), "--steps", "30", "--threads", "1",
+                 "--cameras", str(cal), "--json")
+    assert run.exit_code == 0, run.output
+    assert json.loads((model / "config.json").read_text())["training"]["cameras"] == str(cal)
+    run = invoke("selfmodel", "eval", str(model), str(native.path), "--poses", "2", "--voxel-mm", "8", "--json")
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.output)["poses"] == 2
