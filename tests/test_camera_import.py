@@ -405,3 +405,23 @@ def test_camera_poses_from_the_board_feed_the_self_model(capture_session, tmp_pa
     run = invoke("selfmodel", "eval", str(model), str(native.path), "--poses", "2", "--voxel-mm", "8", "--json")
     assert run.exit_code == 0, run.output
     assert json.loads(run.output)["poses"] == 2
+
+
+def test_stands_and_frames_follow_the_joint_motion():
+    """1 s standing, 1 s moving, 1 s standing at 100 Hz: frames during the move and within the
+    window of it are the arm moving, frames after the last joint state have none around them."""
+    from capture.importers.stills import NO_JOINTS, assign_frames, find_stands
+
+    times = np.arange(0.0, 3.0, 0.01)
+    q = np.zeros((len(times), 2))
+    moving = (times >= 1.0) & (times < 2.0)
+    q[moving, 0] = (times[moving] - 1.0) * 0.5
+    q[times >= 2.0, 0] = 0.5
+    q += np.random.default_rng(0).normal(0, 1e-6, q.shape)
+    stands, stand_of = find_stands(times, q, 1e-4, 0.1, 0.05)
+    assert len(stands.q) == 2
+    np.testing.assert_allclose(stands.q[:, 0], [0.0, 0.5], atol=1e-6)
+    frames = np.array([0.5, 0.95, 1.5, 2.05, 2.5, 3.2])
+    stand, reasons = assign_frames(frames, times, q, stand_of, 1e-4, 0.1, 0.05)
+    assert stand.tolist() == [0, -1, -1, -1, 1, -1]
+    assert reasons == [None, MOVING, MOVING, MOVING, None, NO_JOINTS]
