@@ -18,7 +18,7 @@ encodings). Figures:
 
 Captures, the bag, imports, calibrations and models are cached under --workdir.
 
-    nice -n 10 .venv/bin/python scripts/bench_cameras.py --poses 80 --steps 1200 --threads 1
+    nice -n 10 .venv/bin/python scripts/bench_cameras.py --poses 80 --steps 1000 --threads 1 --seeds 0,1
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def main() -> None:
     parser.add_argument("--poses", type=int, default=80)
     parser.add_argument("--heldout", type=int, default=20)
     parser.add_argument("--steps", type=int, default=1200)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=str, default="0", help="comma-separated training seeds (ratios per seed)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--storage", choices=("sqlite3", "mcap"), default="mcap")
     args = parser.parse_args()
@@ -230,16 +230,16 @@ def main() -> None:
         "imported bag (board-calibrated poses)": load_session(board_session).with_camera_poses(board_poses, str(calibration)),
         "clean-depth rig (xarm6-cameras, same poses)": load_session(clean),
     }
-    slugs = dict(zip(runs, ("native", "bag-tf", "bag-board", "clean")))
-    results = {}
-    for label, session in runs.items():
-        folder = trained(args.workdir, slugs[label], session, args.steps, args.seed, args.threads)
-        results[label] = evaluated(folder, heldout, args.heldout)
-        report(args, results, bag_info, tf_summary, board_summary, calibration_seconds, errors, labels, command)
-    folder = trained(args.workdir, "native-naive-labels", load_session(native), args.steps, args.seed, args.threads,
-                     naive)
-    results["native session, naive labels (holes free, edge pixels kept)"] = evaluated(folder, heldout, args.heldout)
-    report(args, results, bag_info, tf_summary, board_summary, calibration_seconds, errors, labels, command)
+    runs["native session, naive labels (holes free, edge pixels kept)"] = load_session(native)
+    slugs = dict(zip(runs, ("native", "bag-tf", "bag-board", "clean", "native-naive-labels")))
+    args.seeds = [int(v) for v in args.seeds.split(",")]
+    results: dict[str, list[dict]] = {}
+    for seed in args.seeds:
+        for label, session in runs.items():
+            settings = naive if "naive" in label else None
+            folder = trained(args.workdir, f"{slugs[label]}-s{seed}", session, args.steps, seed, args.threads, settings)
+            results.setdefault(label, []).append(evaluated(folder, heldout, args.heldout))
+            report(args, results, bag_info, tf_summary, board_summary, calibration_seconds, errors, labels, command)
 
 
 def _board_entry() -> dict:
@@ -256,7 +256,8 @@ def report(args, results, bag_info, tf_summary, board_summary, calibration_secon
              f"{bag_info['frames']} frames of 4 cameras, {bag_info['bytes'] / 1e9:.2f} GB; joint states at 100 Hz, "
              f"images at 15 Hz, 0.5 s standing at each pose, 0.3 s moving between; written in "
              f"{bag_info['seconds']:.0f} s). Machine shared with other jobs: seconds are indicative; the model "
-             f"comparisons use one step budget ({args.steps} steps, seed {args.seed}, {args.threads} torch thread(s)), "
+             f"comparisons use one step budget ({args.steps} steps, seeds {', '.join(map(str, args.seeds))}, "
+             f"{args.threads} torch thread(s); figures are means over the seeds), "
              f"evaluated on {args.heldout} held-out poses against the true arm.", ""]
     rows = []
     for name, camera in sorted(tf_summary["cameras"].items()):
@@ -275,28 +276,46 @@ def report(args, results, bag_info, tf_summary, board_summary, calibration_secon
     lines += [f"Camera poses from the board on the flange (`selfcal calibrate` of the bag imported with "
               f"`--camera-poses none --board {BOARD}`, {calibration_seconds:.0f} s) against the truth: worst "
               f"{worst[0]:.2f} mm, {worst[1]:.3f} deg.", "", table(["camera", "position error mm", "angle error deg"], rows), ""]
-    header = ["training session", "Chamfer-L1 mm", "accuracy mm", "completeness mm", "F-score", "IoU", "false-free %",
-              "train s"]
-    rows = [[label, f"{f['chamfer_l1_mm']:.2f}", f"{f['accuracy_mm']:.2f}", f"{f['completeness_mm']:.2f}",
-             f"{f['fscore']:.3f}", f"{f['iou']:.3f}", f"{100 * f['false_free_rate']:.2f}", f"{f['train_seconds']:.0f}"]
-            for label, f in results.items()]
+    header = ["training session", "Chamfer-L1 mm", "per seed", "accuracy mm", "completeness mm", "F-score", "IoU",
+              "false-free %", "train s"]
+
+    def mean(runs, key):
+        return float(np.mean([f[key] for f in runs]))
+
+    rows = [[label, f"{mean(runs, 'chamfer_l1_mm'):.2f}", ", ".join(f"{f['chamfer_l1_mm']:.2f}" for f in runs),
+             f"{mean(runs, 'accuracy_mm'):.2f}", f"{mean(runs, 'completeness_mm'):.2f}", f"{mean(runs, 'fscore'):.3f}",
+             f"{mean(runs, 'iou'):.3f}", f"{100 * mean(runs, 'false_free_rate'):.2f}", f"{mean(runs, 'train_seconds'):.0f}"]
+            for label, runs in results.items()]
     lines += ["Self-models, same budget:", "", table(header, rows), ""]
-    chamfer = {label: f["chamfer_l1_mm"] for label, f in results.items()}
+    chamfer = {label: [f["chamfer_l1_mm"] for f in runs] for label, runs in results.items()}
     verdicts = []
     native, tf = "native session (true poses)", "imported bag (/tf_static poses)"
     board, clean = "imported bag (board-calibrated poses)", "clean-depth rig (xarm6-cameras, same poses)"
+    naive_label = "native session, naive labels (holes free, edge pixels kept)"
+
+    def ratios(a, b):
+        count = min(len(chamfer[a]), len(chamfer[b]))
+        return [chamfer[a][i] / chamfer[b][i] for i in range(count)]
+
+    def said(values, target=None):
+        text = ", ".join(f"x{v:.2f}" for v in values)
+        if target is None:
+            return text
+        return text + f" (target <= {target}: {'met' if max(values) <= target else 'NOT met'})"
+
     if native in chamfer and tf in chamfer:
-        ratio = chamfer[tf] / chamfer[native]
-        verdicts.append(f"imported over native Chamfer x{ratio:.2f} (target <= {TARGETS['imported_over_native']}: "
-                        f"{'met' if ratio <= TARGETS['imported_over_native'] else 'NOT met'})")
+        verdicts.append("imported over native Chamfer " + said(ratios(tf, native), TARGETS["imported_over_native"]))
     if board in chamfer and tf in chamfer:
-        ratio = chamfer[board] / chamfer[tf]
-        verdicts.append(f"board-calibrated over /tf_static (true) poses x{ratio:.2f} (target <= "
-                        f"{TARGETS['board_over_tf']}: {'met' if ratio <= TARGETS['board_over_tf'] else 'NOT met'}; "
-                        f"over native x{chamfer[board] / chamfer.get(native, np.nan):.2f})")
+        verdicts.append("board-calibrated over /tf_static (true) poses " + said(ratios(board, tf), TARGETS["board_over_tf"])
+                        + "; over native " + said(ratios(board, native)))
     if clean in chamfer and native in chamfer:
-        verdicts.append(f"realistic-depth over clean-depth rig x{chamfer[native] / chamfer[clean]:.2f}")
-    lines += ["Verdict: " + "; ".join(verdicts) + ".", ""]
+        verdicts.append("realistic-depth over clean-depth rig " + said(ratios(native, clean)))
+    if naive_label in chamfer and native in chamfer:
+        verdicts.append("naive over handled labels " + said(ratios(naive_label, native)) + ", false-free x"
+                        + f"{mean(results[naive_label], 'false_free_rate') / mean(results[native], 'false_free_rate'):.1f}")
+    lines += ["Verdict (per seed): " + "; ".join(verdicts) + ".", "",
+              "The clean-depth rig's ideal cameras have 0.5 % Gaussian noise (7.5 mm at 1.5 m), more than the stereo "
+              "law's 4.7 mm there, and no background: it is free of holes and flying pixels, not less noisy.", ""]
     rows = [[name, f"{100 * l['free_labels_inside_body']:.2f}", f"{100 * l['free_labels_deep_inside']:.3f}",
              f"{100 * l['occupied_labels_far_outside']:.2f}", l["labels"]] for name, l in labels.items()]
     lines += ["Labels of the native realistic session against the true arm: handled (holes unknown, flying pixels "

@@ -195,6 +195,23 @@ def import_rosbag(
         with progress_bar("importing", None) as update:
             run(robot, bag, topic, measurements, out, still, payload, force, update)
         _report(out, json_output)
+        images = _image_topics(bag)
+        if images:
+            from selfcal.ui import err_console
+
+            err_console.print(f"note: {len(images)} image topics of {bag} ({', '.join(images[:4])}"
+                              f"{', ...' if len(images) > 4 else ''}) are not in this tracker session; import them "
+                              f"into a camera session with `selfcal import rosbag` without --points/--poses.",
+                              highlight=False, soft_wrap=True)
+
+
+def _image_topics(bag: Path) -> list[str]:
+    from rosbags.highlevel import AnyReader
+
+    from capture.importers.ros_images import COMPRESSED, IMAGE
+
+    with AnyReader([Path(bag)]) as reader:
+        return sorted({c.topic for c in reader.connections if c.msgtype in (IMAGE, COMPRESSED)})
 
 
 @import_app.command("images")
