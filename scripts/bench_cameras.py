@@ -50,8 +50,9 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
-def cached_json(path: Path, make):
-    if path.is_file():
+def cached_json(path: Path, make, product: Path | None = None):
+    """``make()``'s result, cached in ``path`` as long as ``product`` (what make writes) exists."""
+    if path.is_file() and (product is None or product.exists()):
         return json.loads(path.read_text())
     value = make()
     path.write_text(json.dumps(value, indent=1))
@@ -86,7 +87,7 @@ def recorded_bag(workdir: Path, native: Path, storage: str) -> tuple[Path, dict]
                 "encodings": {k: {"depth": v.depth, "colour": v.colour, "body_frame": v.body_frame}
                               for k, v in encodings.items()}}
 
-    info = cached_json(workdir / f"bag-{storage}.json", make)
+    info = cached_json(workdir / f"bag-{storage}.json", make, bag)
     return bag, info
 
 
@@ -104,7 +105,7 @@ def imported(workdir: Path, bag: Path, native: Path, name: str, **options) -> tu
         log(f"importing {bag} -> {out} ...")
         return import_rosbag_cameras(robot, bag, "/joint_states", CameraOptions(**options), out)
 
-    return out, cached_json(workdir / f"{name}.json", make)
+    return out, cached_json(workdir / f"{name}.json", make, out)
 
 
 def calibrated(workdir: Path, session: Path) -> tuple[Path, float]:
