@@ -165,13 +165,19 @@ class SelfModelTrainer:
         if resume:
             if checkpoint is None or not checkpoint.is_file():
                 raise InputError(f"{checkpoint_dir}: nothing to resume (no {CHECKPOINT} from an interrupted run).")
-            state = torch.load(checkpoint, weights_only=True)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            generator.set_state(state["generator"])
-            step, elapsed = int(state["step"]), float(state["elapsed"])
-            total = None if int(state["total"]) < 0 else int(state["total"])
-            history = [tuple(row) for row in state["history"].tolist()]
+            from rigs.files import load_torch
+
+            state = load_torch(checkpoint, "training checkpoint")
+            try:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                generator.set_state(state["generator"])
+                step, elapsed = int(state["step"]), float(state["elapsed"])
+                total = None if int(state["total"]) < 0 else int(state["total"])
+                history = [tuple(row) for row in state["history"].tolist()]
+            except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
+                raise InputError(f"{checkpoint}: is not a checkpoint of this training ({type(error).__name__}); "
+                                 f"remove {checkpoint_dir} to start over.") from None
         budget = None if self.steps is not None else self.minutes * 60.0
         started = time.perf_counter() - elapsed
         run = {"step": step, "loss": float("nan"), "history": history}
