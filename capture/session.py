@@ -144,6 +144,11 @@ class Session:
         image = cv2.imread(str(path), flags)
         if image is None:
             raise InputError(f"{path}: image missing or unreadable.")
+        info = self.cameras[camera].info
+        if image.shape[:2] != (info.height, info.width) or (kind != "rgb" and image.ndim != 2):
+            raise InputError(f"{path}: a {image.shape[1]} x {image.shape[0]} image with {1 if image.ndim == 2 else image.shape[2]} "
+                             f"channels, but camera {camera!r} gives {info.width} x {info.height}"
+                             + (" colour images." if kind == "rgb" else " single-channel images."))
         if kind == "rgb":
             return image[..., ::-1].copy()
         if kind == "depth":

@@ -382,6 +382,7 @@ def load_torch(path: Path, what: str = "weights file"):
     ``weights_only`` refuses to run any pickled code, so a file that carries some is refused, not run.
     """
     import pickle
+    import warnings
 
     import torch
 
@@ -389,14 +390,17 @@ def load_torch(path: Path, what: str = "weights file"):
     if not path.is_file():
         raise InputError(f"{path}: {what} not found.")
     try:
-        return torch.load(path, weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about odd pickle protocols: the sentence below says it
+            return torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as error:
-        first = str(error).strip().splitlines()
-        detail = next((line for line in first if "Unsupported" in line or "global" in line.lower()), "")
-        if "weights only" in str(error).lower() or "weights_only" in str(error):
-            raise InputError(f"{path}: holds Python objects other than tensors, which selfcal refuses to load "
-                             f"(torch.load with weights_only=True){'; ' + detail.strip() if detail else ''}.") from None
-        raise InputError(f"{path}: not a readable {what} ({type(error).__name__}).") from None
-    except (RuntimeError, ValueError, OSError, EOFError, AttributeError, KeyError, TypeError, IndexError) as error:
+        lines = [line.strip() for line in str(error).splitlines()]
+        code = next((line for line in lines if "GLOBAL" in line), None)
+        if code is not None:  # a pickle that would import and call something: refused, never run
+            raise InputError(f"{path}: carries pickled code ({code.rstrip('.')}), which selfcal refuses to run "
+                             f"(torch.load with weights_only=True); expected plain tensors.") from None
+        raise InputError(f"{path}: not a readable {what}: not a file of plain tensors (torch.load with "
+                         f"weights_only=True refused it).") from None
+    except Exception as error:  # torch raises many kinds (RuntimeError, struct.error, EOFError...) for a damaged file
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"{path}: not a readable {what} ({message[:160]}).") from None

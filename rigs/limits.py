@@ -95,7 +95,8 @@ def check_joint_values(q: np.ndarray, raw: np.ndarray, joint_names: list[str], j
                              + ("; check --length-unit." if flag else "; the file holds metres."))
         hint = ""
         other = "rad" if angle_unit == "deg" else "deg"
-        if low <= raw[i, j] * _ANGLE_UNITS[other] <= high:
+        # Radians read as degrees fit once converted; degrees read as radians are also beyond a full turn.
+        if low <= raw[i, j] * _ANGLE_UNITS[other] <= high and (other == "rad" or abs(raw[i, j]) > 2 * np.pi):
             words = "radians" if other == "rad" else "degrees"
             hint = (f"; the values look like {words}, pass {flag} {other}" if flag else
                     f"; the values look like {words}, but this file holds {'radians' if angle_unit == 'rad' else 'degrees'}")
@@ -113,11 +114,9 @@ def check_joint_values(q: np.ndarray, raw: np.ndarray, joint_names: list[str], j
 
 def _unit_hint(ratio: float) -> str:
     """Which unit the values are probably in, given how many times too large they are."""
-    if ratio > 300:
+    if ratio > 100:
         return "the values look like millimetres"
-    if ratio > 30:
-        return "the values look like centimetres or inches"
-    return "the values are too large for metres"
+    return "the values look like millimetres or centimetres"
 
 
 def check_spread(xyz: np.ndarray, reach: float, offsets: float, path, lines: list, what: str = "points") -> None:

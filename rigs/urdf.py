@@ -48,10 +48,24 @@ def xml_text(tree: ET.ElementTree) -> str:
     return '<?xml version="1.0"?>\n' + ET.tostring(tree.getroot(), encoding="unicode")
 
 
+# Number-valued attributes of URDF elements and how many numbers each holds. Pinocchio's parser
+# prints a complaint about a bad one and goes on, so they are checked here, once, with the file named.
+_NUMBERS = {"origin": {"xyz": 3, "rpy": 3}, "axis": {"xyz": 3}, "mass": {"value": 1},
+            "inertia": {k: 1 for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")},
+            "limit": {k: 1 for k in ("lower", "upper", "effort", "velocity")}, "dynamics": {"damping": 1, "friction": 1},
+            "box": {"size": 3}, "cylinder": {"radius": 1, "length": 1}, "sphere": {"radius": 1}, "mesh": {"scale": 3}}
+
+
 def parse_urdf(path: Path) -> ET.ElementTree:
     tree = parse_xml(path)
     if tree.getroot().tag != "robot":
         raise InputError(f"{path}: not a URDF (the root element is <{tree.getroot().tag}>, expected <robot>).")
+    for tag, attributes in _NUMBERS.items():
+        for element in tree.getroot().iter(tag):
+            for attribute, count in attributes.items():
+                text = element.get(attribute)
+                if text is not None:
+                    _floats(text, count, 0.0, f"{path}: <{tag} {attribute}=...>")
     return tree
 
 

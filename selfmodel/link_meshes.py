@@ -38,7 +38,10 @@ def link_meshes(urdf_path: Path, links: list[str] | None = None, package_dirs: l
                 continue
             shape = geometry[0]
             if shape.tag == "mesh":
-                path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf_path.parent, list(package_dirs))
+                try:  # only meshes beside the URDF (or in package_dirs) are ever read
+                    path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf_path.parent, list(package_dirs))
+                except InputError as error:
+                    raise InputError(f"{urdf_path}: {error}") from None
                 try:
                     mesh = trimesh.load(str(path), force="mesh")
                 except Exception as error:  # trimesh raises many kinds on a bad file

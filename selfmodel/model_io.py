@@ -157,7 +157,7 @@ def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
     try:
         model.load_state_dict(state)
     except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as error:
-        raise InputError(f"{weights}: not weights of this model ({str(error).splitlines()[0][:160]}).") from None
+        raise InputError(f"{weights}: not weights of this model ({' '.join(str(error).split())[:200]}).") from None
     model.eval()
     return model
 

@@ -1,0 +1,76 @@
+"""Bad input, hostile files and a read-only --out for every command: how each one ends.
+
+    .venv/bin/python scripts/bench_reliability.py [--verbose]
+
+Runs the table of tests/bad_inputs.py (the one the test suite runs) and counts the outcomes: clean
+(exit 2, one line naming the file, row or key, nothing left behind), tracebacks, accepted (exit 0),
+half-written (anything left behind, or an input removed), and files read from outside their folder
+(Python's audit hook watches a "secret" folder that hostile inputs point at). Writes the counts to
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib  # noqa: F401  (puts the checkout on sys.path)
+from benchlib import ROOT, table, write_section
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bad_inputs import CASES, build_fixtures, run_case  # noqa: E402
+
+VERDICTS = ["clean", "traceback", "accepted", "half-written", "outside-read", "unclear"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="Print every case's message.")
+    arguments = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-reliability-"))
+    try:
+        start = time.perf_counter()
+        fixtures = build_fixtures(work / "fixtures")
+        built = time.perf_counter() - start
+        outcomes = []
+        for case in CASES:
+            outcome = run_case(case, fixtures, work / "cases")
+            outcomes.append(outcome)
+            if arguments.verbose or outcome.verdict != "clean":
+                print(f"{outcome.verdict:<13} {case.name}: {outcome.message[:300]}"
+                      + (f" [left: {outcome.left[:3]}]" if outcome.left else "")
+                      + (f" [read: {outcome.secret_reads[:2]}]" if outcome.secret_reads else ""), flush=True)
+        seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    counts = collections.Counter(o.verdict for o in outcomes)
+    by_command = collections.defaultdict(collections.Counter)
+    for outcome in outcomes:
+        by_command[outcome.case.split(":")[0]][outcome.verdict] += 1
+    rows = [[command, sum(c.values()), *(c[v] for v in VERDICTS)] for command, c in sorted(by_command.items())]
+    rows.append(["all commands", len(outcomes), *(counts[v] for v in VERDICTS)])
+    not_clean = [o for o in outcomes if o.verdict != "clean"]
+    body = (f"{len(outcomes)} kinds of bad input across {len(by_command)} commands: **{counts['clean']} clean**, "
+            f"{counts['traceback']} tracebacks, {counts['accepted']} accepted, {counts['half-written']} half-written, "
+            f"{counts['outside-read']} with a file read from outside its folder, {counts['unclear']} unclear "
+            f"(another exit status or more than one line). Target: every kind clean.\n\n"
+            + table(["command", "kinds", *VERDICTS], rows)
+            + f"\n\nFixtures built in {built:.0f} s, the whole table in {seconds:.0f} s (in-process, on a machine "
+              f"shared with other jobs). The kinds are the rows of `tests/bad_inputs.py`; "
+              f"`tests/test_bad_input.py` runs the same table in the test suite.\n")
+    if not_clean:
+        body += "\nNot clean:\n\n" + "\n".join(f"- {o.verdict}: {o.case}: {o.message[:200]}" for o in not_clean) + "\n"
+    write_section("reliability", "Bad input, hostile files and interruptions (issue 12)", body,
+                  ".venv/bin/python scripts/bench_reliability.py")
+
+
+if __name__ == "__main__":
+    main()
