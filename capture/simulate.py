@@ -24,7 +24,7 @@ from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, pose_id
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.files import (TEMPORARY_TAG, atomic_write_json, current_umask, check_new_output, clean_leftovers, is_locked,
-                        locked_folder, rename_no_replace)
+                        locked_folder, make_parents, remove_empty_folders, rename_no_replace)
 from rigs.simulator import Simulator, true_tip_T_board
 from rigs.spec import Rig
 from rigs.transforms import exp6, invert, quat_xyzw, transform_points
@@ -260,6 +260,7 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
     scratch = Path(tempfile.mkdtemp(prefix="selfcal-truth-"))
     layout = None
     recording = False
+    created: list[Path] = []
     try:
         with contextlib.ExitStack() as stack:
             true_urdf = urdf_io.copy_self_contained(true_urdf_tree(rig, arm), rig.robot.urdf.parent, scratch,
@@ -269,6 +270,7 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
             if plan is not None and len(plan.q[0]) != len(joint_names):
                 raise InputError(f"the plan has {len(plan.q[0])} joints, rig {rig.name!r} has {len(joint_names)}.")
             check_new_output(partial)
+            created = make_parents(partial.parent)
             layout = Path(tempfile.mkdtemp(dir=partial.parent, prefix=f".{partial.name}{TEMPORARY_TAG}", suffix=".tmp"))
             stack.enter_context(locked_folder(layout, busy))  # the lock moves with the folder's rename
             writer = _lay_out(rig, arm, layout, joint_names, seed, poses if plan is None else total, payload_kg,
@@ -287,6 +289,8 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
             shutil.rmtree(layout, ignore_errors=True)
         if recording and partial.exists() and not _has_poses(partial):
             shutil.rmtree(partial, ignore_errors=True)  # nothing worth resuming
+        if not partial.exists():
+            remove_empty_folders(created)
         raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

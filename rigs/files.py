@@ -201,7 +201,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return status.st_dev, status.st_ino
 
 
-def _make_parents(folder: Path) -> list[Path]:
+def make_parents(folder: Path) -> list[Path]:
     """Create ``folder`` and missing ancestors; returns those created, deepest first."""
     created = []
     folder = Path(os.path.abspath(folder))
@@ -212,12 +212,12 @@ def _make_parents(folder: Path) -> list[Path]:
         for path in reversed(created):
             path.mkdir()
     except OSError as error:
-        _remove_empty(created)
+        remove_empty_folders(created)
         raise InputError(f"{path}: cannot create this folder ({_why(error)}).") from None
     return created
 
 
-def _remove_empty(folders: list[Path]) -> None:
+def remove_empty_folders(folders: list[Path]) -> None:
     for folder in folders:  # deepest first
         with contextlib.suppress(OSError):
             folder.rmdir()
@@ -264,11 +264,11 @@ def output_folder(out: Path, force: bool = False) -> Iterator[Path]:
     out = Path(out)
     check_new_output(out, force)
     replace = _identity(out) if force else None
-    created = _make_parents(out.parent)
+    created = make_parents(out.parent)
     try:
         temporary = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}{TEMPORARY_TAG}", suffix=".tmp"))
     except OSError as error:
-        _remove_empty(created)
+        remove_empty_folders(created)
         raise InputError(f"{out}: cannot create the output folder ({_why(error)}).") from None
     lock = _lock_path(temporary)
     try:
@@ -278,7 +278,7 @@ def output_folder(out: Path, force: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         if not out.exists():
-            _remove_empty(created)
+            remove_empty_folders(created)
         raise
     finally:
         if lock is not None:

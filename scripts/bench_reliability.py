@@ -1,12 +1,13 @@
 """Bad input, hostile files and a read-only --out for every command: how each one ends.
 
-    .venv/bin/python scripts/bench_reliability.py [--verbose]
+    .venv/bin/python scripts/bench_reliability.py [--verbose] [--baseline /path/to/other/checkout]
 
 Runs the table of tests/bad_inputs.py (the one the test suite runs) and counts the outcomes: clean
 (exit 2, one line naming the file, row or key, nothing left behind), tracebacks, accepted (exit 0),
 half-written (anything left behind, or an input removed), and files read from outside their folder
 (Python's audit hook watches a "secret" folder that hostile inputs point at). Writes the counts to
-BENCHMARKS.md.
+BENCHMARKS.md. With ``--baseline DIR`` the same table also runs against another checkout's code (the
+commit before this work, say) in a child process, and both rows are written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from benchlib import ROOT, table, write_section
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(ROOT / "tests"))
+if "--checkout" in sys.argv:  # the code under test comes from another checkout; the table stays this one's
+    sys.path.insert(0, sys.argv[sys.argv.index("--checkout") + 1])
 
 from bad_inputs import CASES, build_fixtures, run_case  # noqa: E402
 
@@ -34,7 +37,18 @@ VERDICTS = ["clean", "traceback", "accepted", "half-written", "outside-read", "u
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="Print every case's message.")
+    parser.add_argument("--baseline", type=Path, help="Also run the table against this checkout's code.")
+    parser.add_argument("--checkout", type=Path, help=argparse.SUPPRESS)  # the child of --baseline
     arguments = parser.parse_args()
+    baseline = None
+    if arguments.baseline is not None:
+        import json
+        import subprocess
+
+        child = subprocess.run([sys.executable, __file__, "--checkout", str(arguments.baseline.resolve())],
+                               capture_output=True, text=True, timeout=3600)
+        baseline = json.loads(child.stdout.strip().splitlines()[-1])
+        print(f"baseline {arguments.baseline}: {baseline['counts']}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-reliability-"))
     try:
         start = time.perf_counter()
@@ -52,6 +66,14 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     counts = collections.Counter(o.verdict for o in outcomes)
+    if arguments.checkout is not None:
+        import json
+        import subprocess
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=arguments.checkout, capture_output=True,
+                                text=True).stdout.strip()
+        print(json.dumps({"commit": commit, "counts": {v: counts[v] for v in VERDICTS}}))
+        return
     by_command = collections.defaultdict(collections.Counter)
     for outcome in outcomes:
         by_command[outcome.case.split(":")[0]][outcome.verdict] += 1
@@ -66,6 +88,9 @@ def main() -> None:
             + f"\n\nFixtures built in {built:.0f} s, the whole table in {seconds:.0f} s (in-process, on a machine "
               f"shared with other jobs). The kinds are the rows of `tests/bad_inputs.py`; "
               f"`tests/test_bad_input.py` runs the same table in the test suite.\n")
+    if baseline is not None:
+        body += (f"\nThe same table against the code before this work (commit {baseline['commit']}), in the same run: "
+                 + ", ".join(f"{baseline['counts'][v]} {v}" for v in VERDICTS) + ".\n")
     if not_clean:
         body += "\nNot clean:\n\n" + "\n".join(f"- {o.verdict}: {o.case}: {o.message[:200]}" for o in not_clean) + "\n"
     write_section("reliability", "Bad input, hostile files and interruptions (issue 12)", body,

@@ -33,8 +33,8 @@ def _training_folder(out: Path, run: dict, resume: bool):
     next valid run; an interrupted one leaves it for ``--resume``; a finished one removes it.
     """
     from rigs.errors import InputError
-    from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, is_locked, locked_folder, read_json,
-                            rename_no_replace)
+    from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, is_locked, locked_folder, make_parents,
+                            read_json, remove_empty_folders, rename_no_replace)
     from selfmodel.training import CHECKPOINT
 
     partial = _partial(out)
@@ -54,6 +54,7 @@ def _training_folder(out: Path, run: dict, resume: bool):
     clean_leftovers(partial)
     created = False
     if not resume:
+        parents = make_parents(partial.parent)
         layout = Path(tempfile.mkdtemp(dir=partial.parent, prefix=f".{partial.name}{TEMPORARY_TAG}", suffix=".tmp"))
         try:
             atomic_write_json(layout / "run.json", run)
@@ -63,6 +64,7 @@ def _training_folder(out: Path, run: dict, resume: bool):
             raise InputError(busy) from None
         except BaseException:
             shutil.rmtree(layout, ignore_errors=True)
+            remove_empty_folders(parents)
             raise
         created = True
     with locked_folder(partial, busy):
@@ -72,6 +74,7 @@ def _training_folder(out: Path, run: dict, resume: bool):
         except InputError:
             if created:
                 shutil.rmtree(partial, ignore_errors=True)
+                remove_empty_folders(parents)
             raise
     shutil.rmtree(partial, ignore_errors=True)
 
