@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,8 +34,8 @@ def _training_folder(out: Path, run: dict, resume: bool):
     next valid run; an interrupted one leaves it for ``--resume``; a finished one removes it.
     """
     from rigs.errors import InputError
-    from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, is_locked, locked_folder, make_parents,
-                            read_json, remove_empty_folders, rename_no_replace)
+    from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, current_umask, is_locked, locked_folder,
+                            make_parents, read_json, remove_empty_folders, rename_no_replace)
     from selfmodel.training import CHECKPOINT
 
     partial = _partial(out)
@@ -58,6 +59,7 @@ def _training_folder(out: Path, run: dict, resume: bool):
         layout = Path(tempfile.mkdtemp(dir=partial.parent, prefix=f".{partial.name}{TEMPORARY_TAG}", suffix=".tmp"))
         try:
             atomic_write_json(layout / "run.json", run)
+            os.chmod(layout, 0o777 & ~current_umask())  # mkdtemp makes 0700
             rename_no_replace(layout, partial)
         except FileExistsError:
             shutil.rmtree(layout, ignore_errors=True)
