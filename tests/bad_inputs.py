@@ -1147,6 +1147,22 @@ def _(fx, case):
     return ["plan", "--urdf", _s(IMPORT / "robot" / "arm3.urdf"), "--poses", "3", "--out", _s(case / "plan.csv")]
 
 
+@case("plan: --urdf mesh outside its folder")
+def _(fx, case):
+    urdf = copy(fx.box / "robot.urdf", case)
+    edit_text(urdf, "<box size=", f'<mesh filename="{fx.secret}/passwd.obj"/><box size=')
+    return ["plan", "--urdf", _s(urdf), "--base-link", "base", "--tip-link", "box", "--poses", "3",
+            "--out", _s(case / "plan.csv")]
+
+
+@case("audit plan: --urdf declares entities in UTF-16")
+def _(fx, case):
+    urdf = copy(fx.box / "robot.urdf", case)
+    hostile_urdf(urdf, "utf16", fx.secret)
+    return ["audit", "plan", "--urdf", _s(urdf), "--base-link", "base", "--tip-link", "box", "--out",
+            _s(case / "audit.csv")]
+
+
 @case("plan: --calibration of another robot")
 def _(fx, case):
     return ["plan", "--rig", _s(BOX_RIG), "--poses", "3", "--calibration", _s(fx.calibration), "--out",
