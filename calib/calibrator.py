@@ -423,6 +423,8 @@ class KinematicCalibrator:
     def _statistics(self, calibration, model, result, sessions, sensors, fit_rows, held_rows, theta0, fit_blocks) -> None:
         """Residual statistics for the fit, the hold-out and the nominal model (for the report)."""
         outlier_labels = {o.label for o in result.outliers}
+        scale = _fit_scale(result, model)
+        held_outliers = []
         history = {"fit_before": [], "fit_after": [], "held_before": [], "held_after": [], "fit_pose_labels": [],
                    "fit_pose_errors": []}
         for session, sensor, fit, held in zip(sessions, sensors, fit_rows, held_rows):
@@ -439,6 +441,8 @@ class KinematicCalibrator:
                 if kind == "fit":
                     history["fit_pose_labels"] += [label.rsplit("/", 1)[0] for label in block.labels]
                     history["fit_pose_errors"].append(after)
+                else:  # named like the fit's outliers, by the fit's own scale; the statistics keep them
+                    held_outliers += _beyond(block, model, result.theta, scale, after, self.outlier_threshold)
         history = {k: (np.concatenate(v) if v and isinstance(v[0], np.ndarray) else v) for k, v in history.items()}
         history["fit_rows"], history["held_rows"] = fit_rows, held_rows  # per session (deflection's selection)
         calibration.history = history
@@ -452,3 +456,23 @@ class KinematicCalibrator:
         stats["holdout_fraction"] = self.holdout
         stats["poses"] = {"fit": int(sum(len(r) for r in fit_rows)), "holdout": int(sum(len(r) for r in held_rows))}
         calibration.summary["residuals"] = stats
+        calibration.summary["holdout_outliers"] = held_outliers
+
+
+def _fit_scale(result: SolveResult, model) -> float:
+    """The robust per-row standard deviation of the whitened fit residuals (outliers left out)."""
+    from calib.solver import robust_sigma, unit_norms
+
+    residuals, _, units = stack(result.blocks, model, result.theta, jacobian=False)
+    return robust_sigma(*unit_norms(residuals, units, sum(len(b.unit_labels) for b in result.blocks)))
+
+
+def _beyond(block, model, theta: np.ndarray, scale: float, errors_m: np.ndarray, threshold: float) -> list[dict]:
+    """Units of ``block`` whose whitened residual exceeds ``threshold`` times ``scale``, as summary rows."""
+    from calib.solver import unit_norms
+
+    residuals, _ = block.evaluate(model, theta, False)
+    squared, _ = unit_norms(residuals, block.unit_index, len(block.unit_labels))
+    score = np.sqrt(squared) / scale
+    return [{"point": block.unit_labels[i], "residual_sigma": round(float(score[i]), 2),
+             "error_mm": round(float(errors_m[i]) * 1000, 4)} for i in np.flatnonzero(score > threshold)]

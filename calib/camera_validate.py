@@ -169,6 +169,6 @@ def is_camera_calibration(folder: Path) -> bool:
         return False
     try:
         document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):  # read_calibration names what is wrong
         return False
     return isinstance(document, dict) and bool(document.get("cameras")) and bool(document.get("board"))

@@ -16,8 +16,9 @@ import numpy as np
 import yaml
 
 from rigs import urdf as urdf_io
+from rigs.documents import as_table
 from rigs.errors import InputError
-from rigs.files import atomic_write_text
+from rigs.files import atomic_write_text, inside_folder, read_text
 from rigs.kinematics import ChainModel
 from rigs.transforms import exp6, make_transform, matrix_to_rpy, quat_xyzw, quat_xyzw_to_matrix
 from rigs.version import VERSION
@@ -43,7 +44,7 @@ def write_urdf(calibration, folder: Path) -> Path:
         origin = joint_origin(joints[name].origin, calibration.deltas[i], calibration.zero_offsets[i],
                               model._motion_subspace[i])
         urdf_io.set_joint_origin(tree, name, origin)
-    return urdf_io.copy_self_contained(tree, source.parent, Path(folder), confine=True)
+    return urdf_io.copy_self_contained(tree, source.parent, Path(folder))
 
 
 def _frame(transform: np.ndarray) -> dict:
@@ -85,6 +86,7 @@ def calibration_document(calibration) -> dict:
         "variance_factor": summary.get("variance_factor"),
         "residuals": summary.get("residuals"),
         "outliers": summary.get("outliers", []),
+        "holdout_outliers": summary.get("holdout_outliers", []),
         "input": {"sessions": summary.get("sessions", []), "data_hash": summary.get("data_hash")},
         "solve": {"seconds": summary.get("solve_seconds"), "evaluations": summary.get("evaluations")},
     }
@@ -114,9 +116,43 @@ def read_calibration_document(folder: Path) -> tuple[Path, object]:
     if not path.is_file():
         raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
     try:
-        return path, yaml.safe_load(path.read_text())
+        return path, yaml.safe_load(read_text(path, "calibration file"))
     except yaml.YAMLError as error:
         raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a calibration file.") from None
+
+
+def _check_document(document, path: Path) -> None:
+    """The type of every key :func:`read_calibration` reads, each wrong one named."""
+    top = as_table(document, path, f"{FORMAT} file")
+    robot = top.get("robot", "table")
+    for key in ("base_link", "tip_link"):
+        robot.get(key, "str")
+    robot.get("urdf", "str", "robot.urdf")
+    joints = top.get("joints", "table")
+    for name in joints.data:
+        joint = joints.get(name, "table")
+        for key, length in (("delta_twist", 6), ("delta_xyz_std", 3), ("delta_rpy_std", 3)):
+            joint.get(key, "vector", None, length=length)
+        for key in ("zero_offset", "zero_offset_std"):
+            joint.get(key, "number", None)
+    frames = [top.get("tracker_T_base", "table")]
+    by_session = top.get("tracker_T_base_by_session", "table", None, nullable=True)
+    frames += [by_session.get(name, "table") for name in (by_session.data if by_session is not None else {})]
+    probes = top.get("probes", "table", None, nullable=True)
+    frames += [probes.get(name, "table") for name in (probes.data if probes is not None else {})]
+    for frame in frames:
+        frame.get("xyz", "vector", length=3)
+        quaternion = frame.get("quat_xyzw", "vector", length=4)
+        if np.linalg.norm(quaternion) < 1e-9:
+            raise InputError(f"{frame.where('quat_xyzw')} has zero length.")
+    targets = top.get("targets", "table")
+    for name in targets.data:
+        target = targets.get(name, "table")
+        target.get("xyz", "vector", length=3)
+        target.get("xyz_std", "vector", None, length=3)
+    top.get("outliers", "tables", [])
 
 
 def read_calibration(folder: Path):
@@ -129,8 +165,12 @@ def read_calibration(folder: Path):
     for key in ("robot", "joints", "tracker_T_base", "targets"):
         if key not in document:
             raise InputError(f"{path}: key {key!r} is missing.")
+    _check_document(document, path)
     robot = document["robot"]
-    chain = ChainModel.from_urdf(folder / robot.get("urdf", "robot.urdf"), robot["base_link"], robot["tip_link"])
+    # The URDF must be the folder's own: a calibration file may not point elsewhere.
+    urdf = inside_folder(Path(folder), robot.get("urdf", "robot.urdf"), f"{path}: key 'robot.urdf'", "URDF path")
+    urdf_io.check_meshes(urdf)
+    chain = ChainModel.from_urdf(urdf, robot["base_link"], robot["tip_link"])
     joints = document["joints"]
     missing = [n for n in chain.joint_names if n not in joints]
     if missing:
@@ -151,7 +191,8 @@ def read_calibration(folder: Path):
         target_std[name] = np.array(entry.get("xyz_std", [0.0] * 3), float)
     summary = {"model": document.get("model"), "base_link": robot["base_link"], "tip_link": robot["tip_link"],
                "identifiability": document.get("identifiability"), "residuals": document.get("residuals"),
-               "outliers": document.get("outliers", []), "data_hash": (document.get("input") or {}).get("data_hash"),
+               "outliers": document.get("outliers", []), "holdout_outliers": document.get("holdout_outliers", []),
+               "data_hash": (document.get("input") or {}).get("data_hash"),
                "sessions": (document.get("input") or {}).get("sessions", [])}
     calibration = Calibration(chain=chain, joint_names=chain.joint_names, tracker_T_base=frames, targets=targets,
                               deltas=deltas, delta_std=delta_std,

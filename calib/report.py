@@ -94,6 +94,7 @@ def write_report(calibration, path: Path) -> None:
                  for k, v in residuals.items() if isinstance(v, dict) and "rms_mm" in v]
     ident = summary["identifiability"]
     outliers = summary.get("outliers", [])
+    held_outliers = summary.get("holdout_outliers", [])
     page = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>selfcal calibration</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}}</style></head><body>
@@ -108,6 +109,6 @@ condition number {ident['condition_number']:.3g}; a-posteriori variance factor {
 <h2>Reflectors (tip frame)</h2>{targets}
 {_deflection_section(calibration)}
 {probe_html(calibration)}
-<h2>Outliers ({len(outliers)})</h2><ul>{''.join(f"<li>{html.escape(o['point'])}: {o['residual_sigma']} sigma</li>" for o in outliers)}</ul>
+<h2>Outliers ({len(outliers)} in the fit, {len(held_outliers)} in held-out poses)</h2><ul>{''.join(f"<li>{html.escape(o['point'])}: {o['residual_sigma']} sigma</li>" for o in outliers)}{''.join(f"<li>held out {html.escape(o['point'])}: {o['residual_sigma']} sigma, {o['error_mm']:.3f} mm</li>" for o in held_outliers)}</ul>
 </body></html>"""
     atomic_write_text(Path(path), page)

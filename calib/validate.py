@@ -67,8 +67,26 @@ def noise_floor_rms_mm(session: Session) -> float | None:
     return float(np.sqrt(np.mean(np.sum(difference ** 2, axis=1))) * 1000.0)
 
 
-def validate(calibration: Calibration, session: Session, sensor: str | None = None) -> dict:
-    """n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm for ``session``.
+def named_outliers(session: Session, errors: np.ndarray, threshold: float) -> list[dict]:
+    """The tracker rows whose error (M,) m exceeds ``threshold`` robust standard deviations, worst first.
+
+    The scale is the solver's: the median squared 3D error over the chi-square median of 3 degrees
+    of freedom, so a point scores about 1.5 at the typical error and 5 is far in the tail.
+    """
+    import scipy.stats
+
+    tracker = session.tracker
+    scale = max(float(np.sqrt(np.median(errors ** 2) / scipy.stats.chi2.median(3))), 1e-12)
+    score = errors / scale
+    rows = tracker.rows or [f"row {i + 2}" for i in range(len(errors))]
+    flagged = sorted(np.flatnonzero(score > threshold), key=lambda i: -score[i])
+    return [{"row": f"tracker.csv {rows[i]}", "pose": session.pose_ids[tracker.pose_index[i]], "target": tracker.targets[i],
+             "error_mm": float(errors[i] * 1000), "residual_sigma": round(float(score[i]), 1)} for i in flagged]
+
+
+def validate(calibration: Calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0) -> dict:
+    """n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm for ``session``, and the
+    tracker rows beyond ``outlier_sigma`` robust standard deviations (``outliers``, named).
 
     A session of 6-DoF probe poses (issue 9) adds angle figures (``angle_rms_deg`` ...); with
     reflector points as well, the point figures come first and the poses' under ``tracker_poses``."""
@@ -81,6 +99,8 @@ def validate(calibration: Calibration, session: Session, sensor: str | None = No
             return poses
     errors = point_errors(calibration, session, sensor)
     result = ErrorStats.of(errors).as_dict()
+    result["outlier_sigma"] = outlier_sigma
+    result["outliers"] = named_outliers(session, errors, outlier_sigma)
     result["nominal_rms_mm"] = ErrorStats.of(nominal_errors(session, calibration.summary.get("tip_link"))).rms_mm
     result["floor_rms_mm"] = noise_floor_rms_mm(session)
     if poses is not None:

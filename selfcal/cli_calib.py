@@ -37,6 +37,8 @@ def calibrate(
         from rigs.files import check_new_output, output_folder
 
         check_new_output(out, force)
+        if not outlier_sigma > 0:
+            raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         loaded = [load_session(path) for path in sessions]
         from calib.camera_observations import has_board_images
 
@@ -79,6 +81,11 @@ def calibrate(
                        f"(nominal {residuals['fit_nominal']['rms_mm']:.4f} mm)"
                        + (f", held-out RMS {held['rms_mm']:.4f} mm (nominal {residuals['holdout_nominal']['rms_mm']:.4f} mm)" if held else "")
                        + f", {len(summary['outliers'])} outliers, deflection {summary['deflection']}")
+            for outlier in summary["outliers"]:
+                typer.echo(f"  outlier in the fit: {outlier['point']} ({outlier['residual_sigma']} sigma), left out")
+            for outlier in summary["holdout_outliers"]:
+                typer.echo(f"  outlier in a held-out pose: {outlier['point']} ({outlier['residual_sigma']} sigma, "
+                           f"{outlier['error_mm']:.3f} mm), kept in the held-out figures")
 
 
 def _summary(calibration, out: Path) -> dict:
@@ -86,6 +93,7 @@ def _summary(calibration, out: Path) -> dict:
     return {"calibration": str(out), "model": calibration.summary["model"], "parameters": ident["parameters"],
             "identifiable": ident["rank"], "condition_number": ident["condition_number"],
             "residuals": calibration.summary["residuals"], "outliers": calibration.summary["outliers"],
+            "holdout_outliers": calibration.summary.get("holdout_outliers", []),
             "solve_seconds": calibration.summary["solve_seconds"],
             "deflection": (calibration.deflection or {}).get("mode", "none"),
             "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison")}
@@ -94,6 +102,7 @@ def _summary(calibration, out: Path) -> dict:
 def validate(
     calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
     session: Path = typer.Argument(..., help="Session whose tracker points are predicted."),
+    outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Name points beyond this many robust standard deviations."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Predict every tracker point of a session with a calibration and report the errors."""
@@ -103,6 +112,7 @@ def validate(
         from calib.camera_validate import is_camera_calibration
         from calib.validate import validate as run_validation
         from capture.session import load_session
+        from rigs.errors import InputError
 
         loaded = load_session(session)
         if is_camera_calibration(calibration_dir) and has_board_images(loaded) and loaded.tracker is None:
@@ -110,7 +120,9 @@ def validate(
 
             validate_with_cameras(calibration_dir, loaded, json_output)
             return
-        result = run_validation(Calibration.load(calibration_dir), loaded)
+        if not outlier_sigma > 0:
+            raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
+        result = run_validation(Calibration.load(calibration_dir), loaded, outlier_sigma=outlier_sigma)
         if json_output:
             print_json(result)
         else:
@@ -119,6 +131,9 @@ def validate(
                        f"max={result['max_mm']:.4f} mm p95={result['p95_mm']:.4f} mm "
                        f"nominal_rms={result['nominal_rms_mm']:.4f} mm floor_rms="
                        + ("n/a" if floor is None else f"{floor:.4f} mm"))
+            for outlier in result.get("outliers", []):
+                typer.echo(f"outlier: {outlier['row']} (pose {outlier['pose']}, target {outlier['target']}): "
+                           f"{outlier['error_mm']:.3f} mm, {outlier['residual_sigma']} sigma")
             poses = result.get("tracker_poses", result if "angle_rms_deg" in result else None)
             if poses is not None:  # issue 9: 6-DoF probe poses
                 angle_floor = poses["floor_angle_rms_deg"]

@@ -192,7 +192,7 @@ def write_camera_session(out: Path, robot: Robot, chain: ChainJoints, pose_ids: 
     with output_folder(out, force) as folder:
         try:
             urdf_io.copy_self_contained(urdf_io.parse_urdf(robot.urdf), Path(robot.urdf).parent, folder,
-                                        [Path(p) for p in robot.package_dirs], confine=False)
+                                        [Path(p) for p in robot.package_dirs])
         except InputError as error:
             raise InputError(f"{robot.urdf}: {error}") from None
         writer = SessionWriter.create(folder, manifest, list(columns), with_payload=payload_kg is not None)
