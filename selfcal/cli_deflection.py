@@ -33,9 +33,9 @@ def predict(
     with user_errors():
         import numpy as np
 
-        from calib.calibrator import Calibration
-        from calib.compensate import read_joints
-        from calib.deflection import predict_points
+        from calib.calibration import Calibration
+        from calib.deflection.uncertainty import predict_points
+        from calib.workflows.compensate import read_joints
 
         default = _payload(payload)
         calibration = Calibration.load(calibration_dir)
@@ -74,9 +74,9 @@ def correct(
     with user_errors():
         import numpy as np
 
-        from calib.calibrator import Calibration
-        from calib.compensate import correct as run_correct
-        from calib.compensate import read_targets
+        from calib.calibration import Calibration
+        from calib.workflows.compensate import correct as run_correct
+        from calib.workflows.compensate import read_targets
         from rigs.errors import InputError
         from rigs.files import atomic_write_text
         from rigs.kinematics import ChainModel

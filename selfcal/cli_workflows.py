@@ -48,7 +48,7 @@ def plan(
         spec = robot_from_options(rig, urdf, base_link, tip_link)
         previous = None
         if calibration is not None:
-            from calib.calibrator import Calibration
+            from calib.calibration import Calibration
 
             previous = Calibration.load(calibration)
         with nominal_world(spec) as world:
@@ -64,11 +64,11 @@ def plan(
             q = np.array(q)
             summary = {"plan": str(out), "poses": poses, "optimal": optimal, "candidates": len(q) if optimal else None}
             if optimal:
-                from calib.pose_selection import candidate_jacobians, d_optimal, log_det
+                from calib.workflows.pose_selection import candidate_jacobians, d_optimal, log_det
 
                 chain = previous.chain if previous is not None else world.chain
                 targets = (previous.targets if previous is not None else {t.name: t.xyz for t in spec.targets}) or {"tip": np.zeros(3)}
-                if previous is not None:
+                if previous is not None and previous.tracker_T_base:
                     frame = next(iter(previous.tracker_T_base.values()))
                 elif spec.tracker is not None:
                     frame = np.linalg.inv(spec.tracker.base_T_tracker)
@@ -110,7 +110,7 @@ def recalibrate(
 ) -> None:
     """Refit from a previous calibration and name what changed, most significant first."""
     with user_errors():
-        from calib.recalibrate import recalibrate as run
+        from calib.workflows.recalibrate import recalibrate as run
         from rigs.files import atomic_write_json, check_new_output, output_folder
         from selfcal.ui import to_jsonable
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from calib import iso9283
+from calib.workflows import iso9283
 from selfcal.cli import app
 
 runner = CliRunner()
