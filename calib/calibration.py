@@ -79,6 +79,7 @@ class Calibration:
     deflection: dict | None = None  # mode, held-out comparison (what calibration.yaml holds)
     _serial: SerialChain | None = field(default=None, init=False, repr=False, compare=False)
     _torques: GravityTorques | None = field(default=None, init=False, repr=False, compare=False)
+    _featurizer: Featurizer | None = field(default=None, init=False, repr=False, compare=False)
 
     # -- what the calibration predicts --------------------------------------------------------------
     @property
@@ -114,7 +115,10 @@ class Calibration:
         return self.residual_model.predict(self.featurizer()(q, payload))[0]
 
     def featurizer(self) -> Featurizer:
-        return Featurizer(self.chain, self.payload_com)
+        """The learned residual's features under this calibration's chain (kept: it caches per pose set)."""
+        if self._featurizer is None:
+            self._featurizer = Featurizer(self.chain, self.payload_com)
+        return self._featurizer
 
     def _sensor(self, sensor: str | None) -> str:
         if not self.tracker_T_base:

@@ -23,7 +23,7 @@ A fit reads the session's measurement files, session.json and robot.urdf, never 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +32,7 @@ import pinocchio as pin
 
 from calib.calibration import Calibration
 from calib.deflection import modes
-from calib.deflection.learned import Featurizer, corrected, training_set
+from calib.deflection.learned import corrected, training_set
 from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble
 from calib.deflection.torques import GravityTorques
 from calib.fit.checks import check_pose_set, spread_poses, structural_identifiability
@@ -54,6 +54,9 @@ from rigs.kinematics import ChainModel
 from rigs.transforms import invert
 
 NOISE_ROUNDS = 2  # estimate-and-refit rounds for noise the data does not state (the second changes < 1 %)
+# A joint whose torque never reaches this fraction of the largest joint torque in the data (a vertical
+# first axis, a wrist turning about the payload's axis) cannot show its compliance: it stays 0.
+TORQUELESS_FRACTION = 1e-3
 MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold evidence is possible
 
 
@@ -111,6 +114,9 @@ class Problem:
     prepared: dict[str, list[Prepared]]
     start_chain: ChainModel
     start_targets: dict[str, np.ndarray]
+    # Start values, the frames-first fit and the pose-set check do not depend on the deflection
+    # model: the first geometric fit keeps them for the second.
+    start: tuple | None = None
 
     @property
     def sensor_names(self) -> list[str]:
@@ -202,27 +208,33 @@ class Calibrator:
         """Fit from sessions (folders or loaded :class:`Session`) of one robot."""
         self._check_options()
         problem = self._problem(sessions)
-        wanted = modes.MODES if self.deflection == "auto" else (self.deflection,)
+        auto = self.deflection == "auto"
+        wanted = modes.MODES if auto else (self.deflection,)
         geometries = {}
         for geometry in dict.fromkeys(modes.geometry_of(m) for m in wanted):
             self.progress(f"{'compliance' if geometry == 'compliance' else 'rigid'} fit")
             geometries[geometry] = self._geometry(problem, compliance=geometry == "compliance")
-        base = geometries[next(iter(geometries))]
-        if self.deflection == "auto" and self.holdout == 0 and self._inlier_poses(problem, base) < MIN_LEARNED_POSES:
-            wanted = ("none", "compliance")  # too few poses to learn a residual honestly
-        fits = {}
-        for mode in wanted:
-            # A fixed hold-out judges the delivered ensembles themselves; folds train their own, so
-            # the ensemble on every pose is trained only for the mode that is delivered.
-            learn = modes.uses_residual(mode) and (self.holdout > 0 or mode == self.deflection)
-            fits[mode] = self._calibration(problem, geometries[modes.geometry_of(mode)], mode, learn)
-        evidence = self._evidence(problem, geometries, fits, wanted)
+        notes = {}
+        if auto and self.holdout == 0 and self._inlier_poses(geometries["none"]) < MIN_LEARNED_POSES:
+            for mode in ("learned", "both"):  # too few poses to learn a residual honestly
+                notes[mode] = f"not tried: a learned residual needs at least {MIN_LEARNED_POSES} poses"
+            wanted = ("none", "compliance")
+        fits = {mode: self._calibration(problem, geometries[modes.geometry_of(mode)]) for mode in wanted}
+        # A fixed hold-out judges the delivered ensembles themselves, and so does the screening
+        # below; folds train their own.
+        self._learn(problem, geometries, fits, [mode for mode in wanted if modes.uses_residual(mode)
+                                                and (self.holdout > 0 or auto or mode == self.deflection)])
+        judged = wanted
+        if auto and self.holdout == 0:
+            judged, screened = self._screen(fits, wanted)
+            notes.update(screened)
+        evidence = self._evidence(problem, geometries, fits, judged)
         primary = BY_NAME[problem.primary]
-        rms = {mode: _rms(evidence[mode].errors.get(problem.primary)) for mode in wanted}
+        rms = {mode: _rms(evidence[mode].errors.get(problem.primary)) for mode in judged}
         rms = {mode: value for mode, value in rms.items() if value is not None}
-        chosen = modes.choose(rms) if self.deflection == "auto" and rms else wanted[0]
+        chosen = modes.choose(rms) if auto and rms else wanted[0]
         if modes.uses_residual(chosen) and fits[chosen].residual_model is None:
-            fits[chosen] = self._calibration(problem, geometries[modes.geometry_of(chosen)], chosen, True)
+            self._learn(problem, geometries, fits, [chosen])
         self.candidates_ = fits  # every model fitted for the choice (benchmarks compare them)
         calibration = fits[chosen]
         self._held_out_figures(problem, geometries[modes.geometry_of(chosen)], calibration, evidence[chosen])
@@ -232,13 +244,37 @@ class Calibrator:
                 spread = evidence[mode].fold_rms
                 table[mode] = dict(primary.figures_from(evidence[mode].errors[problem.primary]),
                                    fold_rms_spread=float(np.std(spread)) if len(spread) > 1 else None)
-            elif self.deflection == "auto":
-                table[mode] = {"note": f"not tried: a learned residual needs at least {MIN_LEARNED_POSES} poses"}
+            elif mode in notes:
+                table[mode] = {"note": notes[mode]}
         calibration.deflection = {"mode": chosen, "requested": self.deflection, "heldout_comparison": table,
-                                  "auto_tolerance": modes.AUTO_TOLERANCE if self.deflection == "auto" else None,
+                                  "auto_tolerance": modes.AUTO_TOLERANCE if auto else None,
                                   "evidence": calibration.summary["residuals"]["validation"]["description"],
                                   "unit": primary.unit}
         return calibration
+
+    @staticmethod
+    def _screen(fits: dict[str, Calibration], wanted: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The candidates worth cross-validating, and a note for the others.
+
+        A learned residual that does not improve its base model by the choice's tolerance even on
+        the poses it was trained on cannot earn its place on poses it has not seen (a model's
+        error on its own training data is the optimistic one), so it is not cross-validated; its
+        in-sample figures say why."""
+        judged, notes = [], {}
+        limit = modes.AUTO_TOLERANCE / (1.0 + modes.AUTO_TOLERANCE)
+        for mode in wanted:
+            if modes.uses_residual(mode):
+                unit = fits[mode].summary["residuals"]["unit"]
+                learned = fits[mode].summary["residuals"]["fit"][f"rms_{unit}"]
+                base = fits[modes.geometry_of(mode)].summary["residuals"]["fit"][f"rms_{unit}"]
+                gain = 1.0 - learned / base
+                if gain < limit:
+                    notes[mode] = (f"not cross-validated: on its own training poses it improves "
+                                   f"{modes.geometry_of(mode)} by {100 * gain:.2f} % ({base:.4g} -> {learned:.4g} "
+                                   f"{unit}), less than the {100 * modes.AUTO_TOLERANCE:g} % it would need")
+                    continue
+            judged.append(mode)
+        return tuple(judged), notes
 
     def _check_options(self) -> None:
         if self.model not in ("full", "offsets"):
@@ -307,8 +343,15 @@ class Calibrator:
         if start.tip_T_board is not None:
             groups.append(BoardPose(start.tip_T_board))
         if compliance:
-            groups.append(JointCompliance(chain.joint_names))
+            groups.append(JointCompliance(chain.joint_names, fixed=self._torqueless(problem)))
         return groups
+
+    @staticmethod
+    def _torqueless(problem: Problem) -> np.ndarray:
+        """(dof,) bool: joints that hold no torque to speak of at the fit poses."""
+        torques = np.concatenate([poses.torques[rows] for poses, rows in zip(problem.poses, problem.fit_rows)])
+        largest = np.abs(torques).max(axis=0) if len(torques) else np.zeros(problem.chain.dof)
+        return largest <= TORQUELESS_FRACTION * max(largest.max(), 1e-300)
 
     def _start_values(self, problem: Problem, fit_blocks: dict[str, list]) -> StartValues:
         start = StartValues()
@@ -327,30 +370,14 @@ class Calibrator:
 
     def _geometry(self, problem: Problem, compliance: bool) -> GeometryFit:
         fit_blocks = problem.blocks(problem.fit_rows)
-        start = self._start_values(problem, fit_blocks)
         flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
-        hand_eye_rms = None
-        if any(BY_NAME[name].frames_first for name in problem.sensor_names):
-            # Gauge: what no measurement can see (where the base is behind the cameras, where the tip
-            # frame is along the last axis behind the board) stays as the starting arm says. So the
-            # frames alone are fitted to the starting arm first, then everything starts from there;
-            # the solver moves only along identifiable combinations, so unseen directions keep that split.
-            self.progress("fitting the sensor frames to the starting arm")
-            frames = ErrorModel(problem.chain, self._groups(problem, start, False), self.model, frames_only=True)
-            theta = frames.initial_vector()
-            corners = [b for b in fit_blocks.get("board_corners", [])]
-            if corners:
-                errors = np.concatenate([b.errors(frames, theta) for b in corners])
-                hand_eye_rms = float(np.sqrt(np.mean(errors ** 2)))
-            solved = RobustSolver(self.outlier_threshold).solve(flat, frames, theta).theta
-            start = self._restart(frames, solved)
+        if problem.start is None:
+            problem.start = self._start(problem, fit_blocks)
+        start, hand_eye_rms, condition_ratio, seen = problem.start
         model = ErrorModel(problem.chain, self._groups(problem, start, compliance), self.model)
         theta0 = model.initial_vector()
-        rigid = ErrorModel(problem.chain, self._groups(problem, start, False), self.model) if compliance else model
-        with blas_single_thread():
-            condition_ratio, seen = self._check_data(problem, rigid, rigid.initial_vector(), fit_blocks)
         solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self.progress)
-        result = solver.solve(flat, model, theta0, seen if rigid is model else None)
+        result = solver.solve(flat, model, theta0, None if compliance else seen)
         noise = {}
         for name in problem.sensor_names:
             for _ in range(NOISE_ROUNDS):
@@ -364,6 +391,30 @@ class Calibrator:
                 result = solver.solve(flat, model, theta0)
         return GeometryFit(model, theta0, result, fit_blocks, problem.blocks(problem.held_rows), condition_ratio,
                            noise, hand_eye_rms)
+
+    def _start(self, problem: Problem, fit_blocks: dict[str, list]) -> tuple:
+        """(start values, hand-eye RMS px or None, condition ratio, identifiability at the start)."""
+        start = self._start_values(problem, fit_blocks)
+        flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
+        hand_eye_rms = None
+        if any(BY_NAME[name].frames_first for name in problem.sensor_names):
+            # Gauge: what no measurement can see (where the base is behind the cameras, where the tip
+            # frame is along the last axis behind the board) stays as the starting arm says. So the
+            # frames alone are fitted to the starting arm first, then everything starts from there;
+            # the solver moves only along identifiable combinations, so unseen directions keep that split.
+            self.progress("fitting the sensor frames to the starting arm")
+            frames = ErrorModel(problem.chain, self._groups(problem, start, False), self.model, frames_only=True)
+            theta = frames.initial_vector()
+            corners = fit_blocks.get("board_corners", [])
+            if corners:
+                errors = np.concatenate([b.errors(frames, theta) for b in corners])
+                hand_eye_rms = float(np.sqrt(np.mean(errors ** 2)))
+            solved = RobustSolver(self.outlier_threshold).solve(flat, frames, theta).theta
+            start = self._restart(frames, solved)
+        rigid = ErrorModel(problem.chain, self._groups(problem, start, False), self.model)
+        with blas_single_thread():
+            condition_ratio, seen = self._check_data(problem, rigid, rigid.initial_vector(), fit_blocks)
+        return start, hand_eye_rms, condition_ratio, seen
 
     @staticmethod
     def _restart(frames: ErrorModel, theta: np.ndarray) -> StartValues:
@@ -401,7 +452,7 @@ class Calibrator:
                               np.concatenate([s.q for s in problem.sessions]))
 
     # -- the result -----------------------------------------------------------------------------------
-    def _calibration(self, problem: Problem, fit: GeometryFit, mode: str, learn: bool) -> Calibration:
+    def _calibration(self, problem: Problem, fit: GeometryFit) -> Calibration:
         model, result = fit.model, fit.result
         theta, std = result.theta, result.standard_deviations
         deltas = theta[model.delta_slice].reshape(-1, 6).copy()
@@ -412,6 +463,11 @@ class Calibrator:
         reflectors = model.group("target")
         identifiability = result.identifiability.summary()
         identifiability["condition_ratio_to_spread_poses"] = fit.condition_ratio
+        if model.has("compliance"):
+            group = model.group("compliance")
+            identifiability["directions"] = list(identifiability["directions"]) + [
+                f"the compliance of {joint} is held at 0: the joint holds no torque at these poses."
+                for joint, fixed in zip(group.owners, group.fixed) if fixed]
         summary = {"model": self.model, "sensors": problem.sensor_names, "sessions": [str(s.path) for s in problem.sessions],
                    "data_hash": data_hash(problem.sessions), "base_link": first.base_link,
                    "tip_link": chain.model.frames[chain.tip_frame].name, "identifiability": identifiability,
@@ -444,18 +500,29 @@ class Calibrator:
         if model.has("compliance"):
             calibration.compliance = theta[model.compliance_slice].copy()
             calibration.compliance_std = std[model.compliance_slice].copy()
-        if learn:
-            self.progress(f"residual ensemble ({mode})")
-            inliers = [b for items in fit.inliers(fit.fit_blocks).values() for b in items]
-            raw, shifts = training_set(inliers, model, theta, calibration.featurizer())
-            calibration.residual_model = ResidualEnsemble(self._residual_config()).fit(raw, shifts)
         self._fit_figures(problem, fit, calibration)
         return calibration
+
+    def _learn(self, problem: Problem, geometries: dict[str, GeometryFit], fits: dict[str, Calibration],
+               learned: list[str]) -> None:
+        """Train the residual ensembles of ``learned`` modes on their geometry's inlier fit poses, in
+        one batched run, and put them (and the fit figures they change) into their calibrations."""
+        if not learned:
+            return
+        self.progress(f"residual ensembles ({', '.join(learned)})")
+        datasets = []
+        for mode in learned:
+            fit = geometries[modes.geometry_of(mode)]
+            datasets.append(training_set(fit.result.blocks, fit.model, fit.theta, fits[mode].featurizer()))
+        for mode, residual in zip(learned, ResidualEnsemble(self._residual_config()).fit_many(datasets)):
+            fits[mode].residual_model = residual
+            self._fit_figures(problem, geometries[modes.geometry_of(mode)], fits[mode])
 
     def _residual_config(self) -> ResidualConfig:
         return self.residual or ResidualConfig(seed=self.seed)
 
-    def _inlier_poses(self, problem: Problem, fit: GeometryFit) -> int:
+    @staticmethod
+    def _inlier_poses(fit: GeometryFit) -> int:
         return len({(id(b.poses), int(r)) for items in fit.inliers(fit.fit_blocks).values() for b in items
                     for r in b.unit_pose})
 
@@ -550,7 +617,7 @@ class Calibrator:
                                                      fit.model, fit.theta)
                           for name, items in held.items()}
                 primary = errors[problem.primary][0]
-                out[mode] = Evidence(errors, [float(np.sqrt(np.mean(primary ** 2)))] if len(primary) else [],
+                out[mode] = Evidence(errors, [_quoted_rms(problem, errors[problem.primary])] if len(primary) else [],
                                      [int(sum(len(r) for r in problem.held_rows))])
             return out
         return self._cross_validation(problem, geometries, fits, wanted)
@@ -590,7 +657,7 @@ class Calibrator:
                     if (mode, k) in residuals:
                         test = [b.on(corrected(b.poses, residuals[(mode, k)], fits[mode].featurizer())) for b in test]
                     parts[name].append(BY_NAME[name].errors(test, fit.model, thetas[geometry][k]) if test else None)
-                rms = _rms(parts[problem.primary][-1])
+                rms = _quoted_rms(problem, parts[problem.primary][-1])
                 if rms is not None:
                     fold_rms.append(rms)
                     fold_poses.append(int(sum(len(r) for r in rows)))
@@ -602,6 +669,14 @@ def _leaves(problem: Problem, rows: list[np.ndarray]):
     """``block -> (units,) bool``: the units a fold holding out pose rows ``rows`` (per session) leaves out."""
     held = {id(poses): r for poses, r in zip(problem.poses, rows)}
     return lambda block: np.isin(block.unit_pose, held.get(id(block.poses), np.zeros(0, int)))
+
+
+def _quoted_rms(problem: Problem, errors: tuple | None) -> float | None:
+    """The primary sensor's RMS in the unit its figures are quoted in (mm, px)."""
+    if not errors or not len(errors[0]):
+        return None
+    sensor = BY_NAME[problem.primary]
+    return float(sensor.figures_from(errors)[f"rms_{sensor.unit}"])
 
 
 def _rms(errors: tuple | None) -> float | None:

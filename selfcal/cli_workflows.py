@@ -126,7 +126,8 @@ def recalibrate(
             typer.echo(f"{out}: recalibrated from {previous}")
             typer.echo(f"  before: {accuracy['before_rms_mm']:.3f} mm RMS on the new data (previous calibration)")
             if accuracy["after_holdout_rms_mm"] is not None:
-                typer.echo(f"  after:  {accuracy['after_holdout_rms_mm']:.3f} mm RMS on held-out poses")
+                typer.echo(f"  after:  {accuracy['after_holdout_rms_mm']:.3f} mm RMS on held-out poses "
+                           f"({accuracy['after_holdout_method']})")
             if comparison["summary"]:
                 typer.echo("what changed, most significant first:")
                 for sentence in comparison["summary"]:

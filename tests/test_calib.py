@@ -229,3 +229,28 @@ def test_two_sessions_of_one_arm_fit_together_with_a_tracker_pose_each(fit_sessi
     assert joint.summary["residuals"]["poses"]["fit"] == 120
     figures = validate(joint, load_session(check_session))
     assert figures["rms_mm"] <= 1.1 * figures["floor_rms_mm"]
+
+
+def test_moving_the_tracker_does_not_move_the_arms_calibration(calibration, fit_session, tmp_path):
+    """What no measurement sees (a turn of joint 1 against a turn of the tracker about the base's z)
+    keeps the URDF's value: the same arm, seen by the tracker turned 35 degrees on its stand (about
+    its own origin, so every point keeps its distance and noise), calibrates the same."""
+    from rigs.transforms import exp6 as make_pose
+
+    moved = tmp_path / "moved"
+    shutil.copytree(fit_session, moved)
+    shutil.rmtree(moved / "truth")
+    setup = make_pose(np.array([0.0, 0.0, 0.0, 0.05, -0.02, 0.6]))
+    rows = list(csv.reader((moved / "tracker.csv").open()))
+    header, body = rows[0], rows[1:]
+    columns = [header.index(c) for c in "xyz"]
+    for row in body:
+        point = setup[:3, :3] @ np.array([float(row[c]) for c in columns]) + setup[:3, 3]
+        for c, value in zip(columns, point):
+            row[c] = repr(float(value))
+    with (moved / "tracker.csv").open("w", newline="") as stream:
+        csv.writer(stream).writerows([header] + body)
+    again = rigid(holdout=0.0).fit([moved])
+    np.testing.assert_allclose(again.deltas, calibration.deltas, atol=1e-9)
+    np.testing.assert_allclose(again.zero_offsets, calibration.zero_offsets, atol=1e-9)
+    np.testing.assert_allclose(again.tracker_T_base["s0"], setup @ calibration.tracker_T_base["s0"], atol=1e-9)

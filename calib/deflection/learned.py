@@ -45,22 +45,30 @@ def tip_shifts(blocks: list, model: ErrorModel, theta: np.ndarray) -> dict[int, 
 
 
 class Featurizer:
-    """Features of poses under a calibrated chain: ``(poses, rows) -> (n, 5 dof)`` (see
-    :func:`calib.deflection.residual_model.features`); torques from the chain's gravity model."""
+    """Features of poses under a calibrated chain: ``(q (n, dof), payload_kg (n,)) -> (n, 5 dof)``
+    (see :func:`calib.deflection.residual_model.features`); torques from the chain's gravity model.
+    ``of(poses)`` gives every pose of a pose set, computed once (folds reuse them)."""
 
     def __init__(self, chain: ChainModel, payload_com: np.ndarray | None):
         self.chain = chain
         self.torques = GravityTorques(chain, payload_com)
+        self._by_set: dict[int, tuple[PoseSet, np.ndarray]] = {}
 
     def __call__(self, q: np.ndarray, payload_kg: np.ndarray) -> np.ndarray:
         return features(self.chain, q, self.torques(q, payload_kg))
+
+    def of(self, poses: PoseSet) -> np.ndarray:
+        key = id(poses)
+        if key not in self._by_set or self._by_set[key][0] is not poses:
+            self._by_set[key] = (poses, self(poses.q, poses.payload_kg))
+        return self._by_set[key][1]
 
 
 def training_set(blocks: list, model: ErrorModel, theta: np.ndarray, featurizer: Featurizer) -> tuple[np.ndarray, np.ndarray]:
     """Features (N, F) and tip shifts (N, 3) m of every pose the blocks measure."""
     raw, targets = [], []
     for poses, rows, shifts in tip_shifts(blocks, model, theta).values():
-        raw.append(featurizer(poses.q[rows], poses.payload_kg[rows]))
+        raw.append(featurizer.of(poses)[rows])
         targets.append(shifts)
     return np.concatenate(raw), np.concatenate(targets)
 
@@ -69,5 +77,4 @@ def corrected(poses: PoseSet, residual: ResidualModel | None, featurizer: Featur
     """``poses`` with the learned tip shift of every pose (unchanged without a model)."""
     if residual is None:
         return poses
-    shift = residual.predict(featurizer(poses.q, poses.payload_kg))[0]
-    return poses.with_tip_shift(shift)
+    return poses.with_tip_shift(residual.predict(featurizer.of(poses))[0])

@@ -26,7 +26,8 @@ class Identifiability:
     ``basis`` (P, r): parameter-space directions of the identifiable combinations (column scaling
     included, zero rows for fixed parameters): ``theta = theta_ref + basis @ z``.
     ``combinations`` (r, P): rows map a parameter vector to the combinations, ``z = combinations @ theta``.
-    ``singular_values`` (n_free,) of the column-scaled Jacobian.
+    ``singular_values`` (n_free,) of the column-scaled Jacobian. ``null_basis`` (P, n_free - r): the
+    directions no measurement sees, in the same scaled coordinates (orthonormal there).
     """
 
     rank: int
@@ -37,6 +38,7 @@ class Identifiability:
     combinations: np.ndarray
     dependent: list[str]  # parameter names left at their reference values
     descriptions: list[str]  # one sentence per non-identifiable direction
+    null_basis: np.ndarray | None = None
 
     def summary(self) -> dict:
         return {"parameters": self.free_count, "rank": self.rank, "condition_number": float(self.condition_number),
@@ -59,13 +61,15 @@ def analyse(jacobian: np.ndarray, free: np.ndarray, names: list[ParameterInfo],
     # triangle: scaled[:, pivots] = Q R, so scaled's singular values are R's and V[pivots] = R's.
     r_factor, pivots = scipy.linalg.qr(scaled, mode="r", pivoting=True)
     r_factor = r_factor[:scaled.shape[1]]
-    _, singular_values, triangle_vt = np.linalg.svd(r_factor, full_matrices=False)
+    _, singular_values, triangle_vt = np.linalg.svd(r_factor, full_matrices=True)  # (n, n): the null space too
     vt = np.empty_like(triangle_vt)
     vt[:, pivots] = triangle_vt
     rank = int(np.sum(singular_values > tolerance * singular_values[0])) if singular_values.size else 0
     condition = float(singular_values[0] / singular_values[rank - 1]) if rank else float("inf")
     basis = np.zeros((len(names), rank))
     basis[free_index] = scale[:, None] * vt[:rank].T
+    null_basis = np.zeros((len(names), len(free_index) - rank))
+    null_basis[free_index] = scale[:, None] * vt[rank:].T
     combinations = np.zeros((rank, len(names)))
     # z = V_r^T S^-1 theta: the inverse scaling maps parameters back to the scaled coordinates.
     combinations[:, free_index] = vt[:rank] * np.where(blind, 0.0, norms)[None, :]
@@ -87,4 +91,5 @@ def analyse(jacobian: np.ndarray, free: np.ndarray, names: list[ParameterInfo],
         if not partners:
             partners = [describe(names[free_index[independent[order[0]]]])]
         descriptions.append(f"{describe(info)} is not separable from {', '.join(partners)}.")
-    return Identifiability(rank, len(free_index), condition, singular_values, basis, combinations, dependent, descriptions)
+    return Identifiability(rank, len(free_index), condition, singular_values, basis, combinations, dependent, descriptions,
+                           null_basis)

@@ -152,6 +152,7 @@ class ErrorModel:
         for group in self.groups.values():
             if (self.frames_only and group.arm) or (self.kind == "offsets" and group.key == "delta"):
                 free[group.slice] = False
+            free[group.slice] &= ~group.fixed
         return free
 
     def group(self, key: str) -> ParameterGroup | None:

@@ -65,10 +65,12 @@ class JointZeros(ParameterGroup):
 
 
 class JointCompliance(ParameterGroup):
+    """One compliance per joint; ``fixed`` joints (they hold no torque to speak of) stay at 0."""
+
     key, arm, width = "compliance", True, 1
 
-    def __init__(self, joint_names: list[str], initial: np.ndarray | None = None):
-        super().__init__(joint_names, initial)
+    def __init__(self, joint_names: list[str], initial: np.ndarray | None = None, fixed: np.ndarray | None = None):
+        super().__init__(joint_names, initial, fixed)
 
     def label(self, owner: str, component: int) -> str:
         return f"{owner}.compliance"

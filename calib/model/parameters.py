@@ -40,11 +40,13 @@ class ParameterGroup:
     arm = False
     width = 1
 
-    def __init__(self, owners: list[str], initial: np.ndarray | None = None):
+    def __init__(self, owners: list[str], initial: np.ndarray | None = None, fixed: np.ndarray | None = None):
         self.owners = list(owners)
         self.start = 0  # set by the model's layout
         values = np.zeros(self.size) if initial is None else np.asarray(initial, float).reshape(self.size)
         self._initial = values.copy()
+        # Entries held at their initial value whatever the model's kind (a quantity the data cannot carry).
+        self.fixed = np.zeros(self.size, bool) if fixed is None else np.asarray(fixed, bool).reshape(self.size)
 
     @property
     def size(self) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from calib.model.poses import PoseSet
 from calib.sensors.board_corners import CornerObservations, detect_session, has_board_images
 from calib.sensors.figures import ErrorStats, pose_figures, rms
 from calib.sensors.registration import initial_frame_and_targets
