@@ -186,7 +186,7 @@ class Calibrator:
     and reflectors and move only along what the new data identifies.
     """
 
-    def __init__(self, model: str = "full", deflection: str = "auto", holdout: float = 0.2, folds: int | None = None,
+    def __init__(self, model: str = "full", deflection: str = "auto", holdout: float = 0.0, folds: int | None = None,
                  seed: int = 0, outlier_threshold: float = 5.0, tip_link: str | None = None,
                  pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
                  progress: Callable[[str], None] | None = None, previous: Calibration | None = None):

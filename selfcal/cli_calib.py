@@ -19,8 +19,9 @@ def register(app: typer.Typer) -> None:
 def calibrate(
     sessions: List[Path] = typer.Argument(..., help="Session folders of one robot, fitted together."),
     out: Path = typer.Option(..., "--out", help="Calibration folder to create (robot.urdf, calibration.yaml, report.html)."),
-    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of poses kept out of the fit and reported (0 = fit "
-                                  "every pose; held-out figures then come from cross-validation)."),
+    holdout: float = typer.Option(0.0, "--holdout", help="Keep this fraction of the poses out of the fit and report "
+                                  "them (reduces the data the calibration uses). Default 0: every pose is fitted and "
+                                  "the held-out figures come from cross-validation by pose."),
     folds: Optional[int] = typer.Option(None, "--folds", help="Cross-validation folds with --holdout 0 (default: "
                                         "leave-one-pose-out below 40 poses, else 5)."),
     model: str = typer.Option("full", "--model", help="full: placement errors and zero offsets; offsets: zero offsets only."),

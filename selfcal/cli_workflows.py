@@ -103,7 +103,8 @@ def recalibrate(
     sessions: list[Path] = typer.Argument(..., help="Session(s) recorded after the event."),
     previous: Path = typer.Option(..., "--previous", help="The calibration folder from before."),
     out: Path = typer.Option(..., "--out", help="New calibration folder."),
-    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of poses kept out of the fit and reported."),
+    holdout: float = typer.Option(0.0, "--holdout", help="Keep this fraction of the poses out of the fit (reduces the "
+                                  "data). Default 0: every pose is fitted, held-out figures by cross-validation."),
     seed: int = typer.Option(0, "--seed"),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
     json_output: bool = typer.Option(False, "--json"),

@@ -247,7 +247,7 @@ def registered_errors(previous: Calibration, session: Session) -> np.ndarray | N
     return None
 
 
-def recalibrate(sessions: list[Session | Path], previous_dir: Path, holdout: float = 0.2, seed: int = 0,
+def recalibrate(sessions: list[Session | Path], previous_dir: Path, holdout: float = 0.0, seed: int = 0,
                 model: str = "full", folds: int | None = None) -> tuple[Calibration, dict]:
     """Fit ``sessions`` starting from the calibration in ``previous_dir``; returns (new, comparison).
 
