@@ -36,7 +36,7 @@ from calib.deflection.learned import corrected, training_set
 from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble
 from calib.deflection.torques import GravityTorques
 from calib.fit.checks import check_pose_set, spread_poses, structural_identifiability
-from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions
+from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
 from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
 from calib.model.chain import SerialChain
 from calib.model.error_model import ErrorModel
@@ -44,7 +44,7 @@ from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPl
                                 Reflectors, TrackerFrames)
 from calib.model.parameters import FrameGroup
 from calib.model.poses import PoseSet
-from calib.sensors.blocks import keep_units, without_labels
+from calib.sensors.blocks import evaluate, keep_units, stack, unit_count, without_labels
 from calib.sensors.registry import BY_NAME, SENSORS
 from calib.sensors.sensor import Prepared, StartValues, join_errors
 from capture.session import Session, load_session
@@ -563,6 +563,7 @@ class Calibrator:
             nominal = sensor.errors(nominal_blocks[name], fit.model, fit.theta0)
             entry["holdout_nominal"] = sensor.figures_from(nominal)
             calibration.history[name].update(held_after=errors[0], held_before=nominal[0])
+        calibration.summary["holdout_outliers"] = self._held_out_outliers(problem, fit, calibration) if self.holdout > 0 else []
         primary = residuals["by_sensor"][problem.primary]
         residuals["holdout"] = primary.get("holdout")
         if primary.get("holdout_nominal") is not None:
@@ -593,6 +594,25 @@ class Calibrator:
                                               noise=calibration.summary.get("pose_noise", {"source": "stated"}))
         if "board_corners" in residuals["by_sensor"]:
             self._camera_summary(problem, fit, calibration, evidence)
+
+    def _held_out_outliers(self, problem: Problem, fit: GeometryFit, calibration: Calibration) -> list[dict]:
+        """Held-out units beyond the outlier threshold, scored by the fit's own robust scale: named,
+        and kept in the held-out figures (they are what unseen data looks like)."""
+        residuals, _, units = stack(fit.result.blocks, fit.model, fit.theta, jacobian=False)
+        scale = robust_sigma(*unit_norms(residuals, units, unit_count(fit.result.blocks)))
+        out = []
+        for name, items in fit.held_blocks.items():
+            sensor = BY_NAME[name]
+            for block in items:
+                block = block.on(calibration_poses(block.poses, calibration))
+                whitened, _ = evaluate(block, fit.model, fit.theta, False)
+                squared, _ = unit_norms(whitened, block.unit_index, len(block.unit_labels))
+                score = np.sqrt(squared) / scale
+                errors = sensor.errors([block], fit.model, fit.theta)[0] * (1e3 if sensor.unit == "mm" else 1.0)
+                out += [{"point": block.unit_labels[i], "residual_sigma": round(float(score[i]), 2),
+                         f"error_{sensor.unit}": round(float(errors[i]), 4)}
+                        for i in np.flatnonzero(score > self.outlier_threshold)]
+        return sorted(out, key=lambda o: -o["residual_sigma"])
 
     def _camera_summary(self, problem: Problem, fit: GeometryFit, calibration: Calibration, evidence: Evidence) -> None:
         blocks = fit.inliers(fit.fit_blocks)["board_corners"]

@@ -20,8 +20,9 @@ flight.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +30,10 @@ import numpy as np
 
 from capture.camera_info import CameraInfo
 from rigs import urdf as urdf_io
+from rigs.documents import as_table
 from rigs.errors import InputError
-from rigs.files import atomic_write_json
+from rigs.files import atomic_write_json, atomic_write_text, inside_folder, read_json, read_text
+from rigs.limits import REACH_SLACK_M, ChainJoints, check_joint_values, check_offset, check_spread
 
 FORMAT = "selfcal-session"
 FORMAT_VERSION = 1
@@ -60,6 +63,7 @@ class TrackerPoints:
     targets: list[str]  # (M,)
     xyz: np.ndarray  # (M, 3) m, tracker frame
     sigma: np.ndarray | None = None  # (M,) m, per-point standard deviation when the file gave one
+    rows: list[str] | None = None  # (M,) where each point is in its file ("row 12"), for messages
 
 
 @dataclass
@@ -140,6 +144,11 @@ class Session:
         image = cv2.imread(str(path), flags)
         if image is None:
             raise InputError(f"{path}: image missing or unreadable.")
+        info = self.cameras[camera].info
+        if image.shape[:2] != (info.height, info.width) or (kind != "rgb" and image.ndim != 2):
+            raise InputError(f"{path}: a {image.shape[1]} x {image.shape[0]} image with {1 if image.ndim == 2 else image.shape[2]} "
+                             f"channels, but camera {camera!r} gives {info.width} x {info.height}"
+                             + (" colour images." if kind == "rgb" else " single-channel images."))
         if kind == "rgb":
             return image[..., ::-1].copy()
         if kind == "depth":
@@ -154,8 +163,14 @@ class Session:
 # -- reading --------------------------------------------------------------------------------------
 
 def read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    with open(path, newline="") as stream:
-        rows = [row for row in csv.reader(stream) if row and not row[0].startswith("#")]
+    """Header and rows of a CSV file (``#`` comment rows and blank rows skipped); InputError when the
+    file is missing, not UTF-8 or not CSV."""
+    path = Path(path)
+    text = read_text(path, "CSV file")
+    try:
+        rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row and not row[0].startswith("#")]
+    except csv.Error as error:
+        raise InputError(f"{path}: not a readable CSV file ({error}).") from None
     if not rows:
         raise InputError(f"{path}: empty file (expected a header row).")
     return [h.strip() for h in rows[0]], rows[1:]
@@ -171,29 +186,97 @@ def parse_number(text: str, path: Path, row: int, column: str) -> float:
     return value
 
 
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def read_manifest(path: Path) -> dict:
+    """The checked ``session.json`` of session folder ``path`` (types of every key selfcal reads)."""
+    manifest_path = Path(path) / "session.json"
+    manifest = read_json(manifest_path, "session manifest")
+    top = as_table(manifest, manifest_path, "session manifest")
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise InputError(f"{manifest_path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
+                         f"is not a {FORMAT} version {FORMAT_VERSION} this selfcal reads.")
+    robot = top.get("robot", "table")
+    for key in ("urdf", "base_link", "tip_link"):
+        robot.get(key, "str")
+    names = robot.get("joint_names", "names")
+    if not names or len(set(names)) != len(names):
+        raise InputError(f"{robot.where('joint_names')} should name each joint once, got {names!r}.")
+    robot.get("payload_com", "vector", None, length=3)
+    sensors = top.get("sensors", "table", None, nullable=True)
+    if sensors is not None:
+        tracker = sensors.get("tracker", "table", None, nullable=True)
+        if tracker is not None:
+            targets = tracker.get("targets", "table", None, nullable=True)
+            for name in (targets.data if targets is not None else {}):
+                targets.get(name, "vector", length=3)
+            for key in ("distance_mpe_m", "transverse_mpe_m"):
+                values = tracker.get(key, "vector", None, length=2, nullable=True)
+                if values is not None and np.any(values < 0):
+                    raise InputError(f"{tracker.where(key)} should not be negative, got {values.tolist()}.")
+        poses = sensors.get("tracker_poses", "table", None, nullable=True)
+        if poses is not None:
+            for key in ("sigma_pos_m", "sigma_rot_rad"):
+                if poses.get(key, "number", None, nullable=True) is not None and poses.data[key] <= 0:
+                    raise InputError(f"{poses.where(key)} should be positive, got {poses.data[key]!r}.")
+        cameras = sensors.get("cameras", "table", None, nullable=True)
+        for name in (cameras.data if cameras is not None else {}):
+            if not _FOLDER_NAME.match(name):
+                raise InputError(f"{cameras.where(name)}: a camera name must be a plain folder name (letters, digits, "
+                                 f"'_', '-', '.'), got {name!r}.")
+            camera = cameras.get(name, "table")
+            camera.get("base_T_camera", "matrix", None, shape=(4, 4), nullable=True)
+            camera.positive("depth_scale", 0.001)
+            noise = camera.get("depth_noise", "number", None, nullable=True)
+            if noise is not None and noise < 0:
+                raise InputError(f"{camera.where('depth_noise')} should not be negative, got {noise}.")
+        board = sensors.get("board", "table", None, nullable=True)
+        if board is not None:
+            squares = board.get("squares", "vector", length=2)
+            if np.any(squares != np.round(squares)) or np.any(squares < 2):
+                raise InputError(f"{board.where('squares')} should be two whole numbers of at least 2, got "
+                                 f"{board.data['squares']!r}.")
+            board.positive("square_m")
+            board.positive("marker_m")
+            board.get("dictionary", "str", "DICT_4X4_50")
+            board.get("tip_T_board_nominal", "matrix", None, shape=(4, 4), nullable=True)
+    source = top.get("source", "table", None, nullable=True)
+    if source is not None:
+        source.get("seed", "int", None, nullable=True)
+        source.get("payload_kg", "number", None, nullable=True)
+    return manifest
+
+
 def load_session(path: Path) -> Session:
-    """Read and check a session folder; InputError naming the file, row or key on any problem."""
+    """Read and check a session folder; InputError naming the file, row or key on any problem.
+
+    Besides the format, the data must be what a real arm can produce (:mod:`rigs.limits`): joints
+    within the URDF's limits, reflector points and probe poses no farther apart than the arm can
+    carry them, reflector offsets no longer than the arm's reach.
+    """
     path = Path(path)
     manifest_path = path / "session.json"
     if not manifest_path.is_file():
         partial = path.with_name(path.name + ".partial")
-        hint = f" (an interrupted capture is in {partial}; resume it with --resume)" if partial.is_dir() else ""
+        hint = (f" (an interrupted capture is in {partial}; run the same `selfcal capture` with --resume)"
+                if partial.is_dir() else "")
         raise InputError(f"{path}: not a session folder, session.json is missing{hint}.")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as error:
-        raise InputError(f"{manifest_path}: not valid JSON ({error}).") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"{manifest_path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
-                         f"is not a {FORMAT} version {FORMAT_VERSION} this selfcal reads.")
-    for key in ("urdf", "base_link", "tip_link", "joint_names"):
-        if key not in manifest.get("robot", {}):
-            raise InputError(f"{manifest_path}: key 'robot.{key}' is missing.")
-    joint_names = list(manifest["robot"]["joint_names"])
-    urdf_path = path / manifest["robot"]["urdf"]
-    if not urdf_path.resolve().is_relative_to(path.resolve()):
-        raise InputError(f"{manifest_path}: robot.urdf must lie inside the session folder.")
+    manifest = read_manifest(path)
+    robot = manifest["robot"]
+    joint_names = list(robot["joint_names"])
+    urdf_path = inside_folder(path, robot["urdf"], f"{manifest_path}: key 'robot.urdf'", "URDF path")
     urdf_io.check_meshes(urdf_path)
+    limits = ChainJoints.from_urdf(urdf_path, robot["base_link"], robot["tip_link"])
+    if limits.names != joint_names:
+        raise InputError(f"{manifest_path}: key 'robot.joint_names' lists {joint_names}, but the chain of {urdf_path.name} "
+                         f"from {robot['base_link']!r} to {robot['tip_link']!r} moves {limits.names}.")
+    targets = (manifest.get("sensors") or {}).get("tracker") or {}
+    offsets = [np.asarray(xyz, float) for xyz in (targets.get("targets") or {}).values()]
+    for name, xyz in (targets.get("targets") or {}).items():
+        check_offset(xyz, limits.reach, f"{manifest_path}: key 'sensors.tracker.targets.{name}'", "reflector offset")
+    if robot.get("payload_com") is not None:
+        check_offset(robot["payload_com"], limits.reach, f"{manifest_path}: key 'robot.payload_com'", "payload centre")
 
     joints_path = path / "joints.csv"
     if not joints_path.is_file():
@@ -202,6 +285,9 @@ def load_session(path: Path) -> Session:
     missing = [name for name in ["pose", *joint_names] if name not in header]
     if missing:
         raise InputError(f"{joints_path}: column {missing[0]!r} is missing.")
+    if len(set(header)) != len(header):
+        duplicate = next(h for h in header if header.count(h) > 1)
+        raise InputError(f"{joints_path}: column {duplicate!r} appears twice in the header.")
     columns = {name: header.index(name) for name in header}
     pose_ids, q, payload = [], [], []
     extra = {name: [] for name in header if name not in ("pose", "payload_kg", *joint_names)}
@@ -213,23 +299,35 @@ def load_session(path: Path) -> Session:
             raise InputError(f"{joints_path}: row {number}: empty pose id.")
         pose_ids.append(pose)
         q.append([parse_number(row[columns[name]], joints_path, number, name) for name in joint_names])
-        payload.append(parse_number(row[columns["payload_kg"]], joints_path, number, "payload_kg") if "payload_kg" in columns else 0.0)
+        kg = parse_number(row[columns["payload_kg"]], joints_path, number, "payload_kg") if "payload_kg" in columns else 0.0
+        if kg < 0:
+            raise InputError(f"{joints_path}: row {number}, column 'payload_kg': {kg:g} kg is negative.")
+        payload.append(kg)
         for name in extra:
             extra[name].append(row[columns[name]])
     if len(set(pose_ids)) != len(pose_ids):
         duplicate = next(p for p in pose_ids if pose_ids.count(p) > 1)
         raise InputError(f"{joints_path}: pose id {duplicate!r} appears twice.")
-    session = Session(path, manifest, joint_names, pose_ids, np.array(q, dtype=float).reshape(-1, len(joint_names)),
-                      np.array(payload, dtype=float), extra)
+    if not pose_ids:
+        raise InputError(f"{joints_path}: no poses (only a header).")
+    q_array = np.array(q, dtype=float).reshape(-1, len(joint_names))
+    check_joint_values(q_array, q_array, joint_names, limits.types, limits.lower, limits.upper,
+                       [f"row {n}" for n in range(2, len(pose_ids) + 2)], joints_path, "rad", flag=None)
+    session = Session(path, manifest, joint_names, pose_ids, q_array, np.array(payload, dtype=float), extra)
 
+    largest_offset = max([float(np.linalg.norm(o)) for o in offsets], default=0.0)
     tracker_path = path / "tracker.csv"
     if tracker_path.is_file():
         session.tracker = read_tracker_csv(tracker_path, {p: i for i, p in enumerate(pose_ids)})
+        check_spread(session.tracker.xyz, limits.reach, largest_offset + REACH_SLACK_M, tracker_path,
+                     session.tracker.rows, "reflector points")
     tracker_poses_path = path / "tracker_poses.csv"
     if tracker_poses_path.is_file():
         session.tracker_poses = read_tracker_poses_csv(tracker_poses_path, {p: i for i, p in enumerate(pose_ids)})
+        check_spread(session.tracker_poses.tracker_T_probe[:, :3, 3], limits.reach, REACH_SLACK_M, tracker_poses_path,
+                     [f"row {n}" for n in range(2, len(session.tracker_poses.pose_index) + 2)], "probe positions")
 
-    for name, camera in (manifest.get("sensors", {}).get("cameras") or {}).items():
+    for name, camera in ((manifest.get("sensors") or {}).get("cameras") or {}).items():
         info = CameraInfo.load(path / "cameras" / name / "camera_info.yaml")
         pose = camera.get("base_T_camera")
         session.cameras[name] = SessionCamera(
@@ -244,10 +342,14 @@ def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:
         if name not in header:
             raise InputError(f"{path}: column {name!r} is missing.")
     columns = {name: header.index(name) for name in header}
-    index, targets, xyz, sigma = [], [], [], []
+    index, targets, xyz, sigma, numbers = [], [], [], [], []
     seen = set()
     for number, row in enumerate(rows, start=2):
+        if len(row) != len(header):
+            raise InputError(f"{path}: row {number} has {len(row)} cells, the header has {len(header)}.")
         pose, target = row[columns["pose"]].strip(), row[columns["target"]].strip()
+        if not target:
+            raise InputError(f"{path}: row {number}: empty target name.")
         if pose not in pose_rows:
             raise InputError(f"{path}: row {number}: pose {pose!r} has no row in joints.csv.")
         if (pose, target) in seen:
@@ -258,8 +360,11 @@ def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:
         xyz.append([parse_number(row[columns[a]], path, number, a) for a in "xyz"])
         if "sigma" in columns:
             sigma.append(parse_number(row[columns["sigma"]], path, number, "sigma"))
+            if sigma[-1] <= 0:
+                raise InputError(f"{path}: row {number}, column 'sigma': {sigma[-1]:g} m; a standard deviation must be positive.")
+        numbers.append(f"row {number}")
     return TrackerPoints(np.array(index, dtype=int), targets, np.array(xyz, dtype=float).reshape(-1, 3),
-                         np.array(sigma) if sigma else None)
+                         np.array(sigma) if sigma else None, numbers)
 
 
 def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoses:
@@ -274,6 +379,8 @@ def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPose
     sigmas = [name for name in ("sigma_pos", "sigma_rot") if name in columns]
     index, transforms, sigma = [], [], {name: [] for name in sigmas}
     for number, row in enumerate(rows, start=2):
+        if len(row) != len(header):
+            raise InputError(f"{path}: row {number} has {len(row)} cells, the header has {len(header)}.")
         pose = row[columns["pose"]].strip()
         if pose not in pose_rows:
             raise InputError(f"{path}: row {number}: pose {pose!r} has no row in joints.csv.")
@@ -316,6 +423,14 @@ def write_tracker_poses_csv(path: Path, pose_ids: list[str], tracker_T_probe: np
 
 # -- writing --------------------------------------------------------------------------------------
 
+def _cut_torn_line(path: Path) -> None:
+    """Cut ``path`` back to its last whole line (a line a killed append left without its newline)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as stream:
+            stream.truncate(data.rfind(b"\n") + 1)
+
+
 class SessionWriter:
     """Append-only writer of a session folder, flushed pose by pose.
 
@@ -346,10 +461,22 @@ class SessionWriter:
 
     @classmethod
     def reopen(cls, path: Path) -> tuple["SessionWriter", list[str]]:
-        """Continue an interrupted recording: returns the writer and the pose ids already complete."""
+        """Continue an interrupted recording: returns the writer and the pose ids already complete.
+
+        A run killed outright may have left a torn last line in any file it appends to; those are
+        cut back to the last whole line before anything is read.
+        """
         path = Path(path)
-        manifest = json.loads((path / "session.json").read_text())
-        header, rows = read_csv_rows(path / "joints.csv")
+        try:
+            manifest = read_manifest(path)
+            appended = [name for name in ("joints.csv", "tracker.csv", "tracker_poses.csv", "truth/tracker_clean.csv",
+                                          "truth/joints_reached.csv", "truth/tracker_poses_clean.csv")
+                        if (path / name).is_file()]
+            for name in appended:
+                _cut_torn_line(path / name)
+            header, rows = read_csv_rows(path / "joints.csv")
+        except InputError as error:
+            raise InputError(f"{path}: cannot be resumed ({error}); remove it and record again.") from None
         joint_names = manifest["robot"]["joint_names"]
         extra = [h for h in header if h not in ("pose", "payload_kg", *joint_names)]
         done = [row[0] for row in rows if len(row) == len(header)]
@@ -359,12 +486,8 @@ class SessionWriter:
             tracker_header, _ = read_csv_rows(path / "tracker.csv")
             writer.with_sigma = "sigma" in tracker_header
             writer.tracker_header = tracker_header
-            writer._rewrite_rows("tracker.csv", lambda row: row[0] in done)
-        truth_clean = path / "truth" / "tracker_clean.csv"
-        if truth_clean.is_file():
-            writer._rewrite_rows("truth/tracker_clean.csv", lambda row: row[0] in done)
-        if (path / "truth" / "joints_reached.csv").is_file():
-            writer._rewrite_rows("truth/joints_reached.csv", lambda row: row[0] in done)
+        for name in appended[1:]:
+            writer._rewrite_rows(name, lambda row: row[0] in done)
         for image in (path / "cameras").glob("*/*.png") if (path / "cameras").is_dir() else []:
             if image.name.split("_")[0] not in done:
                 image.unlink()
@@ -379,11 +502,13 @@ class SessionWriter:
             csv.writer(stream).writerow(header)
 
     def _rewrite_rows(self, name: str, keep) -> None:
+        """Keep the header and the rows ``keep`` accepts; atomic, so a kill now loses nothing."""
         with open(self.path / name, newline="") as stream:
             rows = list(csv.reader(stream))
         kept = [rows[0]] + [row for row in rows[1:] if row and keep(row)]
-        with open(self.path / name, "w", newline="") as stream:
-            csv.writer(stream).writerows(kept)
+        buffer = io.StringIO(newline="")
+        csv.writer(buffer).writerows(kept)
+        atomic_write_text(self.path / name, buffer.getvalue())
 
     def _append(self, name: str, rows: list[list]) -> None:
         with open(self.path / name, "a", newline="") as stream:

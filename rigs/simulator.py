@@ -237,7 +237,9 @@ class Simulator:
 def nominal_world(rig: Rig) -> Simulator:
     """A pybullet world of the robot as described (no hidden errors): for planning and checks."""
     from rigs.truth import nominal_arm
+    from rigs.urdf import check_meshes
 
+    check_meshes(rig.robot.urdf, rig.robot.package_dirs)  # pybullet would read a mesh from anywhere
     return Simulator(rig, nominal_arm(rig), rig.robot.urdf)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rigs.documents import Table as _Table
 from rigs.errors import InputError
 from rigs.transforms import look_at, make_transform
 
@@ -122,63 +123,6 @@ class Rig:
     cameras: tuple[CameraSpec, ...]
     board: BoardSpec | None
     truth: TruthSpec | None
-
-
-class _Table:
-    """A TOML table that remembers where it came from, so an error can name file and key."""
-
-    def __init__(self, data: dict, path: Path, prefix: str):
-        self.data, self.path, self.prefix = data, path, prefix
-        self.used: set[str] = set()
-
-    def where(self, key: str) -> str:
-        return f"{self.path}: key '{self.prefix}{key}'"
-
-    def get(self, key: str, kind: str, default=..., length: int | None = None):
-        self.used.add(key)
-        if key not in self.data:
-            if default is ...:
-                raise InputError(f"{self.where(key)} is missing (expected {kind}).")
-            return default
-        value = self.data[key]
-        if kind == "str":
-            if not isinstance(value, str) or not value:
-                raise InputError(f"{self.where(key)} should be a non-empty string, got {value!r}.")
-            return value
-        if kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{self.where(key)} should be an integer, got {value!r}.")
-            return value
-        if kind == "number":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise InputError(f"{self.where(key)} should be a number, got {value!r}.")
-            return float(value)
-        if kind == "vector":
-            ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-            if not ok or (length is not None and len(value) != length):
-                raise InputError(f"{self.where(key)} should be a list of {length or 'some'} numbers, got {value!r}.")
-            return np.asarray(value, dtype=float)
-        if kind == "table":
-            if not isinstance(value, dict):
-                raise InputError(f"{self.where(key)} should be a table, got {value!r}.")
-            return _Table(value, self.path, f"{self.prefix}{key}.")
-        if kind == "tables":
-            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                raise InputError(f"{self.where(key)} should be an array of tables ([[{self.prefix}{key}]]).")
-            return [_Table(v, self.path, f"{self.prefix}{key}[{i}].") for i, v in enumerate(value)]
-        raise AssertionError(kind)
-
-    def positive(self, key: str, default=...) -> float:
-        value = self.get(key, "number", default)
-        if value is not None and value <= 0:
-            raise InputError(f"{self.where(key)} should be positive, got {value}.")
-        return value
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise InputError(f"{self.where(unknown[0])} is not a known key here "
-                             f"(expected one of: {', '.join(sorted(self.used))}).")
 
 
 def _pose(table: _Table, default_xyz=None) -> np.ndarray:

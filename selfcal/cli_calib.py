@@ -39,9 +39,12 @@ def calibrate(
     with user_errors():
         from calib.calibrator import Calibrator
         from capture.session import load_session
+        from rigs.errors import InputError
         from rigs.files import check_new_output, output_folder
 
         check_new_output(out, force)
+        if not outlier_sigma > 0:
+            raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         loaded = [load_session(path) for path in sessions]
         with progress_bar("calibrating", None) as update:
             steps = []
@@ -64,7 +67,8 @@ def calibration_summary(calibration, out: Path) -> dict:
     out_summary = {"calibration": str(out), "model": summary["model"], "sensors": summary.get("sensors", []),
                    "parameters": ident["parameters"], "identifiable": ident["rank"],
                    "condition_number": ident["condition_number"], "residuals": summary["residuals"],
-                   "outliers": summary["outliers"], "solve_seconds": summary["solve_seconds"],
+                   "outliers": summary["outliers"], "holdout_outliers": summary.get("holdout_outliers", []),
+                   "solve_seconds": summary["solve_seconds"],
                    "deflection": (calibration.deflection or {}).get("mode", "none"),
                    "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison")}
     if calibration.base_T_camera:
@@ -89,12 +93,19 @@ def summary_line(summary: dict) -> str:
     text += f", {len(summary['outliers'])} outliers, deflection {summary['deflection']}"
     if validation.get("description"):
         text += f"\n  held-out figures: {validation['description']}"
+    for outlier in summary["outliers"]:
+        text += f"\n  outlier in the fit: {outlier['point']} ({outlier['residual_sigma']} sigma), left out"
+    for outlier in summary["holdout_outliers"]:
+        unit = "mm" if "error_mm" in outlier else "px"
+        text += (f"\n  outlier in a held-out pose: {outlier['point']} ({outlier['residual_sigma']} sigma, "
+                 f"{outlier[f'error_{unit}']:.3f} {unit}), kept in the held-out figures")
     return text
 
 
 def validate(
     calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
     session: Path = typer.Argument(..., help="Session whose measurements are predicted."),
+    outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Name points beyond this many robust standard deviations."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Predict every measurement of a session with a calibration and report the errors."""
@@ -102,8 +113,11 @@ def validate(
         from calib.calibration import Calibration
         from calib.workflows.validate import validate as run_validation
         from capture.session import load_session
+        from rigs.errors import InputError
 
-        result = run_validation(Calibration.load(calibration_dir), load_session(session))
+        if not outlier_sigma > 0:
+            raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
+        result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma)
         if json_output:
             print_json(result)
             return
@@ -113,6 +127,9 @@ def validate(
                        f"max={result['max_mm']:.4f} mm p95={result['p95_mm']:.4f} mm "
                        f"nominal_rms={result['nominal_rms_mm']:.4f} mm floor_rms="
                        + ("n/a" if floor is None else f"{floor:.4f} mm"))
+            for outlier in result.get("outliers", []):
+                typer.echo(f"outlier: {outlier['row']} (pose {outlier['pose']}, target {outlier['target']}): "
+                           f"{outlier['error_mm']:.3f} mm, {outlier['residual_sigma']} sigma")
         poses = result.get("tracker_poses", result if "angle_rms_deg" in result else None)
         if poses is not None:
             angle_floor = poses["floor_angle_rms_deg"]

@@ -30,13 +30,10 @@ def calibrate_camera(
     with user_errors():
         from calib.sensors.board import parse_board
         from calib.sensors.intrinsics import IntrinsicsCalibration
-        from rigs.errors import InputError
+        from rigs.files import check_new_file
 
         spec = parse_board(board)
-        if out.exists() and not force:
-            raise InputError(f"{out}: already exists; choose another --out or pass --force.")
-        if out.exists() and out.is_dir():
-            raise InputError(f"{out}: is a folder; --out names the camera_info YAML file to write.")
+        check_new_file(out, force)
         with progress_bar("detecting the board", len(images)) as update:
             result = IntrinsicsCalibration(spec, name or out.stem, fix_k3=not free_k3).fit(images, update)
         result.info.save(out)

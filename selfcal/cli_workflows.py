@@ -27,6 +27,7 @@ def plan(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Plan around this calibration's model and reflectors."),
     candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal."),
     seed: int = typer.Option(0, "--seed"),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """Plan calibration poses: random valid ones, or with --optimal the most informative few."""
@@ -40,11 +41,14 @@ def plan(
         from capture.poses import random_poses
         from capture.simulate import pose_is_valid
         from rigs import InputError
-        from rigs.files import atomic_write_text
+        from rigs.files import atomic_write_text, check_new_file
         from rigs.simulator import nominal_world
 
+        check_new_file(out, force)
         if poses < 1:
             raise InputError(f"--poses must be at least 1, got {poses}.")
+        if optimal and candidates < poses:
+            raise InputError(f"--candidates {candidates}: --optimal chooses {poses} poses among at least as many candidates.")
         spec = robot_from_options(rig, urdf, base_link, tip_link)
         previous = None
         if calibration is not None:

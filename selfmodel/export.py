@@ -205,7 +205,7 @@ def write_collision_urdf(model_urdf: Path, export: CollisionExport, folder: Path
     for name in export.links:
         for collision in links[name].findall("collision"):
             links[name].remove(collision)
-    urdf_io.copy_self_contained(tree, model_urdf.parent, folder, confine=True)
+    urdf_io.copy_self_contained(tree, model_urdf.parent, folder)
     (folder / "meshes" / "collision").mkdir(parents=True, exist_ok=True)
     for name, link in export.links.items():
         for k, piece in enumerate(link.pieces):

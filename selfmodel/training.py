@@ -165,29 +165,37 @@ class SelfModelTrainer:
         if resume:
             if checkpoint is None or not checkpoint.is_file():
                 raise InputError(f"{checkpoint_dir}: nothing to resume (no {CHECKPOINT} from an interrupted run).")
-            state = torch.load(checkpoint, weights_only=True)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            generator.set_state(state["generator"])
-            step, elapsed = int(state["step"]), float(state["elapsed"])
-            total = None if int(state["total"]) < 0 else int(state["total"])
-            history = [tuple(row) for row in state["history"].tolist()]
+            from rigs.files import load_torch
+
+            state = load_torch(checkpoint, "training checkpoint")
+            try:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                generator.set_state(state["generator"])
+                step, elapsed = int(state["step"]), float(state["elapsed"])
+                total = None if int(state["total"]) < 0 else int(state["total"])
+                history = [tuple(row) for row in state["history"].tolist()]
+            except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
+                raise InputError(f"{checkpoint}: is not a checkpoint of this training ({type(error).__name__}); "
+                                 f"remove {checkpoint_dir} to start over.") from None
         budget = None if self.steps is not None else self.minutes * 60.0
         started = time.perf_counter() - elapsed
-        run = {"step": step, "loss": float("nan"), "history": history}
+        # The batch generator's state where the last finished step left it: an interruption mid-step has
+        # drawn the next batch already, and a resumed run must draw it again.
+        run = {"step": step, "loss": float("nan"), "history": history, "generator": generator.get_state()}
         try:
             self._loop(model, optimizer, generator, points, labels, configs, q_all, prior, structured, run, total,
                        budget, started, checkpoint, progress)
         except BaseException:
             # Interrupted (Ctrl-C, a crash): keep what was learned so --resume can continue from here.
             if checkpoint is not None:
-                self._save_checkpoint(checkpoint, model, optimizer, generator, run["step"], total,
+                self._save_checkpoint(checkpoint, model, optimizer, run["generator"], run["step"], total,
                                       time.perf_counter() - started, run["history"])
             raise
         step, loss_value, history = run["step"], run["loss"], run["history"]
         seconds = time.perf_counter() - started
         if checkpoint is not None:
-            self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, seconds, history)
+            self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total, seconds, history)
         result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), q=data.q, history=history)
         if structured:
             self._surface_owners(result, data)
@@ -234,22 +242,23 @@ class SelfModelTrainer:
                 model.chain.deltas.grad = None
             optimizer.step()
             step += 1
-            run["step"], run["loss"] = step, float(loss.detach())
+            run["step"], run["loss"], run["generator"] = step, float(loss.detach()), generator.get_state()
             if step % 50 == 0:
                 history.append((step, run["loss"]))
             if progress is not None:
                 progress(step, total) if total is not None else progress(int(1000 * fraction), 1000)
             if checkpoint is not None and time.perf_counter() - last_save > 60:
-                self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, time.perf_counter() - started, history)
+                self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total,
+                                      time.perf_counter() - started, history)
                 last_save = time.perf_counter()
 
     @staticmethod
-    def _save_checkpoint(path: Path, model, optimizer, generator, step, total, elapsed, history) -> None:
+    def _save_checkpoint(path: Path, model, optimizer, generator_state, step, total, elapsed, history) -> None:
         from rigs.files import atomic_write_bytes
         import io
 
         buffer = io.BytesIO()
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "generator": generator_state,
                     "step": step, "total": -1 if total is None else total, "elapsed": elapsed,
                     "history": torch.tensor(history if history else np.zeros((0, 2)), dtype=torch.float64)}, buffer)
         atomic_write_bytes(path, buffer.getvalue())

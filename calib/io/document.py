@@ -19,8 +19,10 @@ import yaml
 from calib.deflection.modes import URDF_NOTE
 from calib.deflection.residual_model import ResidualModel
 from calib.sensors.board import make_board
+from rigs import urdf as urdf_io
+from rigs.documents import as_table
 from rigs.errors import InputError
-from rigs.files import atomic_write_text
+from rigs.files import atomic_write_text, inside_folder, read_text
 from rigs.kinematics import ChainModel
 from rigs.transforms import exp6, make_transform, matrix_to_rpy, quat_xyzw, quat_xyzw_to_matrix
 from rigs.version import VERSION
@@ -97,6 +99,7 @@ def calibration_document(calibration) -> dict:
         "variance_factor": summary.get("variance_factor"),
         "residuals": summary.get("residuals"),
         "outliers": summary.get("outliers", []),
+        "holdout_outliers": summary.get("holdout_outliers", []),
         "input": {"sessions": summary.get("sessions", []), "data_hash": summary.get("data_hash")},
         "solve": {"seconds": summary.get("solve_seconds"), "evaluations": summary.get("evaluations")},
     }
@@ -153,20 +156,58 @@ def read_calibration_document(folder: Path) -> tuple[Path, object]:
     if not path.is_file():
         raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
     try:
-        return path, yaml.safe_load(path.read_text())
+        return path, yaml.safe_load(read_text(path, "calibration file"))
     except yaml.YAMLError as error:
         raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a calibration file.") from None
 
 
-def _inside(folder: Path, name, where: str) -> Path:
-    """A file a document names, resolved inside the document's own folder."""
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{where} must be a file name.")
-    root = Path(folder).resolve()
-    path = (root / name).resolve()
-    if root not in path.parents:
-        raise InputError(f"{where}: {name!r} points outside {folder}.")
-    return path
+def _check_document(document, path: Path) -> None:
+    """The type of every key :func:`read_calibration` reads, each wrong one named."""
+    top = as_table(document, path, f"{FORMAT} file")
+    robot = top.get("robot", "table")
+    for key in ("base_link", "tip_link"):
+        robot.get(key, "str")
+    robot.get("urdf", "str", "robot.urdf")
+    joints = top.get("joints", "table")
+    for name in joints.data:
+        joint = joints.get(name, "table")
+        for key, length in (("delta_twist", 6), ("delta_xyz_std", 3), ("delta_rpy_std", 3)):
+            joint.get(key, "vector", None, length=length)
+        for key in ("zero_offset", "zero_offset_std"):
+            joint.get(key, "number", None)
+    frames = []
+    first = top.get("tracker_T_base", "table", nullable=True)  # null for a calibration from cameras only
+    frames += [first] if first is not None else []
+    for key in ("tracker_T_base_by_session", "probes"):
+        table = top.get(key, "table", None, nullable=True)
+        frames += [table.get(name, "table") for name in (table.data if table is not None else {})]
+    cameras = top.get("cameras", "table", None, nullable=True)
+    for name in (cameras.data if cameras is not None else {}):
+        camera = cameras.get(name, "table")
+        frames.append(camera.get("base_T_camera", "table"))
+        camera.get("twist_std", "vector", None, length=6)
+        camera.get("K", "matrix", None, shape=(3, 3))
+    board = top.get("board", "table", None, nullable=True)
+    if board is not None:
+        frames.append(board.get("tip_T_board", "table"))
+        board.get("squares", "vector", length=2)
+        board.get("square_m", "number")
+        board.get("marker_m", "number")
+        board.get("dictionary", "str")
+        board.get("twist_std", "vector", None, length=6)
+    for frame in frames:
+        frame.get("xyz", "vector", length=3)
+        quaternion = frame.get("quat_xyzw", "vector", length=4)
+        if np.linalg.norm(quaternion) < 1e-9:
+            raise InputError(f"{frame.where('quat_xyzw')} has zero length.")
+    targets = top.get("targets", "table")
+    for name in targets.data:
+        target = targets.get(name, "table")
+        target.get("xyz", "vector", length=3)
+        target.get("xyz_std", "vector", None, length=3)
+    top.get("outliers", "tables", [])
 
 
 def read_calibration(folder: Path) -> dict:
@@ -178,10 +219,11 @@ def read_calibration(folder: Path) -> dict:
     for key in ("robot", "joints", "tracker_T_base", "targets"):
         if key not in document:
             raise InputError(f"{path}: key {key!r} is missing.")
+    _check_document(document, path)
     robot = document["robot"]
-    if not isinstance(robot, dict) or "base_link" not in robot or "tip_link" not in robot:
-        raise InputError(f"{path}: robot needs base_link and tip_link.")
-    urdf = _inside(folder, robot.get("urdf", "robot.urdf"), f"{path}: robot.urdf")
+    # The URDF must be the folder's own: a calibration file may not point elsewhere.
+    urdf = inside_folder(folder, robot.get("urdf", "robot.urdf"), f"{path}: key 'robot.urdf'", "URDF path")
+    urdf_io.check_meshes(urdf)
     chain = ChainModel.from_urdf(urdf, robot["base_link"], robot["tip_link"])
     joints = document["joints"] or {}
     missing = [n for n in chain.joint_names if n not in joints]
@@ -208,7 +250,8 @@ def read_calibration(folder: Path) -> dict:
     summary = {"model": document.get("model"), "base_link": robot["base_link"], "tip_link": robot["tip_link"],
                "sensors": document.get("sensors", []),
                "identifiability": document.get("identifiability"), "residuals": document.get("residuals"),
-               "outliers": document.get("outliers", []), "data_hash": (document.get("input") or {}).get("data_hash"),
+               "outliers": document.get("outliers", []), "holdout_outliers": document.get("holdout_outliers", []),
+               "data_hash": (document.get("input") or {}).get("data_hash"),
                "sessions": (document.get("input") or {}).get("sessions", []),
                "variance_factor": document.get("variance_factor"),
                "solve_seconds": (document.get("solve") or {}).get("seconds"),

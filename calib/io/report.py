@@ -196,9 +196,15 @@ def write_report(calibration, path: Path) -> None:
     if calibration.deflection is not None or calibration.compliance is not None:
         mode = (calibration.deflection or {}).get("mode", "none")
         sections.append((f"Deflection: {mode}", _deflection_section(calibration)))
-    outliers = summary.get("outliers", [])
-    sections.append((f"Outliers ({len(outliers)})", "<p>Decided on the fit of every pose; each is left out of the "
-                     "fit and of every held-out figure.</p><ul>"
-                     + "".join(f"<li>{html.escape(o['point'])}: {o['residual_sigma']} sigma</li>" for o in outliers) + "</ul>"))
+    outliers, held = summary.get("outliers", []), summary.get("holdout_outliers", [])
+    held_items = "".join(
+        f"<li>held out {html.escape(o['point'])}: {o['residual_sigma']} sigma, "
+        f"{o.get('error_mm', o.get('error_px'))} {'mm' if 'error_mm' in o else 'px'}</li>" for o in held)
+    sections.append((f"Outliers ({len(outliers)} in the fit, {len(held)} in held-out poses)",
+                     "<p>Decided on the fit (of every pose, unless --holdout kept some out); each is left out of "
+                     "the fit and of every cross-validated figure. Outliers in held-out poses are named and kept in "
+                     "the held-out figures, which are what unseen data looks like.</p><ul>"
+                     + "".join(f"<li>{html.escape(o['point'])}: {o['residual_sigma']} sigma</li>" for o in outliers)
+                     + held_items + "</ul>"))
     subtitle = f"sessions: {', '.join(summary.get('sessions', []))}; input data {summary.get('data_hash')}"
     html_report.write_page(Path(path), f"Kinematic calibration ({summary.get('model')} model)", sections, subtitle)

@@ -32,4 +32,4 @@ def write_urdf(calibration, folder: Path) -> Path:
     for i, name in enumerate(calibration.joint_names):
         origin = joint_origin(joints[name].origin, calibration.deltas[i], calibration.zero_offsets[i], subspace[i])
         urdf_io.set_joint_origin(tree, name, origin)
-    return urdf_io.copy_self_contained(tree, source.parent, Path(folder), confine=True)
+    return urdf_io.copy_self_contained(tree, source.parent, Path(folder))

@@ -27,6 +27,7 @@ import numpy as np
 
 from capture.session import parse_number
 from rigs.errors import InputError
+from rigs.files import read_text
 from rigs.kinematics import ChainModel
 
 TIP = "tip"
@@ -61,8 +62,11 @@ def read_targets(path: Path, joint_names: list[str], targets: list[str]) -> Targ
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such targets file.")
-    with path.open(newline="") as stream:
-        rows = list(csv.reader(line for line in stream if line.strip() and not line.lstrip().startswith("#")))
+    text = read_text(path, "CSV file")
+    try:
+        rows = list(csv.reader(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")))
+    except csv.Error as error:
+        raise InputError(f"{path}: not a readable CSV file ({error}).") from None
     if not rows:
         raise InputError(f"{path}: empty; expected a header name,x,y,z[,target][,payload_kg][,joint columns].")
     header = [h.strip() for h in rows[0]]
@@ -152,8 +156,11 @@ def read_joints(path: Path, joint_names: list[str]) -> tuple[list[str], np.ndarr
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such joints file.")
-    with path.open(newline="") as stream:
-        rows = list(csv.reader(line for line in stream if line.strip() and not line.lstrip().startswith("#")))
+    text = read_text(path, "CSV file")
+    try:
+        rows = list(csv.reader(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")))
+    except csv.Error as error:
+        raise InputError(f"{path}: not a readable CSV file ({error}).") from None
     if len(rows) < 2:
         raise InputError(f"{path}: needs a header (name,{','.join(joint_names)}[,payload_kg]) and at least one row.")
     header = [h.strip() for h in rows[0]]

@@ -11,6 +11,7 @@ floor from ``truth/`` (evaluation only). The first sensor's figures lead; the ot
 from __future__ import annotations
 
 import numpy as np
+import scipy.special
 
 from calib.sensors.board_corners import CornerObservations, detect_session, has_board_images
 from calib.sensors.figures import ErrorStats, pose_figures, rms
@@ -85,9 +86,29 @@ def nominal_probe_errors(session: Session, tip_link: str | None = None) -> tuple
     return pose_errors(tracker_T_base @ tips @ tip_T_probe, poses.tracker_T_probe)
 
 
-def validate_points(calibration, session: Session, sensor: str | None = None) -> dict:
-    """n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm of the session's reflectors."""
-    result = ErrorStats.of(point_errors(calibration, session, sensor)).as_dict()
+def named_outliers(session: Session, errors: np.ndarray, threshold: float) -> list[dict]:
+    """The tracker rows whose error (M,) m exceeds ``threshold`` robust standard deviations, worst first.
+
+    The scale is the solver's: the median squared 3D error over the chi-square median of 3 degrees
+    of freedom, so a point scores about 1.5 at the typical error and 5 is far in the tail.
+    """
+    tracker = session.tracker
+    chi_square_median = 2.0 * float(scipy.special.gammaincinv(1.5, 0.5))  # 3 degrees of freedom
+    scale = max(float(np.sqrt(np.median(errors ** 2) / chi_square_median)), 1e-12)
+    score = errors / scale
+    rows = tracker.rows or [f"row {i + 2}" for i in range(len(errors))]
+    flagged = sorted(np.flatnonzero(score > threshold), key=lambda i: -score[i])
+    return [{"row": f"tracker.csv {rows[i]}", "pose": session.pose_ids[tracker.pose_index[i]], "target": tracker.targets[i],
+             "error_mm": float(errors[i] * 1000), "residual_sigma": round(float(score[i]), 1)} for i in flagged]
+
+
+def validate_points(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0) -> dict:
+    """n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm of the session's reflectors, and
+    the tracker rows beyond ``outlier_sigma`` robust standard deviations (``outliers``, named)."""
+    errors = point_errors(calibration, session, sensor)
+    result = ErrorStats.of(errors).as_dict()
+    result["outlier_sigma"] = outlier_sigma
+    result["outliers"] = named_outliers(session, errors, outlier_sigma)
     result["nominal_rms_mm"] = ErrorStats.of(nominal_errors(session, calibration.summary.get("tip_link"))).rms_mm
     result["floor_rms_mm"] = noise_floor_rms_mm(session)
     return result
@@ -154,7 +175,7 @@ def validate_corners(calibration, session: Session) -> dict:
     return result
 
 
-def validate(calibration, session: Session, sensor: str | None = None) -> dict:
+def validate(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0) -> dict:
     """The figures of every sensor ``session`` holds, predicted by ``calibration``.
 
     Reflector points lead (n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm); probe
@@ -163,7 +184,7 @@ def validate(calibration, session: Session, sensor: str | None = None) -> dict:
     calibration's tracker frame to predict with (default its first)."""
     parts = []
     if session.tracker is not None and len(session.tracker.targets):
-        parts.append(("tracker_points", validate_points(calibration, session, sensor)))
+        parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
     if session.tracker_poses is not None and len(session.tracker_poses.pose_index):
         parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
     if has_board_images(session) and calibration.base_T_camera:
