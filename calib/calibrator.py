@@ -61,6 +61,8 @@ MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold eviden
 
 
 def same_robot(sessions: list[Session]) -> None:
+    if len(sessions) < 2:
+        return
     first = sessions[0]
     first_joints = urdf_io.joints(urdf_io.parse_urdf(first.urdf_path), first.urdf_path)
     for other in sessions[1:]:

@@ -140,6 +140,8 @@ class RobustSolver:
         difference = (theta - theta0)[rows] * norms[rows]
         moved = null[rows] * norms[rows][:, None]
         w = np.linalg.lstsq(moved, -difference, rcond=None)[0]
+        if np.abs(moved @ w).max(initial=0.0) <= 1e-9 * max(np.abs(difference).max(initial=0.0), 1e-300):
+            return theta  # the fit did not drift along what the data cannot see
         shifted = theta + null @ w
         refined = _levenberg_marquardt(blocks, model, shifted, final.basis, np.zeros(final.rank), None,
                                        self.max_evaluations)
