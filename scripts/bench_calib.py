@@ -156,7 +156,7 @@ def section_baselines(workdir: Path, args) -> None:
     note = ""
     for count in (100, 500):
         session = capture(workdir, RIG, count, CALIBRATION_SEED)
-        ours, figures, seconds = fit_and_validate([session], heldout, repeat=5)
+        ours, figures, seconds = fit_and_validate([session], heldout, repeat=9)
         fd, fd_figures, fd_seconds = fit_and_validate([session], heldout, jacobian="finite-difference")
         rows.append([count, "selfcal (analytic Jacobian)", figures["rms_mm"], ours.summary["solve_seconds"], seconds,
                      1.0, 1.0])
@@ -178,9 +178,9 @@ def section_baselines(workdir: Path, args) -> None:
         print(rows[-3:], flush=True)
     body = ("Same calibration data as the `tracker` section, same held-out poses. selfcal's fit s is the whole fit as "
             "`selfcal calibrate --holdout 0 --deflection none` runs it (loading the session, pose-set checks, "
-            "identifiability, robust solve with outliers, uncertainty, 5-fold cross-validation), fastest of 5 runs; "
+            "identifiability, robust solve with outliers, uncertainty, 5-fold cross-validation), fastest of 9 runs; "
             "FIGAROH's is its `initialize` and `solve` (data loading and identification included, the URDF loaded "
-            "before the clock starts), fastest of 2 runs. Error ratio: held-out RMS over selfcal's; time ratio: fit s "
+            "before the clock starts), fastest of 3 runs. Error ratio: held-out RMS over selfcal's; time ratio: fit s "
             "over selfcal's, both in the same run. The machine was shared with other jobs.\n\n"
             + table(["poses", "method", "held-out RMS mm", "solve s", "fit s", "error ratio", "time ratio"], rows)
             + "\n\n" + "\n".join(f"- {v}" for v in verdicts)
@@ -198,7 +198,7 @@ def figaroh_fit(session: Path, heldout: Path, workdir: Path) -> dict | str:
         from figaroh_driver import run_figaroh
     except ImportError as error:
         return f"driver unavailable ({error})."
-    runs = [run_figaroh(session, heldout, workdir) for _ in range(2)]
+    runs = [run_figaroh(session, heldout, workdir) for _ in range(3)]
     return min(runs, key=lambda run: run["seconds"])
 
 
