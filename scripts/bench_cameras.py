@@ -109,14 +109,14 @@ def imported(workdir: Path, bag: Path, native: Path, name: str, **options) -> tu
 
 
 def calibrated(workdir: Path, session: Path) -> tuple[Path, float]:
-    from calib.camera_calibrator import CameraCalibrator
+    from calib.calibrator import Calibrator
 
     out = workdir / "calibration"
     seconds_file = workdir / "calibration.seconds"
     if not out.exists():
         log("calibrating the cameras from the board ...")
         start = time.perf_counter()
-        result = CameraCalibrator(holdout=0.2).fit([load_session(session)])
+        result = Calibrator(deflection="none", holdout=0.2).fit([load_session(session)])
         with output_folder(out) as folder:
             result.save(folder)
         seconds_file.write_text(repr(time.perf_counter() - start))
@@ -180,10 +180,10 @@ def label_figures(workdir: Path, session_path: Path, settings, name: str) -> dic
 
 
 def pose_errors(calibration: Path, native: Path) -> dict:
-    from calib.camera_validate import CameraModel
+    from calib.calibration import Calibration
     from rigs.transforms import invert, log6
 
-    found = CameraModel.load(calibration).base_T_camera
+    found = Calibration.load(calibration).base_T_camera
     truth = load_session(native).cameras
     errors = {}
     for name, pose in sorted(found.items()):
@@ -218,9 +218,9 @@ def main() -> None:
                                             board=_board_entry())
     calibration, calibration_seconds = calibrated(args.workdir, board_session)
     errors = pose_errors(calibration, native)
-    from calib.camera_validate import CameraModel
+    from calib.calibration import Calibration
 
-    board_poses = CameraModel.load(calibration).base_T_camera
+    board_poses = Calibration.load(calibration).base_T_camera
     naive = LabelSettings(no_depth="free", edge_pixels="keep")
     labels = {"handled": label_figures(args.workdir, native, LabelSettings(), "handled"),
               "naive": label_figures(args.workdir, native, naive, "naive")}
@@ -244,7 +244,7 @@ def main() -> None:
 
 
 def _board_entry() -> dict:
-    from calib.camera_board import parse_board
+    from calib.sensors.board import parse_board
 
     spec = parse_board(BOARD)
     return {"kind": "charuco", "squares": list(spec.squares), "square_m": spec.square, "marker_m": spec.marker,

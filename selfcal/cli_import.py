@@ -116,7 +116,7 @@ def _board_entry(board: str | None) -> dict | None:
         return None
     import numpy as np
 
-    from calib.camera_board import parse_board
+    from calib.sensors.board import parse_board
 
     spec = parse_board(board)
     # The board's pose on the flange is found by the calibration (hand-eye, then the fit).

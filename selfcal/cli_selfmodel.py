@@ -27,9 +27,9 @@ def _partial(out: Path) -> Path:
 
 def camera_poses_from_calibration(folder: Path) -> dict:
     """Camera name -> base_T_camera (4, 4) from a camera calibration folder (read by calib's reader)."""
-    from calib.camera_validate import CameraModel
+    from calib.calibration import Calibration
 
-    return CameraModel.load(folder).base_T_camera
+    return Calibration.load(folder).base_T_camera
 
 
 @contextlib.contextmanager
