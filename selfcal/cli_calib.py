@@ -34,6 +34,9 @@ def calibrate(
                                    "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
     pixel_sigma: Optional[float] = typer.Option(None, "--pixel-sigma", help="Board images: corner noise, px per "
                                                 "axis (default: estimated from per-image PnP)."),
+    fit_intrinsics: bool = typer.Option(False, "--fit-intrinsics", help="Board images: also fit every camera's fx, fy, "
+                                        "cx, cy (default: camera_info as recorded); written to calibration.yaml and "
+                                        "CAL/cameras/<name>/camera_info.yaml, poorly determined values named."),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
@@ -50,7 +53,7 @@ def calibrate(
             steps = []
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
-                                     progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
+                                     fit_intrinsics=fit_intrinsics, progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         with output_folder(out, force) as folder:
             calibration.save(folder)
         summary = calibration_summary(calibration, out)
@@ -74,7 +77,9 @@ def calibration_summary(calibration, out: Path) -> dict:
     if calibration.base_T_camera:
         out_summary.update(camera=calibration.camera_summary,
                            base_T_camera={name: pose.tolist() for name, pose in calibration.base_T_camera.items()},
-                           tip_T_board=calibration.tip_T_board.tolist())
+                           tip_T_board=calibration.tip_T_board.tolist(),
+                           intrinsics={name: entry for name, entry in calibration.intrinsics.items()
+                                       if entry.get("fitted")})
     return out_summary
 
 
@@ -93,6 +98,17 @@ def summary_line(summary: dict) -> str:
     text += f", {len(summary['outliers'])} outliers, deflection {summary['deflection']}"
     if validation.get("description"):
         text += f"\n  held-out figures: {validation['description']}"
+    for name, entry in (summary.get("intrinsics") or {}).items():
+        values = entry["parameters"]
+        text += (f"\n  camera {name}: fitted " + ", ".join(
+            f"{axis}={values[axis]['value']:.2f}" + ("" if values[axis]["std_px"] is None else
+                                                     f" +- {values[axis]['std_px']:.2g}")
+            for axis in ("fx", "fy", "cx", "cy"))
+                 + " px (recorded " + ", ".join(f"{values[axis]['recorded']:.2f}" for axis in ("fx", "fy", "cx", "cy"))
+                 + "); " + (f"POORLY DETERMINED: {', '.join(entry['poorly_determined'])}" if entry["poorly_determined"]
+                            else "all well determined"))
+        for note in entry["notes"]:
+            text += f"\n    {note}"
     for outlier in summary["outliers"]:
         text += f"\n  outlier in the fit: {outlier['point']} ({outlier['residual_sigma']} sigma), left out"
     for outlier in summary["holdout_outliers"]:
