@@ -25,11 +25,13 @@ def _partial(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
-def camera_poses_from_calibration(folder: Path) -> dict:
-    """Camera name -> base_T_camera (4, 4) from a camera calibration folder (read by calib's reader)."""
+def camera_poses_from_calibration(folder: Path) -> tuple[dict, dict]:
+    """(camera name -> base_T_camera (4, 4), camera name -> K (3, 3) of the cameras whose intrinsics
+    it fitted) from a camera calibration folder (read by calib's reader)."""
     from calib.calibration import Calibration
 
-    return Calibration.load(folder).base_T_camera
+    calibration = Calibration.load(folder)
+    return calibration.base_T_camera, calibration.camera_matrices()
 
 
 @contextlib.contextmanager
@@ -97,7 +99,7 @@ def train(
     steps: Optional[int] = typer.Option(None, "--steps", help="Exact number of training steps (bit-for-bit repeatable; overrides --minutes)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="A (calibrated) URDF to use instead of the session's."),
-    cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found."),
+    cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found (and the intrinsics, with --fit-intrinsics)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: every core this process may use)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
@@ -120,8 +122,9 @@ def train(
             raise InputError(f"--threads must be at least 1, got {threads}.")
         loaded = [load_session(path) for path in sessions]
         if cameras is not None:
-            poses = camera_poses_from_calibration(cameras)
-            loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml")) for session in loaded]
+            poses, intrinsics = camera_poses_from_calibration(cameras)
+            loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml"), intrinsics)
+                      for session in loaded]
         from selfmodel.depth_labels import check_depth_sessions
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind

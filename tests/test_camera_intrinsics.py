@@ -106,6 +106,8 @@ def test_fitted_intrinsics_come_back_towards_the_truth_with_honest_uncertainties
             assert camera["parameters"][axis]["determined"] is False
             assert any(axis in note and "poorly determined" in note for note in camera["notes"])
     assert "POORLY DETERMINED" in summary_line(summary)
+    report = (folder / "report.html").read_text()
+    assert "Fitted intrinsics poorly determined" in report and "POORLY DETERMINED" in report
     recorded_document = yaml.safe_load((calibrated["recorded"][0] / "calibration.yaml").read_text())
     assert all(camera["fitted"] is False for camera in recorded_document["cameras"].values())
     assert calibrated["recorded"][1]["intrinsics"] == {}
@@ -138,6 +140,14 @@ def test_the_camera_info_files_read_back_and_recalibrate_like_the_fit(sessions, 
         info = CameraInfo.load(path)
         assert np.allclose(info.K, entry["K"]) and (info.width, info.height) == (640, 480)
         assert np.allclose(loaded.camera_matrices()[name], entry["K"])
+    # The self-model trains with the fitted K as well as the fitted poses (`selfmodel train --cameras CAL`).
+    from selfcal.cli_selfmodel import camera_poses_from_calibration
+
+    poses, matrices = camera_poses_from_calibration(folder)
+    moved = load_session(wrong).with_camera_poses(poses, str(folder), matrices)
+    for name, entry in summary["intrinsics"].items():
+        assert np.allclose(moved.cameras[name].info.K, entry["K"])
+        assert np.allclose(moved.cameras[name].base_T_camera, loaded.base_T_camera[name])
     # The user's next step: put the fitted camera_info into the recording and calibrate as before.
     fixed = tmp_path / "fixed"
     shutil.copytree(wrong, fixed)
