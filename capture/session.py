@@ -157,11 +157,12 @@ class Session:
         return None if value is None else float(value)
 
     def with_camera_poses(self, base_T_camera: dict[str, np.ndarray], source: str,
-                          intrinsics: dict[str, np.ndarray] | None = None) -> "Session":
+                          intrinsics: dict[str, CameraInfo] | None = None) -> "Session":
         """A copy whose cameras stand where ``base_T_camera`` (name -> (4, 4), optical frame in the
-        base frame) says, e.g. as a board calibration found them, and whose K is ``intrinsics``
-        (name -> (3, 3)) for the cameras it names (fitted with them; the others keep camera_info's);
-        nothing is written to disk. ``source`` names where the poses come from, for messages."""
+        base frame) says, e.g. as a board calibration found them, and whose K is that of
+        ``intrinsics`` for the cameras it names (fitted with them, for the same image size; the
+        others keep camera_info's); nothing is written to disk. ``source`` names where the poses
+        come from, for messages."""
         import dataclasses
 
         missing = [name for name in self.cameras if name not in base_T_camera]
@@ -173,7 +174,12 @@ class Session:
         for name, camera in self.cameras.items():
             info = camera.info
             if name in intrinsics:
-                info = dataclasses.replace(info, K=np.asarray(intrinsics[name], dtype=float))
+                fitted = intrinsics[name]
+                if (fitted.width, fitted.height) != (info.width, info.height):
+                    raise InputError(f"{source}: camera {name!r} was calibrated at {fitted.width}x{fitted.height} px "
+                                     f"but {self.path} records it at {info.width}x{info.height}; calibrate this "
+                                     f"recording's cameras.")
+                info = dataclasses.replace(info, K=np.asarray(fitted.K, dtype=float))
             cameras[name] = dataclasses.replace(camera, info=info,
                                                 base_T_camera=np.asarray(base_T_camera[name], dtype=float))
         return dataclasses.replace(self, cameras=cameras)

@@ -108,7 +108,13 @@ def summary_line(summary: dict) -> str:
                  + "); " + (f"POORLY DETERMINED: {', '.join(entry['poorly_determined'])}" if entry["poorly_determined"]
                             else "all well determined"))
         for note in entry["notes"]:
-            text += f"\n    {note}"
+            if "not separable" in note:  # the identifiability analysis's own sentence
+                text += f"\n    {note}"
+    if any(entry["poorly_determined"] for entry in (summary.get("intrinsics") or {}).values()):
+        sigma = (summary.get("camera") or {}).get("pixel_sigma")
+        text += ("\n  poorly determined: a standard deviation that moves image points by more than the "
+                 + ("" if sigma is None else f"{sigma:.3g} px ") + "corner noise (calibration.yaml says by how "
+                 "much); fit intrinsics from close-up board images with `selfcal calibrate-camera` for better values")
     for outlier in summary["outliers"]:
         text += f"\n  outlier in the fit: {outlier['point']} ({outlier['residual_sigma']} sigma), left out"
     for outlier in summary["holdout_outliers"]:

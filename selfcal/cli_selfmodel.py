@@ -26,12 +26,18 @@ def _partial(out: Path) -> Path:
 
 
 def camera_poses_from_calibration(folder: Path) -> tuple[dict, dict]:
-    """(camera name -> base_T_camera (4, 4), camera name -> K (3, 3) of the cameras whose intrinsics
-    it fitted) from a camera calibration folder (read by calib's reader)."""
+    """(camera name -> base_T_camera (4, 4), camera name -> CameraInfo of the cameras whose
+    intrinsics it fitted) from a camera calibration folder (read by calib's reader)."""
+    import numpy as np
+
     from calib.calibration import Calibration
+    from capture.camera_info import CameraInfo
 
     calibration = Calibration.load(folder)
-    return calibration.base_T_camera, calibration.camera_matrices()
+    fitted = {name: CameraInfo(name, int(calibration.intrinsics[name]["width"]),
+                               int(calibration.intrinsics[name]["height"]), K, np.zeros(5))
+              for name, K in calibration.camera_matrices().items()}
+    return calibration.base_T_camera, fitted
 
 
 @contextlib.contextmanager

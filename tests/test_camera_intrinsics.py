@@ -143,11 +143,19 @@ def test_the_camera_info_files_read_back_and_recalibrate_like_the_fit(sessions, 
     # The self-model trains with the fitted K as well as the fitted poses (`selfmodel train --cameras CAL`).
     from selfcal.cli_selfmodel import camera_poses_from_calibration
 
-    poses, matrices = camera_poses_from_calibration(folder)
-    moved = load_session(wrong).with_camera_poses(poses, str(folder), matrices)
+    poses, infos = camera_poses_from_calibration(folder)
+    moved = load_session(wrong).with_camera_poses(poses, str(folder), infos)
     for name, entry in summary["intrinsics"].items():
         assert np.allclose(moved.cameras[name].info.K, entry["K"])
         assert np.allclose(moved.cameras[name].base_T_camera, loaded.base_T_camera[name])
+    # ... but not for a recording of the same camera at another resolution.
+    from dataclasses import replace
+
+    from rigs.errors import InputError
+
+    smaller = {name: replace(info, width=320, height=240) for name, info in infos.items()}
+    with pytest.raises(InputError, match="was calibrated at 320x240 px"):
+        load_session(wrong).with_camera_poses(poses, str(folder), smaller)
     # The user's next step: put the fitted camera_info into the recording and calibrate as before.
     fixed = tmp_path / "fixed"
     shutil.copytree(wrong, fixed)

@@ -307,6 +307,8 @@ def _read_cameras(path: Path, document: dict) -> dict:
             if not isinstance(fitted, bool):
                 raise InputError(f"{where}.fitted must be true or false.")
             intrinsics[name]["fitted"] = fitted
+            if fitted and not all(isinstance(entry.get(k), int) and entry[k] > 0 for k in ("width", "height")):
+                raise InputError(f"{where}: fitted intrinsics need the image's width and height in pixels.")
             intrinsics[name].update({key: entry[key] for key in FITTED_INTRINSICS_KEYS if fitted and key in entry})
     where = f"{path}: board"
     try:
