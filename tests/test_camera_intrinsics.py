@@ -207,3 +207,27 @@ def test_the_intrinsics_columns_of_the_corner_jacobian_match_finite_differences(
     # At the true K the fitted group predicts what the recorded K does.
     recorded = ErrorModel(chain, groups(False))
     assert np.allclose(block.predict(model, model.initial_vector()), block.predict(recorded, recorded.initial_vector()))
+
+
+def test_a_value_the_identifiability_analysis_cannot_separate_is_not_determined_at_all():
+    from calib.sensors.board_corners import intrinsics_determination
+
+    chain = ChainModel.from_urdf(load_session_urdf(), "link_base", "link6")
+    K = np.array([[760.0, 0, 320], [0, 760, 240], [0, 0, 1]])
+    model = ErrorModel(chain, [JointPlacements(chain.joint_names),
+                               JointZeros(chain.joint_names, ErrorModel.for_sensors(chain).serial.prismatic),
+                               CameraIntrinsics({"front": K})])
+    std = np.zeros(model.size)
+    std[model.group("intrinsics").slice] = [0.1, 0.1, 0.2, 3.0]  # fx, fy fine; cy loose
+    sentence = "the principal point's x of camera front is not separable from the camera pose."
+    result = intrinsics_determination(model, "front", K, K, std, 640, 480, 0.5, {"directions": [sentence]})
+    assert result["parameters"]["fx"]["determined"] and result["parameters"]["fy"]["determined"]
+    assert result["parameters"]["cx"]["std_px"] is None and not result["parameters"]["cx"]["determined"]
+    assert result["poorly_determined"] == ["cx", "cy"]
+    assert sentence in result["notes"] and any("cy is poorly determined" in n for n in result["notes"])
+
+
+def load_session_urdf() -> Path:
+    import pybullet_data
+
+    return Path(pybullet_data.getDataPath()) / "xarm" / "xarm6_robot.urdf"

@@ -169,7 +169,7 @@ class CornerObservations:
     labels: list[str]
     sigma_px: float
     name: str = "camera"
-    groups: tuple[str, ...] = field(default=("camera", "board"), init=False)
+    groups: tuple[str, ...] = field(default=("camera", "board", "intrinsics"), init=False)  # intrinsics when fitted
 
     def __post_init__(self) -> None:
         self.pose_row = np.asarray(self.pose_row, int)
