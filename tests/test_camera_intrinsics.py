@@ -87,12 +87,12 @@ def test_fitted_intrinsics_come_back_towards_the_truth_with_honest_uncertainties
         std = np.array([entry["parameters"][axis]["std_px"] for axis in ("fx", "fy", "cx", "cy")])
         assert np.all(std > 0)
         z += list(error / std)
-    # The 2 % focal error is mostly undone (the median camera within 1 %) ...
+    # The 2 % focal error is mostly undone (the median value within 1 %; 0.2-0.7 % over five
+    # recordings of 24 poses) ...
     assert np.median(focal_errors) < 0.01
     # ... and the errors are of the size the reported standard deviations say, give or take: mean
-    # z^2 is 3.4 here (the corner errors of one image are not independent, so the standard
-    # deviations are optimistic by about 1.8 x; BENCHMARKS.md measures it); uncertainties 3 x too
-    # small would give 9 and more.
+    # z^2 is 3.4 here, the most of five recordings (0.9-3.4; BENCHMARKS.md measures it);
+    # uncertainties 3 x too small would give 9 and more.
     assert np.mean(np.square(z)) < 6.0
     # Fixed cameras 1.4 m from a flange-sized board do not pin every value down: the report says
     # which, in calibration.yaml and in the command's own words.
@@ -120,12 +120,13 @@ def test_fitted_intrinsics_beat_the_recorded_ones_on_held_out_poses(sessions, ca
         result = runner.invoke(app, ["validate", str(folder), str(held), "--json"])
         assert result.exit_code == 0, result.output
         figures[name] = json.loads(result.stdout)
-    # Camera poses soak up most of a wrong K in pixel space (the fit with it still reprojects
-    # within a few % of the fitted one) ...
-    assert figures["fitted"]["reprojection_rms_px"] < 0.98 * figures["recorded"]["reprojection_rms_px"]
+    # Camera poses soak up most of a wrong K in pixel space: fitted, the held-out reprojection is
+    # no worse (0.82-1.00 x over five recordings of 24 poses; 0.89 x here) ...
+    assert figures["fitted"]["reprojection_rms_px"] < 1.05 * figures["recorded"]["reprojection_rms_px"]
     assert figures["fitted"]["reprojection_rms_px"] < 1.2
-    # ... but not in the arm: the wrong K bent the kinematics, and fitted the tip is far closer to the truth.
-    assert figures["fitted"]["tip_rms_mm"] < 0.6 * figures["recorded"]["tip_rms_mm"]
+    # ... but not in the arm: the wrong K bent the kinematics, and fitted the tip is closer to the
+    # truth (0.33-0.72 x over five recordings; 0.33 x here).
+    assert figures["fitted"]["tip_rms_mm"] < 0.85 * figures["recorded"]["tip_rms_mm"]
     assert figures["fitted"]["tip_rms_mm"] < 0.5
 
 
