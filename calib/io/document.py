@@ -2,9 +2,9 @@
 
 The document: deltas as xyz/rpy of ``exp6(delta)`` with standard deviations (first order: the
 twist's), zero offsets, ``tracker_T_base`` per session, reflector offsets, probe mounts, camera
-poses with the intrinsics the fit used (or found, with their uncertainty), the board on the tip, identifiability, residual figures
-and how the held-out ones were obtained, outliers, deflection, the input data's hash and the
-selfcal version. Lengths in m, angles in rad. Beside it: ``uncertainty.npz`` (parameter names and
+poses with the intrinsics the fit used (or found, with their uncertainty), the board on the tip,
+identifiability, residual figures and how the held-out ones were obtained, outliers, deflection,
+the input data's hash and the selfcal version. Lengths in m, angles in rad. Beside it: ``uncertainty.npz`` (parameter names and
 their covariance; numpy, no pickle), ``residual/`` (a learned residual model, tensors only) and
 ``cameras/<name>/camera_info.yaml`` (ROS camera_info) for each camera whose intrinsics were fitted.
 Every kind of calibration reads back: tracker, probe, camera-only, fused, with deflection.
