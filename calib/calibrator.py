@@ -47,8 +47,7 @@ from calib.model.poses import PoseSet
 from calib.sensors.blocks import evaluate, keep_units, stack, unit_count, without_labels
 from calib.sensors.registry import BY_NAME, SENSORS
 from calib.sensors.sensor import Prepared, StartValues, join_errors
-from capture.session import Session, load_session
-from rigs import urdf as urdf_io
+from capture.session import Session, check_same_robot, load_session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
 from rigs.transforms import invert
@@ -58,24 +57,6 @@ NOISE_ROUNDS = 2  # estimate-and-refit rounds for noise the data does not state 
 # first axis, a wrist turning about the payload's axis) cannot show its compliance: it stays 0.
 TORQUELESS_FRACTION = 1e-3
 MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold evidence is possible
-
-
-def same_robot(sessions: list[Session]) -> None:
-    if len(sessions) < 2:
-        return
-    first = sessions[0]
-    first_joints = urdf_io.joints(urdf_io.parse_urdf(first.urdf_path), first.urdf_path)
-    for other in sessions[1:]:
-        if (other.joint_names != first.joint_names or other.base_link != first.base_link
-                or other.tip_link != first.tip_link):
-            raise InputError(f"{other.path}: records a different robot than {first.path} "
-                             f"(joints {other.joint_names} from {other.base_link} to {other.tip_link}); "
-                             f"calibrate sessions of one robot together.")
-        joints = urdf_io.joints(urdf_io.parse_urdf(other.urdf_path), other.urdf_path)
-        for name in first.joint_names:
-            if name not in joints or not np.allclose(joints[name].origin, first_joints[name].origin, atol=1e-9):
-                raise InputError(f"{other.path}: its robot.urdf differs from {first.path}'s at joint {name!r}; "
-                                 f"calibrate sessions of one robot together.")
 
 
 def data_hash(sessions: list[Session]) -> str:
@@ -293,7 +274,7 @@ class Calibrator:
         if not sessions:
             raise InputError("give at least one session to calibrate from.")
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
-        same_robot(sessions)
+        check_same_robot(sessions)
         first = sessions[0]
         tip_link = self.tip_link or first.tip_link
         chain = ChainModel.from_urdf(first.urdf_path, first.base_link, tip_link)
