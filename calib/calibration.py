@@ -25,6 +25,7 @@ from calib.io.document import read_calibration, write_calibration_files
 from calib.io.report import write_report
 from calib.io.urdf_export import write_urdf
 from calib.model.chain import SerialChain
+from calib.model.envelope import Envelope
 from calib.model.error_model import ErrorModel
 from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
                                 Reflectors, TrackerFrames)
@@ -46,7 +47,8 @@ class Calibration:
     camera poses (optical frame) in the base frame, ``tip_T_board`` and ``board``: the board on the
     tool, ``intrinsics``: per camera the K (and image size) the fit used; ``compliance`` (dof,)
     rad/(N m) or None; ``residual_model``: a learned tip correction or None; ``payload_com`` (3,) m
-    in the tip frame; ``summary``: identifiability, residual figures, outliers, hashes (what
+    in the tip frame; ``validity``: the joint ranges the fit covered (None for a calibration written
+    before envelopes were recorded); ``summary``: identifiability, residual figures, outliers, hashes (what
     calibration.yaml holds); ``deflection``: the mode and its held-out comparison.
     """
 
@@ -77,6 +79,7 @@ class Calibration:
     residual_model: ResidualModel | None = field(default=None, repr=False)
     payload_com: np.ndarray | None = None  # (3,) m, tip frame: where a payload's mass sits
     deflection: dict | None = None  # mode, held-out comparison (what calibration.yaml holds)
+    validity: Envelope | None = None  # the joint ranges and payloads the fit poses covered
     _serial: SerialChain | None = field(default=None, init=False, repr=False, compare=False)
     _torques: GravityTorques | None = field(default=None, init=False, repr=False, compare=False)
     _featurizer: Featurizer | None = field(default=None, init=False, repr=False, compare=False)
@@ -119,6 +122,11 @@ class Calibration:
         if self._featurizer is None:
             self._featurizer = Featurizer(self.chain, self.payload_com)
         return self._featurizer
+
+    def envelope_warning(self, q: np.ndarray, what: str, payload_kg: np.ndarray | None = None) -> str | None:
+        """One sentence when poses q (N, dof) of ``what`` (a file, a session) lie outside the
+        calibration's validity envelope (or carry more payload than it saw); None otherwise."""
+        return None if self.validity is None else self.validity.warning(q, what, payload_kg)
 
     def _sensor(self, sensor: str | None) -> str:
         if not self.tracker_T_base:

@@ -39,6 +39,7 @@ from calib.fit.checks import check_pose_set, spread_poses, structural_identifiab
 from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
 from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
 from calib.model.chain import SerialChain
+from calib.model.envelope import STILL_SPAN, Envelope, joint_list
 from calib.model.error_model import ErrorModel
 from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
                                 Reflectors, TrackerFrames)
@@ -97,6 +98,7 @@ class Problem:
     prepared: dict[str, list[Prepared]]
     start_chain: ChainModel
     start_targets: dict[str, np.ndarray]
+    envelope: Envelope
     # Start values, the frames-first fit and the pose-set check do not depend on the deflection
     # model: the first geometric fit keeps them for the second.
     start: tuple | None = None
@@ -166,14 +168,19 @@ class Calibrator:
     many robust standard deviations are flagged. ``tip_link`` overrides the sessions' tip link;
     ``pixel_sigma`` the board corners' noise (px; default from per-image PnP). ``residual``: the
     learned ensemble's settings. ``previous``: recalibration, start from this calibration's arm
-    and reflectors and move only along what the new data identifies.
+    and reflectors and move only along what the new data identifies. ``require_full``: refuse
+    poses that do not determine every combination the arm allows (joints that did not move, a
+    condition number far above well spread poses'); by default such data are fitted along what
+    they determine, the rest keeps its nominal value and the summary says so in sentences.
     """
 
     def __init__(self, model: str = "full", deflection: str = "auto", holdout: float = 0.0, folds: int | None = None,
                  seed: int = 0, outlier_threshold: float = 5.0, tip_link: str | None = None,
                  pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
-                 progress: Callable[[str], None] | None = None, previous: Calibration | None = None):
+                 progress: Callable[[str], None] | None = None, previous: Calibration | None = None,
+                 require_full: bool = False):
         self.model = model
+        self.require_full = require_full
         self.deflection = deflection
         self.holdout = holdout
         self.folds = folds
@@ -308,13 +315,25 @@ class Calibrator:
                                             [SerialChain(start_chain).base_T_tip(p.session.q) for p in items],
                                             self.pixel_sigma, np.random.default_rng(self.seed))
         start_targets = dict(previous.targets) if previous is not None else {}
-        return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets)
+        envelope = Envelope.of(np.concatenate([s.q[rows] for s, rows in zip(sessions, fit_rows)]),
+                               np.concatenate([s.payload_kg[rows] for s, rows in zip(sessions, fit_rows)]),
+                               chain.joint_names, SerialChain(chain).prismatic)
+        if self.require_full and envelope.still:
+            raise InputError(f"--require-full: {joint_list(envelope.still)} did not move (readings span under "
+                             f"{np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; record "
+                             f"poses that move every joint, or leave out --require-full to fit what these poses "
+                             f"determine.")
+        return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets, envelope)
 
     def _groups(self, problem: Problem, start: StartValues, compliance: bool) -> list:
         chain, previous = problem.chain, self.previous
-        groups = [JointPlacements(chain.joint_names, None if previous is None else np.asarray(previous.deltas).ravel()),
+        # A joint that did not move: its zero offset and placement are a constant transform the
+        # reflectors (or the next moving joint's placement) absorb, so they keep their start values.
+        still = ~problem.envelope.moved
+        groups = [JointPlacements(chain.joint_names, None if previous is None else np.asarray(previous.deltas).ravel(),
+                                  fixed=still),
                   JointZeros(chain.joint_names, ErrorModel.for_sensors(chain).serial.prismatic,
-                             None if previous is None else previous.zero_offsets)]
+                             None if previous is None else previous.zero_offsets, fixed=still)]
         if start.tracker_T_base:
             groups.append(TrackerFrames(start.tracker_T_base))
         if start.targets:
@@ -356,7 +375,7 @@ class Calibrator:
         flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
         if problem.start is None:
             problem.start = self._start(problem, fit_blocks)
-        start, hand_eye_rms, condition_ratio, seen = problem.start
+        start, hand_eye_rms, condition_ratio, seen, _ = problem.start
         model = ErrorModel(problem.chain, self._groups(problem, start, compliance), self.model)
         theta0 = model.initial_vector()
         solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self.progress)
@@ -376,7 +395,8 @@ class Calibrator:
                            noise, hand_eye_rms)
 
     def _start(self, problem: Problem, fit_blocks: dict[str, list]) -> tuple:
-        """(start values, hand-eye RMS px or None, condition ratio, identifiability at the start)."""
+        """(start values, hand-eye RMS px or None, condition ratio, identifiability at the start, the
+        sentence for a degenerate pose set or None)."""
         start = self._start_values(problem, fit_blocks)
         flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
         hand_eye_rms = None
@@ -396,8 +416,8 @@ class Calibrator:
             start = self._restart(frames, solved)
         rigid = ErrorModel(problem.chain, self._groups(problem, start, False), self.model)
         with blas_single_thread():
-            condition_ratio, seen = self._check_data(problem, rigid, rigid.initial_vector(), fit_blocks)
-        return start, hand_eye_rms, condition_ratio, seen
+            condition_ratio, seen, degenerate = self._check_data(problem, rigid, rigid.initial_vector(), fit_blocks)
+        return start, hand_eye_rms, condition_ratio, seen, degenerate
 
     @staticmethod
     def _restart(frames: ErrorModel, theta: np.ndarray) -> StartValues:
@@ -432,7 +452,7 @@ class Calibrator:
         poses = len({(id(b.poses), int(r)) for b in flat for r in b.unit_pose})
         rows = sum(len(b.unit_index) for b in flat)
         return check_pose_set(model, theta0, flat, structural, poses, rows / max(poses, 1), self.holdout,
-                              np.concatenate([s.q for s in problem.sessions]))
+                              np.concatenate([s.q for s in problem.sessions]), self.require_full)
 
     # -- the result -----------------------------------------------------------------------------------
     def _calibration(self, problem: Problem, fit: GeometryFit) -> Calibration:
@@ -446,6 +466,9 @@ class Calibrator:
         reflectors = model.group("target")
         identifiability = result.identifiability.summary()
         identifiability["condition_ratio_to_spread_poses"] = fit.condition_ratio
+        degenerate = problem.start[4] if problem.start is not None else None
+        identifiability["not_excited"] = problem.envelope.sentences() + ([degenerate] if degenerate else [])
+        identifiability["full"] = not identifiability["not_excited"]
         if model.has("compliance"):
             group = model.group("compliance")
             identifiability["directions"] = list(identifiability["directions"]) + [
@@ -469,7 +492,7 @@ class Calibrator:
             zero_std=std[model.zero_slice], target_std={t: std[sl] for t, sl in model.target_slices.items()},
             summary=summary, source_urdf=first.urdf_path, solve=result, error_model=model,
             tip_T_probe={p: model.tip_T_probe(theta, p) for p in model.probe_slices},
-            payload_com=first.payload_com)
+            payload_com=first.payload_com, validity=problem.envelope)
         if model.has("camera"):
             calibration.base_T_camera = {k: invert(model.camera_T_base(theta, k)) for k in model.cameras}
             calibration.camera_std = {k: std[sl] for k, sl in model.camera_slices.items()}

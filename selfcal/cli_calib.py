@@ -34,6 +34,9 @@ def calibrate(
                                    "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
     pixel_sigma: Optional[float] = typer.Option(None, "--pixel-sigma", help="Board images: corner noise, px per "
                                                 "axis (default: estimated from per-image PnP)."),
+    require_full: bool = typer.Option(False, "--require-full", help="Refuse poses that do not determine the whole "
+                                      "model (joints that did not move, a degenerate pose set) instead of fitting "
+                                      "what they determine."),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
@@ -50,6 +53,7 @@ def calibrate(
             steps = []
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
+                                     require_full=require_full,
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         with output_folder(out, force) as folder:
             calibration.save(folder)
@@ -70,7 +74,9 @@ def calibration_summary(calibration, out: Path) -> dict:
                    "outliers": summary["outliers"], "holdout_outliers": summary.get("holdout_outliers", []),
                    "solve_seconds": summary["solve_seconds"],
                    "deflection": (calibration.deflection or {}).get("mode", "none"),
-                   "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison")}
+                   "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison"),
+                   "not_excited": ident.get("not_excited", []),
+                   "validity": calibration.validity.document() if calibration.validity is not None else None}
     if calibration.base_T_camera:
         out_summary.update(camera=calibration.camera_summary,
                            base_T_camera={name: pose.tolist() for name, pose in calibration.base_T_camera.items()},
@@ -91,6 +97,8 @@ def summary_line(summary: dict) -> str:
         how = "cross-validated" if validation.get("method") == "cross-validation" else "held-out"
         text += f", {how} RMS {held[key]:.4f} {unit} (nominal {residuals['holdout_nominal'][key]:.4f} {unit})"
     text += f", {len(summary['outliers'])} outliers, deflection {summary['deflection']}"
+    for sentence in summary.get("not_excited", []):
+        text += f"\n  partial excitation: {sentence}"
     if validation.get("description"):
         text += f"\n  held-out figures: {validation['description']}"
     for outlier in summary["outliers"]:
@@ -118,6 +126,8 @@ def validate(
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma)
+        if result.get("envelope_warning") and not json_output:
+            typer.echo(f"warning: {result['envelope_warning']}", err=True)
         if json_output:
             print_json(result)
             return

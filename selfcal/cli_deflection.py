@@ -60,6 +60,9 @@ def predict(
         names, q, row_payload = read_joints(joints, calibration.joint_names)
         _check_joints(q, joints, _limits(calibration_dir, calibration))
         row_payload = np.where(np.isnan(row_payload), default, row_payload)
+        warning = calibration.envelope_warning(q, str(joints), row_payload)
+        if warning and not json_output:
+            typer.echo(f"warning: {warning}", err=True)
         points = {"tip": np.zeros(3), **calibration.targets}
         predicted = predict_points(calibration, q, row_payload, points)
         rows = []
@@ -71,7 +74,8 @@ def predict(
                              "std_x": float(std[0]), "std_y": float(std[1]), "std_z": float(std[2])})
         if json_output:
             print_json({"calibration": str(calibration_dir), "frame": calibration.summary.get("base_link"),
-                        "units": "m", "deflection": (calibration.deflection or {}).get("mode", "none"), "points": rows})
+                        "units": "m", "deflection": (calibration.deflection or {}).get("mode", "none"), "points": rows,
+                        "envelope_warning": warning})
         else:
             typer.echo("name,point,payload_kg,x,y,z,std_x,std_y,std_z")
             for r in rows:
@@ -118,6 +122,9 @@ def correct(
         with progress_bar("correcting", None):
             result = run_correct(calibration, rows, nominal, default)
         payloads = np.where(np.isnan(rows.payload_kg), default, rows.payload_kg)
+        warning = calibration.envelope_warning(result.q, f"the corrected joints of {targets}", payloads)
+        if warning and not json_output:
+            typer.echo(f"warning: {warning}", err=True)
         header = ["name", "target", "payload_kg", *calibration.joint_names, "residual_m", "uncorrected_error_m"]
         lines = [",".join(header)]
         records = []
@@ -133,6 +140,6 @@ def correct(
         if json_output:
             print_json({"calibration": str(calibration_dir), "deflection": (calibration.deflection or {}).get("mode", "none"),
                         "joint_names": calibration.joint_names, "rows": records,
-                        "max_residual_m": float(result.residual_m.max())})
+                        "max_residual_m": float(result.residual_m.max()), "envelope_warning": warning})
         else:
             typer.echo(text, nl=False)

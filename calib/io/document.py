@@ -18,6 +18,7 @@ import yaml
 
 from calib.deflection.modes import URDF_NOTE
 from calib.deflection.residual_model import ResidualModel
+from calib.model.envelope import Envelope
 from calib.sensors.board import make_board
 from rigs import urdf as urdf_io
 from rigs.documents import as_table
@@ -103,6 +104,8 @@ def calibration_document(calibration) -> dict:
         "input": {"sessions": summary.get("sessions", []), "data_hash": summary.get("data_hash")},
         "solve": {"seconds": summary.get("solve_seconds"), "evaluations": summary.get("evaluations")},
     }
+    if calibration.validity is not None:
+        document["validity"] = calibration.validity.document()
     if calibration.base_T_camera:
         document["cameras"] = {
             name: {"base_T_camera": _frame(pose), "twist_std": _floats(calibration.camera_std.get(name, np.zeros(6))),
@@ -262,6 +265,8 @@ def read_calibration(folder: Path) -> dict:
                   summary=summary, source_urdf=None)
     fields["tip_T_probe"] = {name: _read_frame(entry, f"{path}: probes.{name}")
                              for name, entry in (document.get("probes") or {}).items()}
+    if document.get("validity") is not None:
+        fields["validity"] = Envelope.from_document(document["validity"], chain.joint_names, str(path))
     fields.update(_read_cameras(path, document))
     fields.update(_read_deflection(folder, path, document, chain.joint_names, summary))
     return fields

@@ -181,7 +181,8 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
     Reflector points lead (n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm); probe
     poses add position and angle figures (under ``tracker_poses`` when points lead); board images
     add reprojection figures (under ``camera`` when another sensor leads). ``sensor``: the
-    calibration's tracker frame to predict with (default its first)."""
+    calibration's tracker frame to predict with (default its first). ``envelope_warning``: a
+    sentence when the session's poses leave the calibration's validity envelope, else None."""
     parts = []
     if session.tracker is not None and len(session.tracker.targets):
         parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
@@ -195,4 +196,5 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
     result = dict(parts[0][1])
     for name, figures in parts[1:]:
         result[name] = figures
+    result["envelope_warning"] = calibration.envelope_warning(session.q, str(session.path), session.payload_kg)
     return result

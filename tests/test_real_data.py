@@ -1,0 +1,110 @@
+"""Calibration data as plants record them: partial sweeps (only some joints move), measured joint
+torques with their own sign convention, validation on another day with the tracker moved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from selfcal.cli import app
+
+runner = CliRunner()
+HELD = np.array([0.0, 0.0, 0.3, -1.2, 0.2, 0.9, 0.4])  # joints 3-7 held here in a first recording
+
+
+def two_joint_plan(seed: int, count: int, spread_all: float = 0.0):
+    """Poses moving joints 1 and 2 only (the others held at HELD), or all of them by ``spread_all`` rad."""
+    from capture.poses import Plan
+
+    rng = np.random.default_rng(seed)
+    q = np.tile(HELD, (count, 1))
+    q[:, 0] = rng.uniform(-1.5, 1.5, count)
+    q[:, 1] = rng.uniform(-0.9, 0.9, count)
+    if spread_all:
+        q[:, 2:] += rng.uniform(-spread_all, spread_all, (count, 5))
+    return Plan([f"p{i:04d}" for i in range(count)], q, {})
+
+
+@pytest.fixture(scope="module")
+def partial(tmp_path_factory):
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+
+    root = tmp_path_factory.mktemp("partial")
+    rig = load_rig("iiwa-tracker")
+    fit = capture_simulated(rig, 0, 1, root / "fit", plan=two_joint_plan(1, 50))
+    check = capture_simulated(rig, 0, 2, root / "check", plan=two_joint_plan(2, 40))
+    away = capture_simulated(rig, 0, 3, root / "away", plan=two_joint_plan(3, 20, spread_all=0.5))
+    cal = root / "cal"
+    result = runner.invoke(app, ["calibrate", str(fit), "--out", str(cal), "--deflection", "none"])
+    assert result.exit_code == 0, result.output
+    return {"fit": fit, "check": check, "away": away, "cal": cal, "output": result.output, "root": root}
+
+
+def test_a_two_joint_sweep_fits_what_it_determines_and_says_what_keeps_nominal(partial):
+    assert ("joints lbr_iiwa_joint_3 to lbr_iiwa_joint_7 did not move (readings span under 0.5 deg): their zero "
+            "offsets and placements keep their nominal values") in partial["output"]
+    document = yaml.safe_load((partial["cal"] / "calibration.yaml").read_text())
+    validity = document["validity"]["joints"]
+    assert [validity[f"lbr_iiwa_joint_{j}"]["moved"] for j in range(1, 8)] == [True, True] + [False] * 5
+    assert validity["lbr_iiwa_joint_4"]["min"] == pytest.approx(-1.2, abs=1e-3)
+    assert validity["lbr_iiwa_joint_1"]["max"] - validity["lbr_iiwa_joint_1"]["min"] > 2.5
+    assert document["identifiability"]["full"] is False
+    for j in range(3, 8):  # the still joints keep the nominal URDF's values exactly
+        joint = document["joints"][f"lbr_iiwa_joint_{j}"]
+        assert joint["zero_offset"] == 0.0 and joint["delta_twist"] == [0.0] * 6
+
+
+def test_inside_its_envelope_a_partial_calibration_validates_at_the_noise_floor(partial):
+    result = runner.invoke(app, ["validate", str(partial["cal"]), str(partial["check"]), "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.stdout)
+    assert figures["envelope_warning"] is None
+    assert figures["rms_mm"] <= 1.2 * figures["floor_rms_mm"]
+    assert figures["rms_mm"] < 0.6 * figures["nominal_rms_mm"]
+
+
+def test_validate_and_predict_warn_outside_the_envelope(partial, tmp_path):
+    result = runner.invoke(app, ["validate", str(partial["cal"]), str(partial["away"])])
+    assert result.exit_code == 0, result.output
+    assert "warning: " in result.output and "lie outside the calibration's validity envelope" in result.output
+    joints = tmp_path / "q.csv"
+    names = [f"lbr_iiwa_joint_{j}" for j in range(1, 8)]
+    inside, outside = HELD.copy(), HELD.copy()
+    outside[3] += 0.4
+    joints.write_text("name," + ",".join(names) + "\n" + "\n".join(
+        f"{label}," + ",".join(f"{v:.6f}" for v in q) for label, q in (("in", inside), ("out", outside))) + "\n")
+    result = runner.invoke(app, ["predict", str(partial["cal"]), "--joints", str(joints)])
+    assert result.exit_code == 0, result.output
+    assert "1 of 2 poses of" in result.output and "worst: lbr_iiwa_joint_4" in result.output
+    result = runner.invoke(app, ["predict", str(partial["cal"]), "--joints", str(joints), "--json"])
+    assert "worst: lbr_iiwa_joint_4" in json.loads(result.stdout)["envelope_warning"]
+
+
+def test_require_full_refuses_a_partial_sweep_in_one_sentence(partial):
+    out = partial["root"] / "refused"
+    result = runner.invoke(app, ["calibrate", str(partial["fit"]), "--out", str(out), "--require-full"])
+    assert result.exit_code == 2, result.output
+    assert ("--require-full: joints lbr_iiwa_joint_3 to lbr_iiwa_joint_7 did not move (readings span under 0.5 deg)"
+            in result.output)
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_a_broken_validity_entry_is_named(partial, tmp_path):
+    import shutil
+
+    from calib.calibration import Calibration
+    from rigs.errors import InputError
+
+    copy = tmp_path / "cal"
+    shutil.copytree(partial["cal"], copy)
+    document = yaml.safe_load((copy / "calibration.yaml").read_text())
+    document["validity"]["joints"]["lbr_iiwa_joint_2"]["min"] = 5.0
+    (copy / "calibration.yaml").write_text(yaml.safe_dump(document))
+    with pytest.raises(InputError, match="validity.joints.lbr_iiwa_joint_2"):
+        Calibration.load(copy)
