@@ -115,9 +115,18 @@ def validate(
     session: Path = typer.Argument(..., help="Session whose measurements are predicted."),
     outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Name points beyond this many robust standard deviations."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    register: bool = typer.Option(False, "--register", help="Fit the tracker's placement on the session first (it "
+                                  "was moved since the calibration); the nominal URDF is registered the same way, "
+                                  "and the unregistered figures are reported too."),
+    registration_poses: Optional[str] = typer.Option(None, "--registration-poses", help="Comma-separated pose ids "
+                                                     "that register the tracker and locate reflectors the "
+                                                     "calibration lacks; they are left out of the figures "
+                                                     "(default with --register: every pose)."),
 ) -> None:
     """Predict every measurement of a session with a calibration and report the errors."""
     with user_errors():
+        import numpy as np
+
         from calib.calibration import Calibration
         from calib.workflows.validate import validate as run_validation
         from capture.session import load_session
@@ -125,7 +134,13 @@ def validate(
 
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
-        result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma)
+        names = None
+        if registration_poses is not None:
+            names = [name.strip() for name in registration_poses.split(",") if name.strip()]
+            if not names:
+                raise InputError("--registration-poses names no pose; give comma-separated pose ids.")
+        result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma,
+                                register=register, registration_poses=names)
         if result.get("envelope_warning") and not json_output:
             typer.echo(f"warning: {result['envelope_warning']}", err=True)
         if json_output:
@@ -137,6 +152,16 @@ def validate(
                        f"max={result['max_mm']:.4f} mm p95={result['p95_mm']:.4f} mm "
                        f"nominal_rms={result['nominal_rms_mm']:.4f} mm floor_rms="
                        + ("n/a" if floor is None else f"{floor:.4f} mm"))
+            registration = result.get("registration")
+            if registration is not None:
+                used = registration["poses"]
+                typer.echo(f"registered on {'every pose' if used == 'all' else f'{len(used)} poses'} "
+                           f"(tracker moved {registration['tracker_moved_mm']:.3f} mm, turned "
+                           f"{registration['tracker_turned_deg']:.4f} deg from the calibration's placement), "
+                           f"figures on {registration['evaluated_poses']} poses; unregistered: "
+                           f"rms={result['unregistered']['rms_mm']:.4f} mm max={result['unregistered']['max_mm']:.4f} mm"
+                           + "".join(f"; reflector {name} located at {np.round(xyz, 6).tolist()} m (tip frame)"
+                                     for name, xyz in result["located"].items()))
             for outlier in result.get("outliers", []):
                 typer.echo(f"outlier: {outlier['row']} (pose {outlier['pose']}, target {outlier['target']}): "
                            f"{outlier['error_mm']:.3f} mm, {outlier['residual_sigma']} sigma")

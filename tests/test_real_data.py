@@ -108,3 +108,94 @@ def test_a_broken_validity_entry_is_named(partial, tmp_path):
     (copy / "calibration.yaml").write_text(yaml.safe_dump(document))
     with pytest.raises(InputError, match="validity.joints.lbr_iiwa_joint_2"):
         Calibration.load(copy)
+
+
+# -- validation on another day: the tracker moved, a reflector the fit never saw -------------------
+def moved_rig(tmp_path: Path) -> Path:
+    """iiwa-tracker with its tracker 10 mm away and turned about 2 degrees."""
+    from rigs import load_rig
+
+    text = Path(load_rig("iiwa-tracker").source).read_text()
+    moved = (text.replace('name = "iiwa-tracker"', 'name = "iiwa-tracker-moved"')
+             .replace("xyz = [2.6, 1.2, 0.7]", "xyz = [2.606, 1.208, 0.7]")
+             .replace("look_at = [0.0, 0.0, 0.6]", "look_at = [0.0, 0.118, 0.6]"))
+    assert moved.count("2.606") == 1 and "0.118" in moved
+    path = tmp_path / "iiwa-tracker-moved.toml"
+    path.write_text(moved)
+    return path
+
+
+@pytest.fixture(scope="module")
+def another_day(tmp_path_factory, capture_session):
+    import csv
+
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+
+    root = tmp_path_factory.mktemp("another-day")
+    fit = capture_session("iiwa-tracker", 60, 1)
+    before = capture_session("iiwa-tracker", 40, 7)
+    after = capture_simulated(load_rig(moved_rig(root)), 40, 7, root / "after")
+    # A calibration that never saw reflector smr3: the fit session without its rows.
+    two = root / "two-reflectors"
+    import shutil
+
+    shutil.copytree(fit, two)
+    with open(fit / "tracker.csv", newline="") as handle:
+        rows = list(csv.reader(handle))
+    with open(two / "tracker.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([rows[0]] + [r for r in rows[1:] if r[rows[0].index("target")] != "smr3"])
+    cals = {}
+    for name, session in (("cal", fit), ("cal2", two)):
+        cals[name] = root / name
+        result = runner.invoke(app, ["calibrate", str(session), "--out", str(cals[name]), "--deflection", "none"])
+        assert result.exit_code == 0, result.output
+    return {"before": before, "after": after, **cals, "root": root}
+
+
+def _validate(*arguments) -> dict:
+    result = runner.invoke(app, ["validate", *map(str, arguments), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_validate_register_gives_the_error_from_before_the_tracker_moved(another_day):
+    before = _validate(another_day["cal"], another_day["before"])
+    after = _validate(another_day["cal"], another_day["after"], "--register")
+    assert after["registration"]["tracker_moved_mm"] == pytest.approx(10.0, abs=0.5)
+    assert after["registration"]["tracker_turned_deg"] == pytest.approx(2.0, abs=0.2)
+    assert after["rms_mm"] == pytest.approx(before["rms_mm"], rel=0.05)
+    assert after["unregistered"]["rms_mm"] > 50 * after["rms_mm"]  # the stored placement is 10 mm off
+    # The nominal URDF is registered the same way: its figure does not move with the tracker either.
+    assert after["nominal_rms_mm"] == pytest.approx(before["nominal_rms_mm"], rel=0.05)
+    assert after["rms_mm"] < 0.1 * after["nominal_rms_mm"]
+
+
+def test_registration_poses_are_left_out_of_the_figures(another_day):
+    names = [f"p{i:04d}" for i in range(5)]
+    after = _validate(another_day["cal"], another_day["after"], "--register", "--registration-poses", ",".join(names))
+    assert after["registration"]["poses"] == names and after["registration"]["evaluated_poses"] == 35
+    assert after["n"] == 35 * 3
+    assert after["rms_mm"] < 1.3 * after["floor_rms_mm"]
+
+
+def test_a_validation_only_reflector_is_located_on_the_registration_poses(another_day):
+    truth = json.loads((another_day["after"] / "truth" / "parameters.json").read_text())["targets"]["smr3"]
+    names = ",".join(f"p{i:04d}" for i in range(8))
+    result = _validate(another_day["cal2"], another_day["after"], "--register", "--registration-poses", names)
+    # Its offset is in the calibration's tip frame (whose place along the last axis the reflectors
+    # fix), so it agrees with the true offset to a millimetre, and predicts to the noise floor.
+    assert np.linalg.norm(np.array(result["located"]["smr3"]) - np.array(truth)) < 1e-3
+    assert result["n"] == 32 * 3 and result["rms_mm"] < 1.3 * result["floor_rms_mm"]
+    assert result["rms_mm_by_reflector"]["smr3"] < 1.3 * result["floor_rms_mm"]
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--register", "--registration-poses", "p0000,nope"], "--registration-poses: pose 'nope' is not a pose of"),
+    (["--register", "--registration-poses", "p0000,p0001"], "registering the tracker needs at least 3"),
+    ([], "tracker target 'smr3' is not a reflector of the calibration; name the poses that locate it"),
+])
+def test_registration_refusals_are_one_sentence(another_day, extra, words):
+    result = runner.invoke(app, ["validate", str(another_day["cal2"]), str(another_day["after"]), *extra])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output

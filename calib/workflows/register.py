@@ -1,0 +1,169 @@
+"""Validation on another day: the tracker registered again, reflectors the fit never saw located.
+
+A laser tracker is moved between sessions, so a calibration's stored ``tracker_T_base`` does not
+hold for a session recorded on another day. ``validate --register`` fits only the tracker's
+placement (6 parameters) on the new session, with the calibration's arm, reflector offsets and
+deflection held, on the registration poses (a named subset, the usual "registration points", or
+every pose), and reports the errors on the other poses. The nominal URDF is treated the same way:
+its tracker placement and reflector offsets registered on the same poses, its errors on the same
+others. Both the registered and the unregistered figures are reported.
+
+A reflector the calibration does not hold (one measured for validation only) gets its offset in
+the tip frame from the registration poses (a linear solve through the registered frame), and is
+then validated on the other poses like the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calib.sensors.figures import ErrorStats, named_outliers
+from calib.sensors.registration import initial_frame_and_targets, register_points
+from calib.workflows.evaluation import noise_floor_rms_mm
+from capture.session import Session
+from rigs.errors import InputError
+from rigs.kinematics import ChainModel
+from rigs.transforms import invert, log6
+
+ROUNDS = 3  # registration rounds; points beyond OUTLIER_SIGMA robust deviations leave the next one
+OUTLIER_SIGMA = 5.0
+MIN_REGISTRATION_POSES = 3
+
+
+def registration_rows(session: Session, names: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(registration, evaluation) pose rows of the session: the named poses and the rest, or every
+    pose for both when ``names`` is None. InputError naming an unknown pose or too few."""
+    count = len(session.pose_ids)
+    if names is None:
+        rows = np.arange(count)
+        return rows, rows
+    index = {pose: i for i, pose in enumerate(session.pose_ids)}
+    unknown = [name for name in names if name not in index]
+    if unknown:
+        raise InputError(f"--registration-poses: pose {unknown[0]!r} is not a pose of {session.path / 'joints.csv'}.")
+    chosen = np.array(sorted({index[name] for name in names}), int)
+    if len(chosen) < MIN_REGISTRATION_POSES:
+        raise InputError(f"--registration-poses: names {len(chosen)} poses; registering the tracker needs at least "
+                         f"{MIN_REGISTRATION_POSES}.")
+    rest = np.setdiff1d(np.arange(count), chosen)
+    if not len(rest):
+        raise InputError(f"--registration-poses: names every pose of {session.path}; leave some to validate on.")
+    return chosen, rest
+
+
+def _robust_registration(base_points: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    keep = np.ones(len(measured), bool)
+    frame = np.eye(4)
+    for _ in range(ROUNDS):
+        frame = register_points(base_points[keep], measured[keep])
+        error = np.linalg.norm(base_points @ frame[:3, :3].T + frame[:3, 3] - measured, axis=1)
+        scale = 1.4826 * np.median(error[keep])
+        keep = error <= max(OUTLIER_SIGMA * scale, 1e-9)
+    if not np.all(np.isfinite(frame)):
+        raise InputError("tracker points: the registration of the tracker failed (points are degenerate).")
+    return frame
+
+
+def _locate(tips: np.ndarray, measured: np.ndarray, frame: np.ndarray) -> np.ndarray:
+    """A reflector's offset (3,) m in the tip frame from tip poses (M, 4, 4) and points (M, 3) seen
+    through ``frame`` (tracker_T_base): linear least squares."""
+    rotation = frame[:3, :3] @ tips[:, :3, :3]
+    origin = tips[:, :3, 3] @ frame[:3, :3].T + frame[:3, 3]
+    return np.linalg.lstsq(rotation.reshape(-1, 3), (measured - origin).reshape(-1), rcond=None)[0]
+
+
+def validate_registered(calibration, session: Session, register: bool, names: list[str] | None = None,
+                        sensor: str | None = None, outlier_sigma: float = 5.0) -> dict:
+    """Reflector figures with the tracker registered (``register``) and reflectors the calibration
+    lacks located on the registration poses; see the module docstring.
+
+    Returns the figures of the evaluation poses (n, mean_mm, rms_mm, max_mm, p95_mm: registered
+    when ``register``), ``nominal_rms_mm`` (the nominal URDF registered on the same poses),
+    ``unregistered`` (the calibration's stored tracker placement on the same poses), ``registration``
+    (poses used, how far the tracker moved from the stored placement), ``located`` (reflectors
+    located here, with offsets), ``outliers`` among the evaluation points, ``floor_rms_mm`` for a
+    simulated session."""
+    tracker = session.tracker
+    if tracker is None or not len(tracker.targets):
+        raise InputError(f"{session.path}: has no tracker points (tracker.csv) to validate against.")
+    if session.joint_names != calibration.joint_names:
+        raise InputError(f"{session.path}: its joints {session.joint_names} are not the calibration's "
+                         f"{calibration.joint_names}.")
+    stored = calibration.tracker_T_base[calibration._sensor(sensor)]
+    unknown = sorted(set(tracker.targets) - set(calibration.targets))
+    if unknown and names is None:
+        raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration; name "
+                         f"the poses that locate it with --registration-poses (they are left out of the figures).")
+    if not register and names is not None and not unknown:
+        raise InputError("--registration-poses names the poses that register the tracker or locate a new reflector: "
+                         "add --register, or a reflector the calibration does not hold.")
+    reg_rows, eval_rows = registration_rows(session, names)
+    tips = calibration.base_T_tip(session.q, session.payload_kg)
+    tips[:, :3, 3] += calibration.tip_shift(session.q, session.payload_kg)
+    point_tips = tips[tracker.pose_index]
+    in_reg, in_eval = np.isin(tracker.pose_index, reg_rows), np.isin(tracker.pose_index, eval_rows)
+    known = np.array([t in calibration.targets for t in tracker.targets])
+    offsets = dict(calibration.targets)
+
+    frame = stored
+    if register:
+        rows = in_reg & known
+        if rows.sum() < 3:
+            raise InputError(f"{session.path}: the registration poses see {int(rows.sum())} points of the "
+                             f"calibration's reflectors; registering the tracker needs at least 3.")
+        frame = _robust_registration(_points_of(point_tips, tracker.targets, offsets, rows), tracker.xyz[rows])
+    located = {}
+    for name in unknown:
+        rows = in_reg & (np.array(tracker.targets) == name)
+        if rows.sum() < 2:
+            raise InputError(f"{session.path}: reflector {name!r} is seen at {int(rows.sum())} registration poses; "
+                             f"locating it needs at least 2.")
+        offsets[name] = _locate(point_tips[rows], tracker.xyz[rows], frame)
+        located[name] = [float(v) for v in offsets[name]]
+    all_rows = np.ones(len(tracker.targets), bool)
+    predicted = _points_of(point_tips, tracker.targets, offsets, all_rows)
+    registered = np.linalg.norm(predicted @ frame[:3, :3].T + frame[:3, 3] - tracker.xyz, axis=1)
+    unregistered = np.linalg.norm(predicted @ stored[:3, :3].T + stored[:3, 3] - tracker.xyz, axis=1)
+    nominal = nominal_registered_errors(session, calibration.summary.get("tip_link"), reg_rows)
+    moved = log6(invert(stored) @ frame)
+    evaluation = set(eval_rows.tolist())
+    outliers = [o for o in named_outliers(session, registered, outlier_sigma)
+                if session.pose_ids.index(o["pose"]) in evaluation]
+    return {
+        **ErrorStats.of(registered[in_eval]).as_dict(),
+        "nominal_rms_mm": ErrorStats.of(nominal[in_eval]).rms_mm,
+        "outlier_sigma": outlier_sigma, "outliers": outliers,
+        "registration": {"poses": "all" if names is None else [session.pose_ids[i] for i in reg_rows],
+                         "evaluated_poses": int(len(eval_rows)), "tracker_registered": bool(register),
+                         # where the tracker head sits in the base frame, before and after
+                         "tracker_moved_mm": float(np.linalg.norm(invert(frame)[:3, 3] - invert(stored)[:3, 3]) * 1e3),
+                         "tracker_turned_deg": float(np.degrees(np.linalg.norm(moved[3:]))),
+                         "tracker_T_base": frame.tolist()},
+        "unregistered": ErrorStats.of(unregistered[in_eval]).as_dict(),
+        "rms_mm_by_reflector": {name: ErrorStats.of(registered[in_eval & (np.array(tracker.targets) == name)]).rms_mm
+                                for name in sorted(set(tracker.targets))},
+        "located": located,
+        "floor_rms_mm": noise_floor_rms_mm(session),
+    }
+
+
+def _points_of(tips: np.ndarray, targets: list[str], offsets: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """(K, 3) base-frame points of the tracker rows ``rows`` (bool, M) with reflector ``offsets``."""
+    chosen = np.flatnonzero(rows)
+    xyz = np.array([offsets[targets[i]] for i in chosen]).reshape(-1, 3)
+    return np.einsum("mij,mj->mi", tips[chosen, :3, :3], xyz) + tips[chosen, :3, 3]
+
+
+def nominal_registered_errors(session: Session, tip_link: str | None, reg_rows: np.ndarray) -> np.ndarray:
+    """3D error (M,) m of every tracker point under the nominal URDF, its tracker placement and
+    reflector offsets registered on the pose rows ``reg_rows`` only."""
+    tracker = session.tracker
+    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
+    tips = chain.base_T_tip_batch(session.q)[tracker.pose_index]
+    rows = np.isin(tracker.pose_index, reg_rows)
+    frame, offsets = initial_frame_and_targets(tips[rows], [t for t, r in zip(tracker.targets, rows) if r],
+                                               tracker.xyz[rows], session.nominal_targets, rounds=10)
+    for name in set(tracker.targets) - set(offsets):
+        offsets[name] = np.asarray(session.nominal_targets.get(name, np.zeros(3)), float)
+    points = _points_of(tips, tracker.targets, offsets, np.ones(len(tracker.targets), bool))
+    return np.linalg.norm(points @ frame[:3, :3].T + frame[:3, 3] - tracker.xyz, axis=1)
