@@ -32,6 +32,9 @@ import pinocchio as pin
 
 from calib.calibration import Calibration
 from calib.deflection import modes
+from calib.dynamics.identification import ArmDynamics
+from calib.dynamics.measured import has_torques
+from calib.dynamics.model import IdentifiedDynamics
 from calib.deflection.learned import corrected, training_set
 from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble
 from calib.deflection.torques import GravityTorques
@@ -57,6 +60,7 @@ NOISE_ROUNDS = 2  # estimate-and-refit rounds for noise the data does not state 
 # A joint whose torque never reaches this fraction of the largest joint torque in the data (a vertical
 # first axis, a wrist turning about the payload's axis) cannot show its compliance: it stays 0.
 TORQUELESS_FRACTION = 1e-3
+MEASURED_TORQUE_SNR = 10.0  # a joint's measured torque must vary by this many noise deviations to show its sag
 MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold evidence is possible
 
 
@@ -99,6 +103,7 @@ class Problem:
     start_chain: ChainModel
     start_targets: dict[str, np.ndarray]
     envelope: Envelope
+    torque_model: IdentifiedDynamics | None  # measured torques: the arm dynamics identified from them
     # Start values, the frames-first fit and the pose-set check do not depend on the deflection
     # model: the first geometric fit keeps them for the second.
     start: tuple | None = None
@@ -172,15 +177,22 @@ class Calibrator:
     poses that do not determine every combination the arm allows (joints that did not move, a
     condition number far above well spread poses'); by default such data are fitted along what
     they determine, the rest keeps its nominal value and the summary says so in sentences.
+    ``torques``: what the joints hold, for compliance: "measured" (the sessions' ``effort_<joint>``
+    columns, their sign checked against the URDF's gravity torques, ``flip_torque_sign`` for drives
+    with the opposite convention; an arm dynamics model identified from them predicts torques where
+    none are measured), "model" (the URDF's inertials and the payload) or "auto" (measured when
+    every session has them).
     """
 
     def __init__(self, model: str = "full", deflection: str = "auto", holdout: float = 0.0, folds: int | None = None,
                  seed: int = 0, outlier_threshold: float = 5.0, tip_link: str | None = None,
                  pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
                  progress: Callable[[str], None] | None = None, previous: Calibration | None = None,
-                 require_full: bool = False):
+                 require_full: bool = False, torques: str = "auto", flip_torque_sign: bool = False):
         self.model = model
         self.require_full = require_full
+        self.torques = torques
+        self.flip_torque_sign = flip_torque_sign
         self.deflection = deflection
         self.holdout = holdout
         self.folds = folds
@@ -200,15 +212,15 @@ class Calibrator:
         problem = self._problem(sessions)
         auto = self.deflection == "auto"
         wanted = modes.MODES if auto else (self.deflection,)
+        wanted, notes = self._check_torques(problem, wanted)
         geometries = {}
         for geometry in dict.fromkeys(modes.geometry_of(m) for m in wanted):
             self.progress(f"{'compliance' if geometry == 'compliance' else 'rigid'} fit")
             geometries[geometry] = self._geometry(problem, compliance=geometry == "compliance")
-        notes = {}
         if auto and self.holdout == 0 and self._inlier_poses(geometries["none"]) < MIN_LEARNED_POSES:
             for mode in ("learned", "both"):  # too few poses to learn a residual honestly
                 notes[mode] = f"not tried: a learned residual needs at least {MIN_LEARNED_POSES} poses"
-            wanted = ("none", "compliance")
+            wanted = tuple(m for m in wanted if not modes.uses_residual(m))
         fits = {mode: self._calibration(problem, geometries[modes.geometry_of(mode)]) for mode in wanted}
         # A fixed hold-out judges the delivered ensembles themselves, and so does the screening
         # below; folds train their own.
@@ -270,6 +282,8 @@ class Calibrator:
         if self.model not in ("full", "offsets"):
             raise InputError(f"--model must be 'full' or 'offsets', got {self.model!r}.")
         modes.check_mode(self.deflection)
+        if self.torques not in ("auto", "measured", "model"):
+            raise InputError(f"--torques must be 'auto', 'measured' or 'model', got {self.torques!r}.")
         if not 0.0 <= self.holdout < 1.0:
             raise InputError(f"--holdout must be in [0, 1), got {self.holdout}.")
         if self.folds is not None and int(self.folds) < 2:
@@ -295,9 +309,13 @@ class Calibrator:
                              f"{first.path} records {list(chain.joint_names)}.")
         start_chain = previous.chain if previous is not None else chain
         fit_rows, held_rows = holdout_rows([len(s.pose_ids) for s in sessions], self.holdout, self.seed)
+        torque_model = self._torque_model(sessions, chain)
         poses = []
         for i, session in enumerate(sessions):
-            torques = GravityTorques(chain, session.payload_com)(session.q, session.payload_kg)
+            if torque_model is not None:
+                torques = torque_model.held_torques(session)
+            else:
+                torques = GravityTorques(chain, session.payload_com)(session.q, session.payload_kg)
             poses.append(PoseSet(session.q, session.pose_ids, session.payload_kg, f"s{i}", torques=torques))
         prepared: dict[str, list[Prepared]] = {}
         for i, session in enumerate(sessions):
@@ -323,7 +341,39 @@ class Calibrator:
                              f"{np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; record "
                              f"poses that move every joint, or leave out --require-full to fit what these poses "
                              f"determine.")
-        return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets, envelope)
+        return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets, envelope,
+                       torque_model)
+
+    def _torque_model(self, sessions: list[Session], chain: ChainModel) -> IdentifiedDynamics | None:
+        """The arm dynamics identified from the sessions' measured torques, or None to use the URDF's."""
+        measured = all(has_torques(s) for s in sessions)
+        if self.torques == "measured" and not measured:
+            lacking = next(s for s in sessions if not has_torques(s))
+            raise InputError(f"{lacking.path / 'joints.csv'}: --torques measured needs an effort_<joint> column "
+                             f"(N m) for every chain joint.")
+        if self.torques == "model" or not measured:
+            return None
+        self.progress("identifying the arm's gravity torques from the measured ones")
+        return ArmDynamics(flip_sign=self.flip_torque_sign, friction="none",
+                           tip_link=self.tip_link).fit(sessions)
+
+    def _check_torques(self, problem: Problem, wanted: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Compliance needs torques: a URDF without inertials and no measured torques gives none,
+        so compliance is refused when asked for and not tried by auto (with a note)."""
+        if problem.torque_model is not None or not any(modes.geometry_of(m) == "compliance" for m in wanted):
+            return wanted, {}
+        q = np.concatenate([s.q for s in problem.sessions])
+        arm = GravityTorques(problem.chain, problem.sessions[0].payload_com)(q, 0.0)
+        if np.abs(arm).max(initial=0.0) > 1e-6:
+            return wanted, {}
+        urdf = problem.sessions[0].urdf_path
+        if self.deflection != "auto":
+            raise InputError(f"{urdf}: has no link inertials, so the arm's gravity torques are zero and joint "
+                             f"compliance cannot be fitted; record the joint torques (effort_<joint> columns in "
+                             f"joints.csv) or choose --deflection none or learned.")
+        note = "not tried: the URDF has no link inertials and the sessions no measured torques"
+        kept = tuple(m for m in wanted if modes.geometry_of(m) != "compliance")
+        return kept, {m: note for m in wanted if m not in kept}
 
     def _groups(self, problem: Problem, start: StartValues, compliance: bool) -> list:
         chain, previous = problem.chain, self.previous
@@ -350,10 +400,15 @@ class Calibrator:
 
     @staticmethod
     def _torqueless(problem: Problem) -> np.ndarray:
-        """(dof,) bool: joints that hold no torque to speak of at the fit poses."""
+        """(dof,) bool: joints that hold no torque to speak of at the fit poses (with measured torques,
+        also those whose torque varies by less than ``MEASURED_TORQUE_SNR`` times the sensor's noise:
+        their sag would be fitted to noise)."""
         torques = np.concatenate([poses.torques[rows] for poses, rows in zip(problem.poses, problem.fit_rows)])
         largest = np.abs(torques).max(axis=0) if len(torques) else np.zeros(problem.chain.dof)
-        return largest <= TORQUELESS_FRACTION * max(largest.max(), 1e-300)
+        quiet = largest <= TORQUELESS_FRACTION * max(largest.max(), 1e-300)
+        if problem.torque_model is not None and len(torques):
+            quiet |= torques.std(axis=0) < MEASURED_TORQUE_SNR * problem.torque_model.noise
+        return quiet
 
     def _start_values(self, problem: Problem, fit_blocks: dict[str, list]) -> StartValues:
         start = StartValues()
@@ -472,7 +527,7 @@ class Calibrator:
         if model.has("compliance"):
             group = model.group("compliance")
             identifiability["directions"] = list(identifiability["directions"]) + [
-                f"the compliance of {joint} is held at 0: the joint holds no torque at these poses."
+                f"the compliance of {joint} is held at 0: the joint holds no torque to speak of at these poses (or, measured, none above its sensor noise)."
                 for joint, fixed in zip(group.owners, group.fixed) if fixed]
         summary = {"model": self.model, "sensors": problem.sensor_names, "sessions": [str(s.path) for s in problem.sessions],
                    "data_hash": data_hash(problem.sessions), "base_link": first.base_link,
@@ -492,7 +547,8 @@ class Calibrator:
             zero_std=std[model.zero_slice], target_std={t: std[sl] for t, sl in model.target_slices.items()},
             summary=summary, source_urdf=first.urdf_path, solve=result, error_model=model,
             tip_T_probe={p: model.tip_T_probe(theta, p) for p in model.probe_slices},
-            payload_com=first.payload_com, validity=problem.envelope)
+            payload_com=first.payload_com, validity=problem.envelope,
+            torque_model=problem.torque_model if model.has("compliance") else None)
         if model.has("camera"):
             calibration.base_T_camera = {k: invert(model.camera_T_base(theta, k)) for k in model.cameras}
             calibration.camera_std = {k: std[sl] for k, sl in model.camera_slices.items()}

@@ -37,6 +37,11 @@ def calibrate(
     require_full: bool = typer.Option(False, "--require-full", help="Refuse poses that do not determine the whole "
                                       "model (joints that did not move, a degenerate pose set) instead of fitting "
                                       "what they determine."),
+    torques: str = typer.Option("auto", "--torques", help="auto|measured|model: the torques compliance multiplies: "
+                                "the sessions' measured effort_<joint> columns (auto: when every session has them) "
+                                "or the URDF's inertials."),
+    flip_torque_sign: bool = typer.Option(False, "--flip-torque-sign", help="The drives report the opposite sign of "
+                                          "the torque that holds the arm up: multiply the measured torques by -1."),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
@@ -53,7 +58,7 @@ def calibrate(
             steps = []
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
-                                     require_full=require_full,
+                                     require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         with output_folder(out, force) as folder:
             calibration.save(folder)

@@ -199,3 +199,88 @@ def test_registration_refusals_are_one_sentence(another_day, extra, words):
     result = runner.invoke(app, ["validate", str(another_day["cal2"]), str(another_day["after"]), *extra])
     assert result.exit_code == 2, result.output
     assert words in result.output and "Traceback" not in result.output
+
+
+# -- measured joint torques drive deflection --------------------------------------------------------
+def rig_variant(tmp_path: Path, name: str, **replacements) -> Path:
+    from rigs import load_rig
+
+    text = Path(load_rig("iiwa-tracker-torques").source).read_text().replace(
+        'name = "iiwa-tracker-torques"', f'name = "{name}"')
+    for old, new in replacements.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def torque_sessions(capture_session):
+    return {kg: capture_session("iiwa-tracker-torques", 50, seed, kg) for seed, kg in ((1, 0.0), (2, 2.5), (3, 5.0))}
+
+
+def test_measured_torques_drive_compliance_when_the_urdf_masses_are_wrong(torque_sessions, tmp_path):
+    from calib.calibration import Calibration
+    from calib.calibrator import Calibrator
+    from calib.workflows.validate import validate
+    from capture.session import load_session
+
+    fit = [torque_sessions[0.0], torque_sessions[2.5]]
+    truth = json.loads((torque_sessions[0.0] / "truth" / "parameters.json").read_text())
+    true_compliance = 1.0 / np.array(truth["stiffness_nm_per_rad"])
+    measured = Calibrator(deflection="compliance", torques="measured").fit(fit)
+    modelled = Calibrator(deflection="compliance", torques="model").fit(fit)
+    assert measured.torque_model is not None and modelled.torque_model is None
+    # Joints 2-4 hold the large gravity torques: measured torques give their compliance to a few %.
+    assert np.allclose(measured.compliance[1:4], true_compliance[1:4], rtol=0.05)
+    assert measured.compliance[0] == 0.0  # the vertical first axis holds nothing above the sensor noise
+    unseen = load_session(torque_sessions[5.0])  # a payload neither fit saw
+    with_measured, with_model = validate(measured, unseen), validate(modelled, unseen)
+    assert with_measured["rms_mm"] < with_model["rms_mm"]
+    assert with_measured["rms_mm"] < 1.1 * with_measured["floor_rms_mm"]
+    measured.save(tmp_path)
+    document = yaml.safe_load((tmp_path / "calibration.yaml").read_text())
+    assert document["deflection"]["torques"]["source"] == "measured"
+    loaded = Calibration.load(tmp_path)
+    q = unseen.q[:5]
+    assert np.allclose(loaded.gravity_torques(q, 3.0), measured.gravity_torques(q, 3.0), atol=1e-9)
+    assert validate(loaded, unseen)["rms_mm"] == pytest.approx(with_measured["rms_mm"], rel=1e-6)
+
+
+def test_torques_of_the_opposite_sign_are_refused_until_flipped(tmp_path):
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+
+    rig = load_rig(rig_variant(tmp_path, "iiwa-flipped", **{"sign = 1": "sign = -1"}))
+    session = capture_simulated(rig, 30, 4, tmp_path / "flipped")
+    out = tmp_path / "cal"
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(out), "--deflection", "compliance"])
+    assert result.exit_code == 2, result.output
+    assert "the measured joint torques correlate negatively" in result.output
+    assert "pass --flip-torque-sign to use them" in result.output and not out.exists()
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(out), "--deflection", "compliance",
+                                 "--flip-torque-sign"])
+    assert result.exit_code == 0, result.output
+    document = yaml.safe_load((out / "calibration.yaml").read_text())
+    assert document["deflection"]["torques"] == dict(document["deflection"]["torques"], source="measured", sign=-1)
+
+
+def test_compliance_without_inertials_or_measured_torques_is_refused(capture_session, tmp_path):
+    import re
+    import shutil
+
+    session = tmp_path / "bare"
+    shutil.copytree(capture_session("iiwa-tracker", 30, 5), session)
+    urdf = (session / "robot.urdf").read_text()
+    (session / "robot.urdf").write_text(re.sub(r"<inertial>.*?</inertial>", "", urdf, flags=re.S))
+    out = tmp_path / "cal"
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(out), "--deflection", "compliance"])
+    assert result.exit_code == 2, result.output
+    assert "has no link inertials, so the arm's gravity torques are zero and joint compliance cannot be fitted" \
+        in result.output
+    assert not out.exists()
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    table = json.loads(result.stdout)["deflection_heldout_comparison"]
+    assert "URDF has no link inertials" in table["compliance"]["note"]

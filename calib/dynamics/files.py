@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from calib.dynamics.report import write_dynamics_report, write_payload_report
 from rigs import urdf as urdf_io
 from rigs.documents import as_table
 from rigs.errors import InputError
@@ -88,8 +89,6 @@ def write_dynamics(dynamics, folder: Path, report: bool = True) -> None:
              covariance=dynamics.covariance, free=dynamics.free, noise=dynamics.noise)
     urdf_io.write_urdf(geometry_free(dynamics.source_urdf), folder / "robot.urdf")
     if report:
-        from calib.dynamics.report import write_dynamics_report
-
         write_dynamics_report(dynamics, folder / "report.html")
 
 
@@ -142,8 +141,6 @@ def write_payload(payload, folder: Path, report: bool = True) -> None:
                                     "selfcal_version": VERSION, "units": {"length": "m", "mass": "kg", "torque": "N m"},
                                     **payload.document()})
     if report:
-        from calib.dynamics.report import write_payload_report
-
         write_payload_report(payload, folder / "report.html")
 
 

@@ -136,7 +136,8 @@ class ArmDynamics:
         covariance = identifiability.basis @ combination_covariance @ identifiability.basis.T
         summary = _summary(infos, theta, covariance, free, identifiability, x, target, noise, np.concatenate(urdf),
                            np.concatenate(measured), sessions, correlations, moving, friction, sign, labels)
-        return IdentifiedDynamics(chain, [i.name for i in infos], theta, covariance, free, friction, noise, sign, summary)
+        return IdentifiedDynamics(chain, [i.name for i in infos], theta, covariance, free, friction, noise, sign, summary,
+                                  first.urdf_path)
 
 
 def _solve(x: np.ndarray, target: np.ndarray, prior: np.ndarray, free: np.ndarray, noise: np.ndarray, infos):

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from calib.dynamics.files import read_dynamics, write_dynamics
+from calib.dynamics.measured import read_torques
 from calib.dynamics.regressor import TorqueRegressor
 from rigs.kinematics import ChainModel
 
@@ -57,6 +58,7 @@ class IdentifiedDynamics:
     noise: np.ndarray
     sign: int
     summary: dict = field(default_factory=dict)
+    source_urdf: Path | None = None  # the description the regressor was built from (written beside the model)
     _regressor: TorqueRegressor | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -98,6 +100,12 @@ class IdentifiedDynamics:
                 unit = TorqueRegressor.point_mass(1.0, np.zeros(3) if payload_com is None else payload_com)
                 tau = tau + masses[:, None] * (payload_columns @ unit)
         return tau
+
+    def held_torques(self, session) -> np.ndarray:
+        """(N, dof) N m the joints of ``session`` held, from its measured torques: read with this
+        model's sign, its sensor offsets taken off (InputError when the session has none)."""
+        from_sensors = read_torques(session, self.sign).torques
+        return from_sensors - self.offsets
 
     def _without_offsets(self) -> np.ndarray:
         theta = self.theta.copy()

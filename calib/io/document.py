@@ -18,6 +18,7 @@ import yaml
 
 from calib.deflection.modes import URDF_NOTE
 from calib.deflection.residual_model import ResidualModel
+from calib.dynamics.model import IdentifiedDynamics
 from calib.model.envelope import Envelope
 from calib.sensors.board import make_board
 from rigs import urdf as urdf_io
@@ -32,6 +33,7 @@ FORMAT = "selfcal-calibration"
 FORMAT_VERSION = 1
 UNCERTAINTY_FILE = "uncertainty.npz"
 RESIDUAL_FOLDER = "residual"
+TORQUE_FOLDER = "torques"
 CAMERA_FRAME = "optical (x right, y down, z forward)"
 BOARD_FRAME = "origin at the chessboard's centre, z out of the printed face"
 
@@ -58,6 +60,14 @@ def deflection_document(calibration) -> dict:
                        for name, c, s in zip(calibration.joint_names, calibration.compliance, calibration.compliance_std)}}
     if calibration.payload_com is not None:
         document["payload_com"] = [float(v) for v in calibration.payload_com]
+    if calibration.compliance is not None:
+        model = calibration.torque_model
+        document["torques"] = (
+            {"source": "measured", "folder": TORQUE_FOLDER, "sign": model.sign,
+             "note": "the torques compliance multiplies: the sessions' effort columns times sign, less the sensor "
+                     "offsets; where none are measured, the arm dynamics identified from them (folder)"}
+            if model is not None else
+            {"source": "model", "note": "the torques compliance multiplies: the URDF's inertials and the payload"})
     if calibration.residual_model is not None:
         document["learned_residual"] = {"folder": RESIDUAL_FOLDER, "bound_m": calibration.residual_model.bound_m,
                                         "members": calibration.residual_model.config.members}
@@ -134,6 +144,9 @@ def write_calibration_files(calibration, folder: Path) -> None:
         np.savez(folder / UNCERTAINTY_FILE, names=names, covariance=calibration.solve.covariance)
     if calibration.residual_model is not None:
         calibration.residual_model.save(folder / RESIDUAL_FOLDER)
+    if calibration.torque_model is not None and calibration.compliance is not None:
+        (folder / TORQUE_FOLDER).mkdir(exist_ok=True)
+        calibration.torque_model.save(folder / TORQUE_FOLDER, report=False)
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -336,6 +349,18 @@ def _read_deflection(folder: Path, path: Path, document: dict, joint_names: list
             raise InputError(f"{where}.compliance.joints: each joint needs a number 'compliance'.") from None
     if "learned_residual" in entry:
         out["residual_model"] = ResidualModel.load(folder / RESIDUAL_FOLDER)
+    torques = entry.get("torques")
+    if isinstance(torques, dict) and torques.get("source") == "measured":
+        if "compliance" not in entry:
+            raise InputError(f"{where}.torques: measured torques come with compliance, and it is missing.")
+        dynamics = IdentifiedDynamics.load(inside_folder(folder, str(torques.get("folder", TORQUE_FOLDER)),
+                                                         f"{where}.torques.folder", "folder"))
+        if dynamics.joint_names != list(joint_names):
+            raise InputError(f"{where}.torques: its dynamics model moves {dynamics.joint_names}, the calibration "
+                             f"{list(joint_names)}.")
+        out["torque_model"] = dynamics
+    elif torques is not None and not (isinstance(torques, dict) and torques.get("source") == "model"):
+        raise InputError(f"{where}.torques.source should be 'measured' or 'model'.")
     out["deflection"] = {"mode": entry.get("mode", "none"), "requested": entry.get("requested"),
                          "heldout_comparison": entry.get("heldout_comparison"),
                          "auto_tolerance": entry.get("auto_tolerance"), "evidence": entry.get("evidence")}
