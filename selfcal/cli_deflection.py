@@ -23,6 +23,28 @@ def _payload(value: Optional[float]) -> float:
     return 0.0 if value is None else float(value)
 
 
+def _identified_payload(calibration, value: Optional[float], payload_file: Optional[Path]):
+    """(calibration, default payload kg): with ``--payload-file`` (a payload.yaml from `selfcal
+    dynamics payload`) its mass, and the calibration's deflection evaluated at its centre of mass."""
+    import dataclasses
+
+    from rigs.errors import InputError
+
+    if payload_file is None:
+        return calibration, _payload(value)
+    if value is not None:
+        raise InputError("give --payload or --payload-file, not both.")
+    from calib.dynamics.files import read_payload
+
+    identified = read_payload(payload_file)
+    if identified["mass_kg"] == 0 or identified["com"] is None:
+        return calibration, 0.0
+    if identified.get("frame") not in (None, calibration.summary.get("tip_link")):
+        raise InputError(f"{payload_file}: gives the centre of mass in {identified['frame']!r}'s frame, the "
+                         f"calibration's tip link is {calibration.summary.get('tip_link')!r}.")
+    return dataclasses.replace(calibration, payload_com=identified["com"]), float(identified["mass_kg"])
+
+
 def _limits(calibration_dir: Path, calibration):
     """The calibrated chain's joint limits and reach (:class:`rigs.limits.ChainJoints`), from its robot.urdf."""
     from calib.io.document import read_calibration_document
@@ -45,6 +67,8 @@ def predict(
     calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
     joints: Path = typer.Option(..., "--joints", help="CSV: name, one column per chain joint (rad), optional payload_kg."),
     payload: Optional[float] = typer.Option(None, "--payload", help="Payload in kg for rows without payload_kg (default 0)."),
+    payload_file: Optional[Path] = typer.Option(None, "--payload-file", help="payload.yaml from `selfcal dynamics "
+                                                "payload`: its mass for rows without payload_kg, at its centre of mass."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of CSV."),
 ) -> None:
     """Tip and reflector positions (m, base frame) with 1-sigma uncertainty, deflection included."""
@@ -55,8 +79,7 @@ def predict(
         from calib.deflection.uncertainty import predict_points
         from calib.workflows.compensate import read_joints
 
-        default = _payload(payload)
-        calibration = Calibration.load(calibration_dir)
+        calibration, default = _identified_payload(Calibration.load(calibration_dir), payload, payload_file)
         names, q, row_payload = read_joints(joints, calibration.joint_names)
         _check_joints(q, joints, _limits(calibration_dir, calibration))
         row_payload = np.where(np.isnan(row_payload), default, row_payload)

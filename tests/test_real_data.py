@@ -284,3 +284,72 @@ def test_compliance_without_inertials_or_measured_torques_is_refused(capture_ses
     assert result.exit_code == 0, result.output
     table = json.loads(result.stdout)["deflection_heldout_comparison"]
     assert "URDF has no link inertials" in table["compliance"]["note"]
+
+
+# -- the arm's gravity parameters and payloads from torques ----------------------------------------
+@pytest.fixture(scope="module")
+def dynamics_dir(torque_sessions, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dynamics") / "dyn"
+    result = runner.invoke(app, ["dynamics", "fit", str(torque_sessions[0.0]), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "The identified model explains the measured joint torques to" in result.output
+    return out
+
+
+def test_dynamics_fit_explains_the_torques_to_the_sensor_noise(dynamics_dir):
+    document = yaml.safe_load((dynamics_dir / "dynamics.yaml").read_text())
+    assert document["rms_nm"] < 1.3 * 0.1  # the rig's sensors: 0.1 N m noise
+    assert document["urdf_rms_nm"] > 5 * document["rms_nm"]  # its URDF's masses are 40 % off
+    assert document["sign"]["used"] == 1 and document["sign"]["correlation_with_urdf"]
+    assert "rotational inertias keep the URDF's values" in document["identifiability"]["fixed"]
+    assert (dynamics_dir / "report.html").read_text().count("<table>") >= 2
+
+
+@pytest.mark.parametrize("kg", [2.5, 5.0])
+def test_payload_mass_and_centre_of_mass_from_torques(dynamics_dir, torque_sessions, tmp_path, kg):
+    out = tmp_path / "payload"
+    result = runner.invoke(app, ["dynamics", "payload", str(torque_sessions[kg]), "--dynamics", str(dynamics_dir),
+                                 "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["mass_kg"] == pytest.approx(kg, rel=0.02)
+    assert np.linalg.norm(np.array(payload["com"]) - [0.0, 0.0, 0.08]) < 5e-3  # the rig's payload_com
+    assert payload["mass_std_kg"] < 0.02 and max(payload["com_std"]) < 3e-3
+    assert all(j["after_rms_nm"] < 0.2 for j in payload["per_joint"].values())
+    assert yaml.safe_load((out / "payload.yaml").read_text())["mass_kg"] == payload["mass_kg"]
+
+
+def test_the_identified_payload_feeds_deflection(torque_sessions, dynamics_dir, tmp_path):
+    calibration = tmp_path / "cal"
+    result = runner.invoke(app, ["calibrate", str(torque_sessions[0.0]), str(torque_sessions[2.5]), "--out",
+                                 str(calibration), "--deflection", "compliance"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["dynamics", "payload", str(torque_sessions[5.0]), "--dynamics", str(dynamics_dir),
+                                 "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    joints = tmp_path / "q.csv"
+    names = [f"lbr_iiwa_joint_{j}" for j in range(1, 8)]
+    joints.write_text("name," + ",".join(names) + "\nbent," + ",".join(["0.3", "0.8", "0", "-0.6", "0", "0.5", "0"]) + "\n")
+
+    def tip(*extra):
+        out = runner.invoke(app, ["predict", str(calibration), "--joints", str(joints), "--json", *extra])
+        assert out.exit_code == 0, out.output
+        return np.array([[r["x"], r["y"], r["z"]] for r in json.loads(out.stdout)["points"] if r["point"] == "tip"][0])
+
+    identified, stated, empty = tip("--payload-file", str(tmp_path / "p" / "payload.yaml")), tip("--payload", "5"), tip()
+    assert np.linalg.norm(identified - stated) < 5e-6  # the identified payload is the 5 kg one
+    assert np.linalg.norm(identified - empty) > 5e-5  # and 5 kg sags the arm visibly
+
+
+def test_dynamics_refusals_are_one_sentence(capture_session, dynamics_dir, tmp_path):
+    plain = capture_session("iiwa-tracker", 30, 5)
+    for argv, words in ((["dynamics", "fit", str(plain), "--out", str(tmp_path / "d")],
+                         "has no measured joint torques (effort_<joint> columns, N m)"),
+                        (["dynamics", "payload", str(plain), "--dynamics", str(dynamics_dir)],
+                         "has no measured joint torques"),
+                        (["dynamics", "payload", str(plain), "--dynamics", str(tmp_path)],
+                         "not a dynamics folder, dynamics.yaml is missing")):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2, result.output
+        assert words in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "d").exists()
