@@ -9,8 +9,9 @@ the regressor of a body fixed to the tip frame (:meth:`TorqueRegressor.payload`)
 parameters. At rest only ``m`` and the first moment ``m c`` act (4 unknowns); moving poses add its
 rotational inertia to the fit (not reported: a data sheet gives mass and centre of mass). The fit is
 weighted least squares with each joint's noise from the dynamics fit; standard deviations come
-from the covariance scaled by the a-posteriori variance factor, the centre of mass's by first-order
-propagation through ``c = (m c) / m``. A payload the session states (``payload_kg``) is not used,
+from the covariance scaled by the a-posteriori variance factor plus what the arm model's own
+covariance contributes through the fit, the centre of mass's by first-order propagation through
+``c = (m c) / m``. A payload the session states (``payload_kg``) is not used,
 only reported beside the identified one. Refused, in one sentence: poses that do not determine the
 four numbers, and a mass below zero by more than three standard deviations (the torques' sign or
 the dynamics model is wrong). A mass within three standard deviations of zero is "no payload".
@@ -26,6 +27,7 @@ import numpy as np
 from calib.dynamics.files import write_payload
 from calib.dynamics.measured import read_torques
 from calib.dynamics.model import IdentifiedDynamics
+from calib.dynamics.model import design as design_columns
 from capture.session import Session
 from rigs.errors import InputError
 
@@ -105,6 +107,12 @@ class PayloadIdentifier:
         residual = target - design @ phi
         dof_left = max(len(target) - len(phi), 1)
         covariance = float(residual @ residual / dof_left) * np.linalg.inv(design.T @ design)
+        # The arm's model is itself uncertain, and its error moves straight into the payload's
+        # first moment (the payload sits on the tip body): that part of the covariance is added.
+        arm_columns, _ = design_columns(dynamics.regressor, session.q, reading.velocity, reading.acceleration,
+                                        dynamics.friction)
+        through = np.linalg.pinv(design) @ (arm_columns * weights[None, :, None]).reshape(-1, arm_columns.shape[2])
+        covariance = covariance + through @ dynamics.covariance @ through.T
         mass, mass_std = float(phi[0]), float(np.sqrt(covariance[0, 0]))
         if mass < -NO_PAYLOAD_SIGMAS * mass_std:
             raise InputError(f"{session.path}: the torques explain a payload of {mass:.3g} +/- {mass_std:.2g} kg, "
