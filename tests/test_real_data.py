@@ -4,6 +4,7 @@ torques with their own sign convention, validation on another day with the track
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -353,3 +354,42 @@ def test_dynamics_refusals_are_one_sentence(capture_session, dynamics_dir, tmp_p
         assert result.exit_code == 2, result.output
         assert words in result.output and "Traceback" not in result.output
     assert not (tmp_path / "d").exists()
+
+
+def test_moving_poses_identify_friction_per_joint(tmp_path):
+    """Velocity and acceleration columns in a plan: the simulator adds the arm's inertia and joint
+    friction to the torques it records, and the dynamics fit identifies viscous and Coulomb terms."""
+    from calib.dynamics.identification import ArmDynamics
+    from capture.poses import Plan
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+
+    rig = load_rig("iiwa-tracker-torques")
+    rng = np.random.default_rng(3)
+    count, names = 120, [f"lbr_iiwa_joint_{j}" for j in range(1, 8)]
+    q = rng.uniform(-1.2, 1.2, (count, 7))
+    velocity = rng.uniform(-0.8, 0.8, (count, 7))
+    acceleration = rng.uniform(-1.0, 1.0, (count, 7))
+    extra = {f"velocity_{n}": [f"{v:.6f}" for v in velocity[:, j]] for j, n in enumerate(names)}
+    extra.update({f"acceleration_{n}": [f"{a:.6f}" for a in acceleration[:, j]] for j, n in enumerate(names)})
+    session = capture_simulated(rig, 0, 4, tmp_path / "moving", plan=Plan([f"p{i:04d}" for i in range(count)], q, extra))
+    dynamics = ArmDynamics().fit([session])
+    assert dynamics.friction
+    viscous = np.array([dynamics.theta[dynamics.names.index(f"viscous.{n}")] for n in names])
+    coulomb = np.array([dynamics.theta[dynamics.names.index(f"coulomb.{n}")] for n in names])
+    assert np.allclose(viscous, rig.truth.torques.viscous, atol=0.15)
+    assert np.allclose(coulomb, rig.truth.torques.coulomb, atol=0.1)
+    assert dynamics.summary["rms_nm"] < 1.3 * rig.truth.torques.noise
+
+
+@pytest.mark.parametrize("line, value, words", [
+    ("sign = 1", "sign = 2", "key 'truth.torques.sign' should be 1 or -1, got 2"),
+    ("noise_nm = 0.1", "noise_nm = -0.1", "key 'truth.torques.noise_nm' should not be negative"),
+    ("mass_error = 0.4", "mass_error = 1.5", "key 'truth.mass_error' should be a fraction in [0, 1)"),
+])
+def test_a_bad_torque_sensing_spec_is_named(tmp_path, line, value, words):
+    from rigs import load_rig
+    from rigs.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(words)):
+        load_rig(rig_variant(tmp_path, "iiwa-bad", **{line: value}))
