@@ -56,6 +56,9 @@ def test_a_two_joint_sweep_fits_what_it_determines_and_says_what_keeps_nominal(p
     assert validity["lbr_iiwa_joint_4"]["min"] == pytest.approx(-1.2, abs=1e-3)
     assert validity["lbr_iiwa_joint_1"]["max"] - validity["lbr_iiwa_joint_1"]["min"] > 2.5
     assert document["identifiability"]["full"] is False
+    report = (partial["cal"] / "report.html").read_text()
+    assert "Partial excitation: joints lbr_iiwa_joint_3 to lbr_iiwa_joint_7 did not move" in report
+    assert "Validity envelope" in report
     for j in range(3, 8):  # the still joints keep the nominal URDF's values exactly
         joint = document["joints"][f"lbr_iiwa_joint_{j}"]
         assert joint["zero_offset"] == 0.0 and joint["delta_twist"] == [0.0] * 6
