@@ -236,8 +236,10 @@ def test_measured_torques_drive_compliance_when_the_urdf_masses_are_wrong(torque
     measured = Calibrator(deflection="compliance", torques="measured").fit(fit)
     modelled = Calibrator(deflection="compliance", torques="model").fit(fit)
     assert measured.torque_model is not None and modelled.torque_model is None
-    # Joints 2-4 hold the large gravity torques: measured torques give their compliance to a few %.
-    assert np.allclose(measured.compliance[1:4], true_compliance[1:4], rtol=0.05)
+    # Joint 2 holds the largest gravity torque: measured torques give its compliance to a few %;
+    # joints 3 and 4 hold less, their compliance is within its reported uncertainty.
+    assert measured.compliance[1] == pytest.approx(true_compliance[1], rel=0.03)
+    assert np.all(np.abs(measured.compliance[2:4] - true_compliance[2:4]) < 4 * measured.compliance_std[2:4])
     assert measured.compliance[0] == 0.0  # the vertical first axis holds nothing above the sensor noise
     unseen = load_session(torque_sessions[5.0])  # a payload neither fit saw
     with_measured, with_model = validate(measured, unseen), validate(modelled, unseen)
