@@ -127,6 +127,9 @@ def validate(
                                                      "that register the tracker and locate reflectors the "
                                                      "calibration lacks; they are left out of the figures "
                                                      "(default with --register: every pose)."),
+    locate_poses: Optional[str] = typer.Option(None, "--locate-poses", help="Comma-separated pose ids (a home "
+                                               "measurement: one is enough) that locate reflectors the calibration "
+                                               "lacks, instead of the registration poses; left out of the figures."),
 ) -> None:
     """Predict every measurement of a session with a calibration and report the errors."""
     with user_errors():
@@ -139,13 +142,17 @@ def validate(
 
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
-        names = None
-        if registration_poses is not None:
-            names = [name.strip() for name in registration_poses.split(",") if name.strip()]
+        def pose_list(text: Optional[str], option: str):
+            if text is None:
+                return None
+            names = [name.strip() for name in text.split(",") if name.strip()]
             if not names:
-                raise InputError("--registration-poses names no pose; give comma-separated pose ids.")
+                raise InputError(f"{option} names no pose; give comma-separated pose ids.")
+            return names
+
         result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma,
-                                register=register, registration_poses=names)
+                                register=register, registration_poses=pose_list(registration_poses, "--registration-poses"),
+                                locate_poses=pose_list(locate_poses, "--locate-poses"))
         if result.get("envelope_warning") and not json_output:
             typer.echo(f"warning: {result['envelope_warning']}", err=True)
         if json_output:

@@ -194,10 +194,18 @@ def test_a_validation_only_reflector_is_located_on_the_registration_poses(anothe
     assert result["rms_mm_by_reflector"]["smr3"] < 1.3 * result["floor_rms_mm"]
 
 
+def test_a_validation_only_reflector_is_located_from_a_home_measurement(another_day):
+    result = _validate(another_day["cal2"], another_day["after"], "--register", "--locate-poses", "p0000")
+    assert result["registration"]["locating_poses"] == ["p0000"] and result["n"] == 39 * 3
+    assert result["rms_mm_by_reflector"]["smr3"] < 2.5 * result["floor_rms_mm"]  # one pose: its noise stays in
+    assert result["rms_mm_by_reflector"]["smr1"] < 1.3 * result["floor_rms_mm"]
+
+
 @pytest.mark.parametrize("extra, words", [
     (["--register", "--registration-poses", "p0000,nope"], "--registration-poses: pose 'nope' is not a pose of"),
     (["--register", "--registration-poses", "p0000,p0001"], "registering the tracker needs at least 3"),
     ([], "tracker target 'smr3' is not a reflector of the calibration; name the poses that locate it"),
+    (["--register", "--locate-poses", "p0000,p9999"], "--locate-poses: pose 'p9999' is not a pose of"),
 ])
 def test_registration_refusals_are_one_sentence(another_day, extra, words):
     result = runner.invoke(app, ["validate", str(another_day["cal2"]), str(another_day["after"]), *extra])

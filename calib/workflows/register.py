@@ -9,8 +9,9 @@ its tracker placement and reflector offsets registered on the same poses, its er
 others. Both the registered and the unregistered figures are reported.
 
 A reflector the calibration does not hold (one measured for validation only) gets its offset in
-the tip frame from the registration poses (a linear solve through the registered frame), and is
-then validated on the other poses like the others.
+the tip frame from the registration poses, or from the poses ``--locate-poses`` names (a home
+measurement: one pose determines the three numbers), by a linear solve through the registered
+frame, and is then validated on the other poses like the others.
 """
 
 from __future__ import annotations
@@ -37,11 +38,7 @@ def registration_rows(session: Session, names: list[str] | None) -> tuple[np.nda
     if names is None:
         rows = np.arange(count)
         return rows, rows
-    index = {pose: i for i, pose in enumerate(session.pose_ids)}
-    unknown = [name for name in names if name not in index]
-    if unknown:
-        raise InputError(f"--registration-poses: pose {unknown[0]!r} is not a pose of {session.path / 'joints.csv'}.")
-    chosen = np.array(sorted({index[name] for name in names}), int)
+    chosen = pose_rows(session, names, "--registration-poses")
     if len(chosen) < MIN_REGISTRATION_POSES:
         raise InputError(f"--registration-poses: names {len(chosen)} poses; registering the tracker needs at least "
                          f"{MIN_REGISTRATION_POSES}.")
@@ -72,10 +69,21 @@ def _locate(tips: np.ndarray, measured: np.ndarray, frame: np.ndarray) -> np.nda
     return np.linalg.lstsq(rotation.reshape(-1, 3), (measured - origin).reshape(-1), rcond=None)[0]
 
 
+def pose_rows(session: Session, names: list[str], option: str) -> np.ndarray:
+    """Rows (K,) of the named poses; InputError naming an unknown one."""
+    index = {pose: i for i, pose in enumerate(session.pose_ids)}
+    unknown = [name for name in names if name not in index]
+    if unknown:
+        raise InputError(f"{option}: pose {unknown[0]!r} is not a pose of {session.path / 'joints.csv'}.")
+    return np.array(sorted({index[name] for name in names}), int)
+
+
 def validate_registered(calibration, session: Session, register: bool, names: list[str] | None = None,
-                        sensor: str | None = None, outlier_sigma: float = 5.0) -> dict:
+                        sensor: str | None = None, outlier_sigma: float = 5.0, locate: list[str] | None = None) -> dict:
     """Reflector figures with the tracker registered (``register``) and reflectors the calibration
-    lacks located on the registration poses; see the module docstring.
+    lacks located on the ``locate`` poses (a home measurement: one pose is enough) or else on the
+    registration poses; see the module docstring. Registration and locating poses are left out of
+    the figures.
 
     Returns the figures of the evaluation poses (n, mean_mm, rms_mm, max_mm, p95_mm: registered
     when ``register``), ``nominal_rms_mm`` (the nominal URDF registered on the same poses),
@@ -91,17 +99,27 @@ def validate_registered(calibration, session: Session, register: bool, names: li
                          f"{calibration.joint_names}.")
     stored = calibration.tracker_T_base[calibration._sensor(sensor)]
     unknown = sorted(set(tracker.targets) - set(calibration.targets))
-    if unknown and names is None:
+    if unknown and names is None and locate is None:
         raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration; name "
                          f"the poses that locate it with --registration-poses (they are left out of the figures).")
     if not register and names is not None and not unknown:
         raise InputError("--registration-poses names the poses that register the tracker or locate a new reflector: "
                          "add --register, or a reflector the calibration does not hold.")
+    if locate is not None and not unknown:
+        raise InputError(f"--locate-poses locates reflectors the calibration does not hold, and every reflector of "
+                         f"{session.path} is in it.")
     reg_rows, eval_rows = registration_rows(session, names)
+    locate_rows = reg_rows if locate is None else pose_rows(session, locate, "--locate-poses")
+    if locate is not None:
+        eval_rows = np.setdiff1d(eval_rows, locate_rows)
+        if not len(eval_rows):
+            raise InputError(f"--locate-poses: with the registration poses, names every pose of {session.path}; "
+                             f"leave some to validate on.")
     tips = calibration.base_T_tip(session.q, session.payload_kg)
     tips[:, :3, 3] += calibration.tip_shift(session.q, session.payload_kg)
     point_tips = tips[tracker.pose_index]
     in_reg, in_eval = np.isin(tracker.pose_index, reg_rows), np.isin(tracker.pose_index, eval_rows)
+    in_locate = np.isin(tracker.pose_index, locate_rows)
     known = np.array([t in calibration.targets for t in tracker.targets])
     offsets = dict(calibration.targets)
 
@@ -114,17 +132,18 @@ def validate_registered(calibration, session: Session, register: bool, names: li
         frame = _robust_registration(_points_of(point_tips, tracker.targets, offsets, rows), tracker.xyz[rows])
     located = {}
     for name in unknown:
-        rows = in_reg & (np.array(tracker.targets) == name)
-        if rows.sum() < 2:
-            raise InputError(f"{session.path}: reflector {name!r} is seen at {int(rows.sum())} registration poses; "
-                             f"locating it needs at least 2.")
+        rows = in_locate & (np.array(tracker.targets) == name)
+        if not rows.any():  # one pose determines the three offsets; more give redundancy
+            raise InputError(f"{session.path}: reflector {name!r} is not seen at the poses that locate it "
+                             f"({'--locate-poses' if locate is not None else '--registration-poses'}); name one "
+                             f"where it was measured.")
         offsets[name] = _locate(point_tips[rows], tracker.xyz[rows], frame)
         located[name] = [float(v) for v in offsets[name]]
     all_rows = np.ones(len(tracker.targets), bool)
     predicted = _points_of(point_tips, tracker.targets, offsets, all_rows)
     registered = np.linalg.norm(predicted @ frame[:3, :3].T + frame[:3, 3] - tracker.xyz, axis=1)
     unregistered = np.linalg.norm(predicted @ stored[:3, :3].T + stored[:3, 3] - tracker.xyz, axis=1)
-    nominal = nominal_registered_errors(session, calibration.summary.get("tip_link"), reg_rows)
+    nominal = nominal_registered_errors(session, calibration.summary.get("tip_link"), np.union1d(reg_rows, locate_rows))
     moved = log6(invert(stored) @ frame)
     evaluation = set(eval_rows.tolist())
     outliers = [o for o in named_outliers(session, registered, outlier_sigma)
@@ -134,6 +153,7 @@ def validate_registered(calibration, session: Session, register: bool, names: li
         "nominal_rms_mm": ErrorStats.of(nominal[in_eval]).rms_mm,
         "outlier_sigma": outlier_sigma, "outliers": outliers,
         "registration": {"poses": "all" if names is None else [session.pose_ids[i] for i in reg_rows],
+                         "locating_poses": [session.pose_ids[i] for i in locate_rows] if unknown else [],
                          "evaluated_poses": int(len(eval_rows)), "tracker_registered": bool(register),
                          # where the tracker head sits in the base frame, before and after
                          "tracker_moved_mm": float(np.linalg.norm(invert(frame)[:3, 3] - invert(stored)[:3, 3]) * 1e3),

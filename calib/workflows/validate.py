@@ -161,7 +161,8 @@ def validate_corners(calibration, session: Session) -> dict:
 
 
 def validate(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0,
-             register: bool = False, registration_poses: list[str] | None = None) -> dict:
+             register: bool = False, registration_poses: list[str] | None = None,
+             locate_poses: list[str] | None = None) -> dict:
     """The figures of every sensor ``session`` holds, predicted by ``calibration``.
 
     Reflector points lead (n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm); probe
@@ -169,14 +170,15 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
     add reprojection figures (under ``camera`` when another sensor leads). ``sensor``: the
     calibration's tracker frame to predict with (default its first). ``register``: fit the
     tracker's placement on the session first (on ``registration_poses`` when named, which then
-    also locate reflectors the calibration lacks, and are left out of the figures); see
+    also locate reflectors the calibration lacks unless ``locate_poses`` names others, and are
+    left out of the figures); see
     :mod:`calib.workflows.register`. ``envelope_warning``: a
     sentence when the session's poses leave the calibration's validity envelope, else None."""
     parts = []
     if session.tracker is not None and len(session.tracker.targets):
-        if register or registration_poses is not None:
+        if register or registration_poses is not None or locate_poses is not None:
             parts.append(("tracker_points", validate_registered(calibration, session, register, registration_poses,
-                                                                sensor, outlier_sigma)))
+                                                                sensor, outlier_sigma, locate_poses)))
         else:
             parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
     elif register or registration_poses is not None:
