@@ -115,16 +115,16 @@ def test_a_broken_validity_entry_is_named(partial, tmp_path):
 
 
 # -- validation on another day: the tracker moved, a reflector the fit never saw -------------------
-def moved_rig(tmp_path: Path) -> Path:
-    """iiwa-tracker with its tracker 10 mm away and turned about 2 degrees."""
+def moved_rig(tmp_path: Path, rig: str = "iiwa-tracker") -> Path:
+    """A tracker rig with its tracker 10 mm away and turned about 2 degrees."""
     from rigs import load_rig
 
-    text = Path(load_rig("iiwa-tracker").source).read_text()
-    moved = (text.replace('name = "iiwa-tracker"', 'name = "iiwa-tracker-moved"')
+    text = Path(load_rig(rig).source).read_text()
+    moved = (text.replace(f'name = "{rig}"', f'name = "{rig}-moved"')
              .replace("xyz = [2.6, 1.2, 0.7]", "xyz = [2.606, 1.208, 0.7]")
              .replace("look_at = [0.0, 0.0, 0.6]", "look_at = [0.0, 0.118, 0.6]"))
     assert moved.count("2.606") == 1 and "0.118" in moved
-    path = tmp_path / "iiwa-tracker-moved.toml"
+    path = tmp_path / f"{rig}-moved.toml"
     path.write_text(moved)
     return path
 
@@ -173,6 +173,26 @@ def test_validate_register_gives_the_error_from_before_the_tracker_moved(another
     # The nominal URDF is registered the same way: its figure does not move with the tracker either.
     assert after["nominal_rms_mm"] == pytest.approx(before["nominal_rms_mm"], rel=0.05)
     assert after["rms_mm"] < 0.1 * after["nominal_rms_mm"]
+
+
+def test_validate_register_registers_a_six_dof_tracker_too(capture_session, tmp_path):
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+
+    fit, before = capture_session("iiwa-tracker6d", 40, 1), capture_session("iiwa-tracker6d", 30, 8)
+    after = capture_simulated(load_rig(moved_rig(tmp_path, "iiwa-tracker6d")), 30, 8, tmp_path / "after")
+    cal = tmp_path / "cal"
+    result = runner.invoke(app, ["calibrate", str(fit), "--out", str(cal), "--deflection", "none"])
+    assert result.exit_code == 0, result.output
+    plain = _validate(cal, before)
+    registered = _validate(cal, after, "--register")
+    assert registered["registration"]["tracker_moved_mm"] == pytest.approx(10.0, abs=0.5)
+    # Refitting 6 numbers on the evaluated poses can only match or beat the stored placement's
+    # figure from before the move; both sit near the probe's noise floor.
+    assert registered["rms_mm"] <= 1.05 * plain["rms_mm"] and registered["rms_mm"] < 1.3 * registered["floor_rms_mm"]
+    assert registered["angle_rms_deg"] <= 1.05 * plain["angle_rms_deg"]
+    assert registered["unregistered"]["rms_mm"] > 50 * registered["rms_mm"]
+    assert registered["nominal_rms_mm"] == pytest.approx(plain["nominal_rms_mm"], rel=0.05)
 
 
 def test_registration_poses_are_left_out_of_the_figures(another_day):

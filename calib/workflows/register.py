@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from calib.sensors.figures import ErrorStats, named_outliers
+from calib.sensors.figures import ErrorStats, named_outliers, pose_figures
 from calib.sensors.registration import initial_frame_and_targets, register_points
-from calib.workflows.evaluation import noise_floor_rms_mm
+from calib.sensors.tracker_poses import pose_errors, register_poses
+from calib.workflows.evaluation import noise_floor_rms_mm, pose_noise_floor
 from capture.session import Session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
@@ -187,3 +188,43 @@ def nominal_registered_errors(session: Session, tip_link: str | None, reg_rows: 
         offsets[name] = np.asarray(session.nominal_targets.get(name, np.zeros(3)), float)
     points = _points_of(tips, tracker.targets, offsets, np.ones(len(tracker.targets), bool))
     return np.linalg.norm(points @ frame[:3, :3].T + frame[:3, 3] - tracker.xyz, axis=1)
+
+
+PROBE_ARM = 0.1  # m: points along the probe's axes weigh its orientation in the registration
+
+
+def validate_poses_registered(calibration, session: Session, names: list[str] | None = None,
+                              sensor: str | None = None) -> dict:
+    """6-DoF probe figures with the tracker's placement refitted on the registration poses (every
+    pose when ``names`` is None): position (mm) and angle (deg) figures of the other poses, the
+    nominal URDF registered the same way (tracker and probe mount), the unregistered figures."""
+    poses = session.tracker_poses
+    if not calibration.tip_T_probe:
+        raise InputError(f"{session.path}: has probe poses, but the calibration has no 6-DoF probe "
+                         f"(it was fitted without tracker poses).")
+    stored = calibration.tracker_T_base[calibration._sensor(sensor)]
+    reg_rows, eval_rows = registration_rows(session, names)
+    in_reg, in_eval = np.isin(poses.pose_index, reg_rows), np.isin(poses.pose_index, eval_rows)
+    tips = calibration.base_T_tip(session.q, session.payload_kg)
+    tips[:, :3, 3] += calibration.tip_shift(session.q, session.payload_kg)
+    predicted = tips[poses.pose_index] @ next(iter(calibration.tip_T_probe.values()))
+
+    def corners(stack: np.ndarray) -> np.ndarray:  # (M, 4, 4) -> (4 M, 3): origin and a point on each axis
+        return np.concatenate([stack[:, :3, 3]] + [stack[:, :3, 3] + PROBE_ARM * stack[:, :3, k] for k in range(3)])
+
+    frame = _robust_registration(corners(predicted[in_reg]), corners(poses.tracker_T_probe[in_reg]))
+    registered = pose_figures(*pose_errors(frame @ predicted[in_eval], poses.tracker_T_probe[in_eval]))
+    unregistered = pose_figures(*pose_errors(stored @ predicted[in_eval], poses.tracker_T_probe[in_eval]))
+    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, calibration.summary.get("tip_link"))
+    nominal_tips = chain.base_T_tip_batch(session.q)[poses.pose_index]
+    tracker_T_base, tip_T_probe = register_poses(nominal_tips[in_reg], poses.tracker_T_probe[in_reg], rounds=20)
+    nominal = pose_figures(*pose_errors(tracker_T_base @ nominal_tips[in_eval] @ tip_T_probe,
+                                        poses.tracker_T_probe[in_eval]))
+    floor = pose_noise_floor(session)
+    return {**registered, "nominal_rms_mm": nominal["rms_mm"], "nominal_angle_rms_deg": nominal["angle_rms_deg"],
+            "floor_rms_mm": floor[0] if floor else None, "floor_angle_rms_deg": floor[1] if floor else None,
+            "unregistered": unregistered,
+            "registration": {"poses": "all" if names is None else [session.pose_ids[i] for i in reg_rows],
+                             "evaluated_poses": int(len(eval_rows)),
+                             "tracker_moved_mm": float(np.linalg.norm(invert(frame)[:3, 3] - invert(stored)[:3, 3]) * 1e3),
+                             "tracker_turned_deg": float(np.degrees(np.linalg.norm(log6(invert(stored) @ frame)[3:])))}}

@@ -19,7 +19,7 @@ from calib.sensors.tracker_points import tracker_blocks
 from calib.sensors.tracker_poses import pose_blocks, pose_errors, register_poses
 from calib.workflows.evaluation import (noise_floor_rms_mm, pose_noise_floor, tip_errors, true_board_centres,
                                         true_tip_positions)
-from calib.workflows.register import validate_registered
+from calib.workflows.register import validate_poses_registered, validate_registered
 from capture.session import Session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
@@ -181,11 +181,15 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
                                                                 sensor, outlier_sigma, locate_poses)))
         else:
             parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
-    elif register or registration_poses is not None:
-        raise InputError(f"{session.path}: --register registers a laser tracker, and the session has no tracker "
-                         f"points (tracker.csv).")
     if session.tracker_poses is not None and len(session.tracker_poses.pose_index):
-        parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
+        if register:
+            _check_joints(calibration, session)
+            parts.append(("tracker_poses", validate_poses_registered(calibration, session, registration_poses, sensor)))
+        else:
+            parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
+    if register and not parts:
+        raise InputError(f"{session.path}: --register registers a laser tracker, and the session has no tracker "
+                         f"points (tracker.csv) or probe poses (tracker_poses.csv).")
     if has_board_images(session) and calibration.base_T_camera:
         parts.append(("camera", validate_corners(calibration, session)))
     if not parts:
