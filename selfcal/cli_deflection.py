@@ -110,6 +110,8 @@ def correct(
     calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
     targets: Path = typer.Option(..., "--targets", help="CSV: name,x,y,z[,target][,payload_kg][,joint seed columns]; m, base frame."),
     payload: Optional[float] = typer.Option(None, "--payload", help="Payload in kg for rows without payload_kg (default 0)."),
+    payload_file: Optional[Path] = typer.Option(None, "--payload-file", help="payload.yaml from `selfcal dynamics "
+                                                "payload`: its mass for rows without payload_kg, at its centre of mass."),
     nominal_urdf: Optional[Path] = typer.Option(None, "--nominal-urdf", help="URDF whose IK solution seeds each row "
                                                 "(default the calibration's rigid robot.urdf)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the corrected joints as CSV here."),
@@ -128,10 +130,9 @@ def correct(
         from rigs.kinematics import ChainModel
         from rigs.limits import check_reachable
 
-        default = _payload(payload)
         if out is not None:
             check_new_file(out, force)
-        calibration = Calibration.load(calibration_dir)
+        calibration, default = _identified_payload(Calibration.load(calibration_dir), payload, payload_file)
         rows = read_targets(targets, calibration.joint_names, list(calibration.targets))
         limits = _limits(calibration_dir, calibration)
         offsets = max([float(np.linalg.norm(v)) for v in calibration.targets.values()], default=0.0)

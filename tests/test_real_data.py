@@ -373,6 +373,19 @@ def test_the_identified_payload_feeds_deflection(torque_sessions, dynamics_dir, 
     identified, stated, empty = tip("--payload-file", str(tmp_path / "p" / "payload.yaml")), tip("--payload", "5"), tip()
     assert np.linalg.norm(identified - stated) < 5e-6  # the identified payload is the 5 kg one
     assert np.linalg.norm(identified - empty) > 5e-5  # and 5 kg sags the arm visibly
+    targets = tmp_path / "targets.csv"
+    targets.write_text(f"name,x,y,z\nt0,{identified[0]:.6f},{identified[1]:.6f},{identified[2]:.6f}\n")
+
+    def corrected(*extra):
+        out = runner.invoke(app, ["correct", str(calibration), "--targets", str(targets), "--json", *extra])
+        assert out.exit_code == 0, out.output
+        return np.array(json.loads(out.stdout)["rows"][0]["q"])
+
+    assert np.allclose(corrected("--payload-file", str(tmp_path / "p" / "payload.yaml")), corrected("--payload", "5"),
+                       atol=2e-5)
+    result = runner.invoke(app, ["predict", str(calibration), "--joints", str(joints), "--payload", "1",
+                                 "--payload-file", str(tmp_path / "p" / "payload.yaml")])
+    assert result.exit_code == 2 and "give --payload or --payload-file, not both" in result.output
 
 
 def test_dynamics_refusals_are_one_sentence(capture_session, dynamics_dir, tmp_path):
