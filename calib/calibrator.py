@@ -32,12 +32,12 @@ import pinocchio as pin
 
 from calib.calibration import Calibration
 from calib.deflection import modes
-from calib.dynamics.identification import ArmDynamics
-from calib.dynamics.measured import has_torques
-from calib.dynamics.model import IdentifiedDynamics
 from calib.deflection.learned import corrected, training_set
 from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble
 from calib.deflection.torques import GravityTorques
+from calib.dynamics.identification import ArmDynamics
+from calib.dynamics.measured import has_torques
+from calib.dynamics.model import IdentifiedDynamics
 from calib.fit.checks import check_pose_set, spread_poses, structural_identifiability
 from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
 from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
@@ -351,7 +351,8 @@ class Calibrator:
             lacking = next(s for s in sessions if not has_torques(s))
             raise InputError(f"{lacking.path / 'joints.csv'}: --torques measured needs an effort_<joint> column "
                              f"(N m) for every chain joint.")
-        if self.torques == "model" or not measured:
+        wants_compliance = self.deflection == "auto" or modes.geometry_of(self.deflection) == "compliance"
+        if self.torques == "model" or not measured or not wants_compliance:
             return None
         self.progress("identifying the arm's gravity torques from the measured ones")
         return ArmDynamics(flip_sign=self.flip_torque_sign, friction="none",
