@@ -330,7 +330,17 @@ def dynamics_dir(torque_sessions, tmp_path_factory):
     return out
 
 
-def test_dynamics_fit_explains_the_torques_to_the_sensor_noise(dynamics_dir):
+def test_dynamics_fit_explains_the_torques_to_the_sensor_noise(dynamics_dir, torque_sessions):
+    import pinocchio as pin
+
+    from calib.dynamics.model import IdentifiedDynamics
+    from capture.session import load_session
+
+    # The folder stands alone: its robot.urdf loads in Pinocchio, the model predicts the torques.
+    assert pin.buildModelFromUrdf(str(dynamics_dir / "robot.urdf")).nq == 7
+    session = load_session(torque_sessions[0.0])
+    predicted = IdentifiedDynamics.load(dynamics_dir).predict(session.q)
+    assert np.sqrt(np.mean((predicted - session.joint_efforts) ** 2)) < 1.3 * 0.1
     document = yaml.safe_load((dynamics_dir / "dynamics.yaml").read_text())
     assert document["rms_nm"] < 1.3 * 0.1  # the rig's sensors: 0.1 N m noise
     assert document["urdf_rms_nm"] > 5 * document["rms_nm"]  # its URDF's masses are 40 % off
