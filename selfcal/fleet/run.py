@@ -1,0 +1,197 @@
+"""One fleet run, start to finish: the table, resume, the Ray tasks, the results, the comparison.
+
+``DIR/`` holds ``fleet.json`` (rewritten after every arm, so an interrupted run can be resumed),
+``index.html`` (written at the end) and one folder per arm that succeeded, exactly as the per-arm
+command writes it. A folder is written whole (built under a temporary name, then renamed); an
+arm that fails leaves no folder, only its sentence in ``fleet.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rigs.errors import InputError
+from rigs.files import (atomic_write_json, check_new_output, locked_folder, make_parents, output_folder,
+                        remove_empty_folders)
+from rigs.version import VERSION
+from selfcal.fleet import records
+from selfcal.fleet.archive import TRUTH, folder_hash, pack, unpack
+from selfcal.fleet.commands import options_problem
+from selfcal.fleet.engine import RaySettings, connect, disconnect, run_arms
+from selfcal.fleet.table import ArmRow, read_fleet_table
+
+
+@dataclass(frozen=True)
+class FleetJob:
+    """What a fleet runs per arm: ``kind`` names the task's commands (see :mod:`selfcal.fleet.tasks`)."""
+
+    kind: str  # "calibrate" or "selfmodel"
+    command: tuple[str, ...]  # the command whose options the table's options column holds
+    placeholders: tuple[str, ...]  # a whole command line around the options, for their check
+
+
+CALIBRATE = FleetJob("calibrate", ("calibrate",), ("SESSION", "--out", "OUT"))
+SELFMODEL = FleetJob("selfmodel", ("selfmodel", "train"), ("SESSION", "--out", "OUT"))
+
+
+def _record_base(row: ArmRow) -> dict:
+    return {"status": "failed", "message": None, "flagged": False, "flags": [], "line": row.line,
+            "sessions": row.sessions, "validate": row.validate, "options": row.options}
+
+
+def _arm_jobs(job: FleetJob, rows: list[ArmRow], folder: Path, threads: int):
+    """(job dict, sessions packer) per arm that runs; packing waits until a slot is free."""
+    for row in rows:
+        task = {"kind": job.kind, "arm": row.arm, "sessions": row.sessions, "validate": row.validate,
+                "options": row.options, "version": VERSION, "threads": threads}
+
+        def make_blob(row=row) -> bytes:
+            fit, held = records.shipped_folders(row, folder)
+            blob = pack(fit, skip=(TRUTH,))
+            return blob if not held else _concatenate(blob, pack(held))
+        yield task, make_blob
+
+
+def _concatenate(first: bytes, second: bytes) -> bytes:
+    """One tar of two (the fit's sessions without truth/, the held-out one whole)."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as merged:
+        names = set()
+        for blob in (first, second):
+            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as part:
+                for member in part.getmembers():
+                    if member.name in names:
+                        continue
+                    names.add(member.name)
+                    merged.addfile(member, part.extractfile(member))
+    return buffer.getvalue()
+
+
+def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings, resume: bool = False,
+              progress: Callable[[int, int, int, int], None] | None = None,
+              compare: Callable[[dict, Path, Path], dict] | None = None,
+              report: Callable[[dict, Path], None] | None = None) -> dict:
+    """Run a fleet; returns the fleet document (also written to ``out/fleet.json``).
+
+    ``compare(document, out, table_folder)`` adds the sibling comparison to the document and
+    ``report(document, out)`` writes index.html (the fleet commands pass theirs).
+    """
+    out = Path(out)
+    if settings.cpus_per_arm <= 0:
+        raise InputError(f"--cpus-per-arm must be positive, got {settings.cpus_per_arm:g}.")
+    if settings.local_cpus is not None and settings.local_cpus < 1:
+        raise InputError(f"--cpus must be at least 1, got {settings.local_cpus}.")
+    if settings.local_cpus is not None and settings.address is not None:
+        raise InputError("--cpus sizes the local Ray instance; a cluster given with --address has its own CPUs.")
+    table = read_fleet_table(table_path, lambda tokens: options_problem(list(job.command), tokens, list(job.placeholders)))
+    previous = records.read_previous(out, job.kind) if resume else {}
+    if not resume:
+        check_new_output(out)
+    arms: dict[str, dict] = {}
+    to_run: list[ArmRow] = []
+    for row in table.arms:
+        record = _record_base(row)
+        arms[row.arm] = record
+        if row.problem is not None:
+            record["message"] = row.problem
+            continue
+        try:
+            record["inputs_hash"] = records.inputs_hash(job.kind, row, table.folder)
+        except InputError as error:
+            record["message"] = str(error)
+            continue
+        earlier = previous.get(row.arm)
+        if resume and records.verified(out, row.arm, earlier, record["inputs_hash"]):
+            arms[row.arm] = dict(earlier, line=row.line, reused=True, flagged=False, flags=[], flag_details=[])
+            continue
+        if os.path.lexists(out / row.arm) and not (isinstance(earlier, dict) and earlier.get("result_hash")):
+            record["message"] = (f"{out / row.arm}: exists and is not a result of this fleet; move it away to let "
+                                 f"the fleet write {row.arm}'s results there.")
+            continue
+        to_run.append(row)
+    created = [] if out.is_dir() else make_parents(out)
+    document = {"format": records.FORMAT, "format_version": records.FORMAT_VERSION, "job": job.kind,
+                "selfcal_version": VERSION, "fleet_table": str(table.path), "complete": False, "arms": arms}
+    busy = f"{out}: another fleet run is writing it now; wait for it to finish or choose another --out."
+    try:
+        with locked_folder(out, busy):
+            started = time.perf_counter()
+            cluster = connect(settings) if to_run else None
+            try:
+                if cluster is not None:
+                    document["ray"] = {"address": cluster.address, "cpus": cluster.cpus, "gpus": cluster.gpus,
+                                       "cpus_per_arm": settings.cpus_per_arm, "gpus_per_arm": settings.gpus_per_arm,
+                                       "described": cluster.describe()}
+                atomic_write_json(out / records.RECORD, document)
+
+                def on_done(outcome: dict) -> None:
+                    arms[outcome["arm"]] = _finish_arm(out, arms[outcome["arm"]], outcome)
+                    atomic_write_json(out / records.RECORD, document)
+
+                threads = max(1, int(settings.cpus_per_arm))
+                # Arms that do not run (reused, or failed before they could) count as done from the start.
+                settled = [arms[row.arm] for row in table.arms if row not in to_run]
+                skipped, failed_before = len(settled), sum(1 for record in settled if record["status"] != "ok")
+                shown = None if progress is None else (
+                    lambda done, running, failed, total: progress(done + skipped, running, failed + failed_before,
+                                                                  len(table.arms)))
+                if to_run:
+                    run_arms(_arm_jobs(job, to_run, table.folder, threads), len(to_run), settings, on_done, shown)
+                elif shown is not None:
+                    shown(0, 0, 0, 0)
+            finally:
+                if cluster is not None:
+                    disconnect(cluster)
+            document["seconds"] = time.perf_counter() - started
+            document["ran"] = [row.arm for row in to_run]
+            if compare is not None:
+                compare(document, out, table.folder)
+            document["complete"] = True
+            document["summary"] = _summary(arms)
+            atomic_write_json(out / records.RECORD, document)
+            if report is not None:
+                report(document, out)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            remove_empty_folders(created)  # refused before anything was written: leave no trace
+        raise
+    return document
+
+
+def _finish_arm(out: Path, record: dict, outcome: dict) -> dict:
+    """Write an arm's result folder (when it succeeded) and fold the outcome into its record."""
+    record = dict(record, reused=False, seconds=outcome.get("seconds"), host=outcome.get("host"),
+                  outputs=outcome.get("outputs") or {})
+    if outcome.get("traceback"):
+        record["traceback"] = outcome["traceback"]
+    if outcome["status"] != "ok":
+        record.update(status="failed", message=outcome.get("message") or "failed without a message.")
+        return record
+    target = out / outcome["arm"]
+    try:
+        with output_folder(target, force=target.is_dir()) as folder:
+            unpack(outcome["result"], folder)
+        record["result_hash"] = folder_hash(target)
+    except InputError as error:
+        record.update(status="failed", message=str(error))
+        return record
+    for output in record["outputs"].values():  # the commands ran on the worker, into its scratch folder
+        for key in ("calibration", "model"):
+            if isinstance(output, dict) and key in output:
+                output[key] = str(target)
+    record.update(status="ok", message=None)
+    return record
+
+
+def _summary(arms: dict) -> dict:
+    ok = [arm for arm, record in arms.items() if record["status"] == "ok"]
+    return {"arms": len(arms), "ok": len(ok), "failed": len(arms) - len(ok),
+            "flagged": sum(1 for record in arms.values() if record.get("flagged")),
+            "reused": sum(1 for record in arms.values() if record.get("reused"))}
