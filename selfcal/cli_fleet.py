@@ -42,13 +42,13 @@ def fleet_progress(title: str) -> Iterator:
         yield update
 
 
-def _settings(address: Optional[str], cpus: Optional[int], cpus_per_arm: float, gpus_per_arm: float = 0.0):
+def _settings(address: Optional[str], cpus: Optional[int], cpus_per_arm: float):
     from rigs.errors import InputError
     from selfcal.fleet.engine import RaySettings
 
     if address is not None and not address.strip():
         raise InputError("--address is empty; give auto or ray://HOST:PORT, or leave it out to run locally.")
-    return RaySettings(address=address, local_cpus=cpus, cpus_per_arm=cpus_per_arm, gpus_per_arm=gpus_per_arm)
+    return RaySettings(address=address, local_cpus=cpus, cpus_per_arm=cpus_per_arm)
 
 
 def _finish(document: dict, out: Path, json_output: bool) -> None:
@@ -120,9 +120,9 @@ def selfmodel(
     with user_errors():
         from selfcal.fleet.report import write_selfmodel_report
         from selfcal.fleet.run import SELFMODEL, run_fleet
-        from selfcal.fleet.selfmodels import add_selfmodel_comparison, gpus_per_arm
+        from selfcal.fleet.selfmodels import add_selfmodel_comparison
 
-        settings = _settings(address, cpus, cpus_per_arm, gpus_per_arm())
+        settings = _settings(address, cpus, cpus_per_arm)
         with fleet_progress("fleet selfmodel") as update:
             document = run_fleet(SELFMODEL, table, out, settings, resume, update, add_selfmodel_comparison,
                                  write_selfmodel_report)

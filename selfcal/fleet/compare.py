@@ -28,7 +28,7 @@ import numpy as np
 from rigs import axis_geometry
 from rigs.errors import InputError
 
-THRESHOLD = 6.0
+THRESHOLD = 8.0
 MIN_ARMS = 5
 MAD_TO_SIGMA = 1.4826
 # Floors of the robust spread, in the reported units: below these, arms differ by less than a

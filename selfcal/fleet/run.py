@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -32,10 +32,11 @@ class FleetJob:
     kind: str  # "calibrate" or "selfmodel"
     command: tuple[str, ...]  # the command whose options the table's options column holds
     placeholders: tuple[str, ...]  # a whole command line around the options, for their check
+    may_use_gpu: bool = False  # ask Ray for a GPU per arm where the cluster and the command can use one
 
 
 CALIBRATE = FleetJob("calibrate", ("calibrate",), ("SESSION", "--out", "OUT"))
-SELFMODEL = FleetJob("selfmodel", ("selfmodel", "train"), ("SESSION", "--out", "OUT"))
+SELFMODEL = FleetJob("selfmodel", ("selfmodel", "train"), ("SESSION", "--out", "OUT"), may_use_gpu=True)
 
 
 def _record_base(row: ArmRow) -> dict:
@@ -43,11 +44,11 @@ def _record_base(row: ArmRow) -> dict:
             "sessions": row.sessions, "validate": row.validate, "options": row.options}
 
 
-def _arm_jobs(job: FleetJob, rows: list[ArmRow], folder: Path, threads: int):
+def _arm_jobs(job: FleetJob, rows: list[ArmRow], folder: Path, threads: int, device: str | None):
     """(job dict, sessions packer) per arm that runs; packing waits until a slot is free."""
     for row in rows:
         task = {"kind": job.kind, "arm": row.arm, "sessions": row.sessions, "validate": row.validate,
-                "options": row.options, "version": VERSION, "threads": threads}
+                "options": row.options, "version": VERSION, "threads": threads, "device": device}
 
         def make_blob(row=row) -> bytes:
             fit, held = records.shipped_folders(row, folder)
@@ -125,14 +126,23 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
             started = time.perf_counter()
             cluster = connect(settings) if to_run else None
             try:
+                device = None
                 if cluster is not None:
+                    gpus, why = 0.0, "this job runs on CPUs"
+                    if job.may_use_gpu:
+                        from selfcal.fleet.commands import accepts_option
+                        from selfcal.fleet.selfmodels import DEVICE_OPTION, gpu_plan
+
+                        gpus, why = gpu_plan(cluster.gpus, accepts_option(list(job.command), DEVICE_OPTION))
+                        device = "auto" if gpus else None
+                    settings = replace(settings, gpus_per_arm=gpus)
                     document["ray"] = {"address": cluster.address, "cpus": cluster.cpus, "gpus": cluster.gpus,
-                                       "cpus_per_arm": settings.cpus_per_arm, "gpus_per_arm": settings.gpus_per_arm,
+                                       "cpus_per_arm": settings.cpus_per_arm, "gpus_per_arm": gpus, "gpus_why": why,
                                        "described": cluster.describe()}
                 atomic_write_json(out / records.RECORD, document)
 
                 def on_done(outcome: dict) -> None:
-                    arms[outcome["arm"]] = _finish_arm(out, arms[outcome["arm"]], outcome)
+                    arms[outcome["arm"]] = _finish_arm(job, out, table.folder, arms[outcome["arm"]], outcome)
                     atomic_write_json(out / records.RECORD, document)
 
                 threads = max(1, int(settings.cpus_per_arm))
@@ -143,7 +153,7 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
                     lambda done, running, failed, total: progress(done + skipped, running, failed + failed_before,
                                                                   len(table.arms)))
                 if to_run:
-                    run_arms(_arm_jobs(job, to_run, table.folder, threads), len(to_run), settings, on_done, shown)
+                    run_arms(_arm_jobs(job, to_run, table.folder, threads, device), len(to_run), settings, on_done, shown)
                 elif shown is not None:
                     shown(0, 0, 0, 0)
             finally:
@@ -165,7 +175,7 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
     return document
 
 
-def _finish_arm(out: Path, record: dict, outcome: dict) -> dict:
+def _finish_arm(job: FleetJob, out: Path, table_folder: Path, record: dict, outcome: dict) -> dict:
     """Write an arm's result folder (when it succeeded) and fold the outcome into its record."""
     record = dict(record, reused=False, seconds=outcome.get("seconds"), host=outcome.get("host"),
                   outputs=outcome.get("outputs") or {})
@@ -178,6 +188,10 @@ def _finish_arm(out: Path, record: dict, outcome: dict) -> dict:
     try:
         with output_folder(target, force=target.is_dir()) as folder:
             unpack(outcome["result"], folder)
+            if job.kind == "selfmodel":
+                from selfcal.fleet.selfmodels import relocate_training_sessions
+
+                relocate_training_sessions(folder, table_folder, record["sessions"])
         record["result_hash"] = folder_hash(target)
     except InputError as error:
         record.update(status="failed", message=str(error))

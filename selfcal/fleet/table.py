@@ -83,7 +83,7 @@ def read_fleet_table(path: Path, check_options: Callable[[list[str]], str | None
         raise InputError(f"{path}: line {header_line}: a column is named twice in the header.")
     if len(rows) == 1:
         raise InputError(f"{path}: has a header but no arm; add one row per arm.")
-    folder = path.parent
+    folder = path.parent.resolve()  # named in sentences: "." would tell the user nothing
     arms: list[ArmRow] = []
     seen: dict[str, int] = {}
     for number, cells in rows[1:]:
@@ -122,7 +122,7 @@ def _arm_row(folder: Path, path: Path, number: int, values: dict, check_options)
             row.problem = str(error)
             return row
         if not session.is_dir():
-            row.problem = f"{where}, {column}: session folder {relative!r} not found in {folder}."
+            row.problem = f"{where}, {column}: session folder {relative!r} not found (looked in {folder})."
             return row
     problem = check_options(row.options)
     if problem is not None:

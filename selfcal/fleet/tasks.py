@@ -51,6 +51,8 @@ def _steps(job: dict) -> list[tuple[str, list[str]]]:
         return steps
     if kind == "selfmodel":
         extra = [] if "--threads" in options else ["--threads", str(job.get("threads", 1))]
+        if job.get("device") and "--device" not in options:
+            extra += ["--device", job["device"]]
         steps = [("train", ["selfmodel", "train", *sessions, "--out", RESULT, *options, *extra, "--json"])]
         if validate:
             steps.append(("eval", ["selfmodel", "eval", RESULT, validate, "--json"]))

@@ -1,0 +1,268 @@
+"""A plant's fleet as one Ray job: six iiwa arms (one bent in a crash) and two broken rows are
+calibrated in one run; each arm's folder is what `selfcal calibrate` writes, the broken rows fail
+with their own sentences while the others finish, the bent arm is named by joint and link, no
+intact arm is flagged, and --resume keeps exactly the results whose inputs did not change.
+
+One local Ray instance serves the whole module (starting Ray costs seconds); the fleet commands
+find it running and leave it so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from selfcal.cli import app
+
+runner = CliRunner()
+INTACT = 5
+POSES = 12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+    yield
+    ray.shutdown()
+
+
+def _capture(rig: str, arm_seed: int, poses: int, seed: int, out):
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+
+    return capture_simulated(load_rig(rig), poses, seed, out, arm_seed=arm_seed)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """FLEET.csv with five intact arms, arm6 crashed (link 3 bent 2 degrees), arm1 and arm6 with a held-out
+    session, a row whose session is damaged and one whose options `selfcal calibrate` refuses."""
+    root = tmp_path_factory.mktemp("fleet")
+    rows = ["arm,sessions,validate,options"]
+    for k in range(1, INTACT + 2):
+        rig = "iiwa-tracker-crashed" if k == INTACT + 1 else "iiwa-tracker"
+        _capture(rig, k, POSES, k, root / "sessions" / f"arm{k}")
+        validate = ""
+        if k in (1, INTACT + 1):
+            _capture(rig, k, 6, 100 + k, root / "sessions" / f"arm{k}-check")
+            validate = f"sessions/arm{k}-check"
+        rows.append(f"arm{k},sessions/arm{k},{validate},--deflection none")
+    damaged = root / "sessions" / "damaged"
+    shutil.copytree(root / "sessions" / "arm2", damaged)
+    lines = (damaged / "tracker.csv").read_text().splitlines()
+    cells = lines[3].split(",")
+    cells[-1] = "12,5 mm"  # a decimal comma and a unit, as a hand edit leaves it
+    lines[3] = ",".join(f'"{c}"' if "," in c else c for c in cells)
+    (damaged / "tracker.csv").write_text("\n".join(lines) + "\n")
+    rows.append("broken,sessions/damaged,,--deflection none")
+    rows.append("typo,sessions/arm3,,--deflection none --holdot 0.1")
+    (root / "fleet.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def first_run(fleet):
+    result = runner.invoke(app, ["fleet", "calibrate", str(fleet / "fleet.csv"), "--out", str(fleet / "out"), "--json"])
+    return result, json.loads(result.stdout)
+
+
+def test_every_arm_gets_its_calibration_and_the_broken_rows_their_sentences(fleet, first_run):
+    result, document = first_run
+    assert result.exit_code == 1  # not every arm succeeded
+    arms = document["arms"]
+    assert sorted(arms) == sorted([f"arm{k}" for k in range(1, INTACT + 2)] + ["broken", "typo"])
+    for k in range(1, INTACT + 2):
+        record = arms[f"arm{k}"]
+        assert record["status"] == "ok", record
+        for name in ("calibration.yaml", "robot.urdf", "report.html", "uncertainty.npz"):
+            assert (fleet / "out" / f"arm{k}" / name).is_file()
+    broken, typo = arms["broken"], arms["typo"]
+    assert broken["status"] == typo["status"] == "failed"
+    assert "tracker.csv" in broken["message"] and broken["message"].startswith("selfcal calibrate: ")
+    assert "fleet.csv: line 9, options" in typo["message"] and "--holdot" in typo["message"]
+    assert not (fleet / "out" / "broken").exists() and not (fleet / "out" / "typo").exists()
+    for record in arms.values():
+        assert set(record) >= {"status", "message", "flagged", "flags"}
+    assert document["summary"] == {"arms": INTACT + 3, "ok": INTACT + 1, "failed": 2, "flagged": 1, "reused": 0}
+    assert (fleet / "out" / "index.html").is_file()
+    assert json.loads((fleet / "out" / "fleet.json").read_text())["complete"] is True
+
+
+def test_an_arms_folder_is_exactly_what_selfcal_calibrate_writes(fleet, first_run, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(fleet)  # the table names sessions relative to its folder, as a user in it would
+    result = runner.invoke(app, ["calibrate", "sessions/arm1", "--out", str(fleet / "direct"), "--deflection", "none"])
+    assert result.exit_code == 0, result.output
+    by_fleet = yaml.safe_load((fleet / "out" / "arm1" / "calibration.yaml").read_text())
+    direct = yaml.safe_load((fleet / "direct" / "calibration.yaml").read_text())
+    for document in (by_fleet, direct):
+        document.pop("solve")
+    assert by_fleet == direct
+    assert sorted(p.name for p in (fleet / "out" / "arm1").iterdir()) == sorted(p.name for p in (fleet / "direct").iterdir())
+
+
+def test_the_bent_arm_is_named_by_joint_and_link_and_no_intact_arm_is_flagged(fleet, first_run):
+    _, document = first_run
+    damage = json.loads((fleet / "sessions" / f"arm{INTACT + 1}" / "truth" / "damage.json").read_text())
+    bent = document["arms"][f"arm{INTACT + 1}"]
+    assert bent["flagged"] and len(bent["flags"]) == 1
+    assert bent["flag_details"][0]["joint"] == damage["joint"] == "lbr_iiwa_joint_4"
+    assert bent["flag_details"][0]["link"] == damage["link"] == "lbr_iiwa_link_3"
+    assert "joint lbr_iiwa_joint_4 placement 2.0" in bent["flags"][0] and "a bent lbr_iiwa_link_3?" in bent["flags"][0]
+    angle = document["comparison"]["geometry"]["lbr_iiwa_joint_4.angle"]
+    assert angle["z"][f"arm{INTACT + 1}"] > 2 * document["comparison"]["threshold"]
+    for k in range(1, INTACT + 1):
+        assert document["arms"][f"arm{k}"]["flagged"] is False
+        assert document["arms"][f"arm{k}"]["flags"] == []
+    intact_z = [abs(z) for spread in document["comparison"]["geometry"].values()
+                for arm, z in spread["z"].items() if arm != f"arm{INTACT + 1}"]
+    # Six arms give a rough spread (intact arms reached |z| 5.5 over four other draws of this fleet); a
+    # hundred give a tight one (BENCHMARKS.md).
+    assert max(intact_z) < document["comparison"]["threshold"]
+    arm1 = document["arms"]["arm1"]["figures"]["accuracy"]
+    assert arm1["source"] == "validation session" and arm1["rms_mm"] < 0.1 < arm1["nominal_rms_mm"]
+
+
+def test_resume_keeps_verified_results_and_redoes_what_changed(fleet, first_run):
+    out = fleet / "out"
+    before = json.loads((out / "fleet.json").read_text())
+    result = runner.invoke(app, ["fleet", "calibrate", str(fleet / "fleet.csv"), "--out", str(out), "--resume", "--json"])
+    document = json.loads(result.stdout)
+    assert result.exit_code == 1
+    # Nothing that succeeded is recomputed; a failed arm runs again (its failure may have been the worker's).
+    assert document["ran"] == ["broken"]
+    assert document["summary"]["reused"] == INTACT + 1
+    for k in range(1, INTACT + 2):
+        assert document["arms"][f"arm{k}"]["result_hash"] == before["arms"][f"arm{k}"]["result_hash"]
+    assert document["arms"][f"arm{INTACT + 1}"]["flagged"]
+
+    # A changed option, a result folder someone edited, a fixed row: those three run, nothing else.
+    table = (fleet / "fleet.csv").read_text()
+    table = table.replace("arm2,sessions/arm2,,--deflection none", "arm2,sessions/arm2,,--deflection none --seed 4")
+    table = table.replace("--holdot 0.1", "--holdout 0.1")
+    (fleet / "fleet.csv").write_text(table)
+    (out / "arm3" / "report.html").unlink()
+    result = runner.invoke(app, ["fleet", "calibrate", str(fleet / "fleet.csv"), "--out", str(out), "--resume", "--json"])
+    document = json.loads(result.stdout)
+    assert sorted(document["ran"]) == ["arm2", "arm3", "broken", "typo"]
+    assert document["arms"]["typo"]["status"] == "ok" and (out / "typo" / "calibration.yaml").is_file()
+    assert (out / "arm3" / "report.html").is_file()
+    assert document["arms"]["arm2"]["result_hash"] != before["arms"]["arm2"]["result_hash"]
+    assert document["summary"]["failed"] == 1 and result.exit_code == 1  # the damaged session still fails
+
+
+def test_a_crashed_worker_fails_only_its_arm(fleet, tmp_path):
+    """A task whose worker dies outright (a segfault, the OOM killer) is that arm's failure."""
+    import ray.cloudpickle
+
+    from selfcal.fleet.engine import RaySettings, run_arms
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    outcomes = []
+    jobs = [({"arm": name}, lambda: b"") for name in ("a", "dies", "b")]
+    run_arms(iter(jobs), 3, RaySettings(cpus_per_arm=1), outcomes.append, task=_die_for_one)
+    by_arm = {outcome["arm"]: outcome for outcome in outcomes}
+    assert by_arm["a"]["status"] == by_arm["b"]["status"] == "ok"
+    assert by_arm["dies"]["status"] == "failed" and "did not finish" in by_arm["dies"]["message"]
+
+
+def _die_for_one(job: dict, blob: bytes) -> dict:
+    import os
+
+    if job["arm"] == "dies":
+        os._exit(3)
+    return {"arm": job["arm"], "status": "ok", "message": None, "outputs": {}, "result": None}
+
+
+def test_sessions_travel_as_bytes_without_truth_and_the_task_needs_no_shared_disk(fleet, tmp_path):
+    """A worker gets the sessions only as bytes: the arm calibrates with the original folders gone,
+    and a fit's input never carries truth/ (a held-out session does: evaluation reads it)."""
+    import io
+    import tarfile
+
+    from selfcal.fleet.records import shipped_folders
+    from selfcal.fleet.run import CALIBRATE, _arm_jobs
+    from selfcal.fleet.table import ArmRow
+    from selfcal.fleet.tasks import run_arm
+
+    copy = tmp_path / "copy"
+    shutil.copytree(fleet / "sessions" / "arm1", copy / "sessions" / "arm1")
+    shutil.copytree(fleet / "sessions" / "arm1-check", copy / "sessions" / "arm1-check")
+    row = ArmRow("arm1", 2, ["sessions/arm1"], "sessions/arm1-check", ["--deflection", "none"])
+    (job, make_blob), = _arm_jobs(CALIBRATE, [row], copy, 1, None)
+    blob = make_blob()
+    names = tarfile.open(fileobj=io.BytesIO(blob)).getnames()
+    assert "sessions/arm1/joints.csv" in names and not any(n.startswith("sessions/arm1/truth") for n in names)
+    assert "sessions/arm1-check/truth/tracker_clean.csv" in names
+    shutil.rmtree(copy)
+    outcome = run_arm(job, blob)
+    assert outcome["status"] == "ok", outcome["message"]
+    assert outcome["outputs"]["validate"]["floor_rms_mm"] is not None  # the held-out truth came along
+    assert set(shipped_folders(row, fleet)[0]) == {"sessions/arm1"}
+
+
+def test_a_command_that_crashes_is_its_arms_sentence(monkeypatch, fleet):
+    from selfcal.fleet import commands, tasks
+    from selfcal.fleet.archive import pack
+
+    def crash(argv):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(commands, "run_selfcal", crash)
+    job = {"kind": "calibrate", "arm": "arm1", "sessions": ["s"], "validate": None, "options": []}
+    outcome = tasks.run_arm(job, pack({"s": fleet / "sessions" / "arm1"}))
+    assert outcome["status"] == "failed"
+    assert outcome["message"] == "selfcal calibrate crashed (ZeroDivisionError: float division by zero)."
+    assert "Traceback" in outcome["traceback"]
+
+
+def test_progress_counts_done_running_and_failed(fleet, tmp_path):
+    from selfcal.fleet.compare import add_calibration_comparison
+    from selfcal.fleet.engine import RaySettings
+    from selfcal.fleet.run import CALIBRATE, run_fleet
+
+    table = tmp_path / "fleet.csv"
+    shutil.copytree(fleet / "sessions" / "arm1", tmp_path / "sessions" / "arm1")
+    table.write_text("arm,sessions,options\nok1,sessions/arm1,--deflection none\nmissing,sessions/none,\n")
+    seen = []
+    document = run_fleet(CALIBRATE, table, tmp_path / "out", RaySettings(), progress=lambda *state: seen.append(state),
+                         compare=add_calibration_comparison)
+    assert seen[0][0] >= 1 and seen[0][2] == 1  # the missing row counts as done and failed from the start
+    assert seen[-1] == (2, 0, 1, 2)
+    assert all(0 <= running <= 2 for _, running, _, _ in seen)
+    assert document["comparison"]["types"][0]["compared"] is False  # one arm has no siblings to compare with
+
+
+def test_capture_arm_seed_is_one_physical_arm_whatever_the_pose_seed(tmp_path):
+    a = _capture("iiwa-tracker", 11, 3, 1, tmp_path / "a")
+    again = _capture("iiwa-tracker", 11, 3, 2, tmp_path / "again")
+    other = _capture("iiwa-tracker", 12, 3, 1, tmp_path / "other")
+    crashed = _capture("iiwa-tracker-crashed", 11, 3, 3, tmp_path / "crashed")
+    truth = {name: json.loads((tmp_path / name / "truth" / "parameters.json").read_text())
+             for name in ("a", "again", "other", "crashed")}
+    deltas = {name: np.array([j["placement_delta"] for j in t["joints"].values()]) for name, t in truth.items()}
+    assert np.array_equal(deltas["a"], deltas["again"]) and np.array_equal(deltas["a"], deltas["crashed"])
+    assert not np.allclose(deltas["a"], deltas["other"])
+    assert truth["crashed"]["damage"] and not truth["a"]["damage"]
+    assert json.loads((a / "session.json").read_text())["source"]["arm_seed"] == 11
+    assert again.exists() and other.exists() and crashed.exists()
+
+
+def test_capture_resume_refuses_another_arm(tmp_path):
+    from capture.simulate import partial_path
+
+    out = tmp_path / "s"
+    result = runner.invoke(app, ["capture", "--rig", "iiwa-tracker", "--arm-seed", "5", "--poses", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    out.rename(partial_path(out))  # as if interrupted after its last pose
+    result = runner.invoke(app, ["capture", "--rig", "iiwa-tracker", "--arm-seed", "6", "--poses", "3", "--out", str(out),
+                                 "--resume"])
+    assert result.exit_code == 2 and "--arm-seed" in result.output and "arm 5" in result.output
