@@ -266,3 +266,67 @@ def test_capture_resume_refuses_another_arm(tmp_path):
     result = runner.invoke(app, ["capture", "--rig", "iiwa-tracker", "--arm-seed", "6", "--poses", "3", "--out", str(out),
                                  "--resume"])
     assert result.exit_code == 2 and "--arm-seed" in result.output and "arm 5" in result.output
+
+
+# -- self-models ------------------------------------------------------------------------------------
+
+BOX_RIG = __import__("pathlib").Path(__file__).parent / "data" / "selfmodel" / "two_joint_box.toml"
+
+
+def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path):
+    """Two box arms train (3 steps), one is evaluated on a held-out session with truth, each is checked
+    against its URDF; a row whose options the trainer refuses fails with the trainer's sentence."""
+    for k in (1, 2):
+        _capture(str(BOX_RIG), k, 3, k, tmp_path / "sessions" / f"box{k}")
+    _capture(str(BOX_RIG), 1, 1, 50, tmp_path / "sessions" / "box1-check")
+    (tmp_path / "fleet.csv").write_text("arm,sessions,validate,options\n"
+                                        "box1,sessions/box1,sessions/box1-check,--steps 3\n"
+                                        "box2,sessions/box2,,--steps 3\n"
+                                        "odd,sessions/box2,,--steps 3 --kind blob\n")
+    result = runner.invoke(app, ["fleet", "selfmodel", str(tmp_path / "fleet.csv"), "--out", str(tmp_path / "out"), "--json"])
+    document = json.loads(result.stdout)
+    assert result.exit_code == 1
+    box1, box2, odd = (document["arms"][name] for name in ("box1", "box2", "odd"))
+    assert box1["status"] == box2["status"] == "ok" and odd["status"] == "failed"
+    assert odd["message"].startswith("selfcal train: ") and "blob" in odd["message"]
+    assert box1["figures"]["chamfer_l1_mm"] > 0 and box2["figures"]["chamfer_l1_mm"] is None
+    assert {"box", "upper"} <= set(box1["figures"]["links"]) and box1["figures"]["steps"] == 3
+    assert "fewer than 5 arms" in box1["figures"]["damage"]
+    assert document["ray"]["gpus_per_arm"] == 0 and "no GPU" in document["ray"]["gpus_why"]
+    model = tmp_path / "out" / "box1"
+    assert (model / "weights.pt").is_file() and (model / "config.json").is_file()
+    # The model records its training session where it really is, as a training run into DIR/box1 would.
+    from selfmodel.export_sources import training_session_paths
+
+    assert training_session_paths(model) == [(tmp_path / "sessions" / "box1").resolve()]
+    assert (tmp_path / "out" / "index.html").is_file()
+
+
+def test_a_link_far_above_its_siblings_deviation_is_flagged():
+    from selfcal.fleet.selfmodels import add_selfmodel_comparison
+
+    rng = np.random.default_rng(3)
+    arms = {}
+    for k in range(8):
+        bent = k == 5
+        check = [{"link": "link2", "deviation_mm": float(5 + rng.normal(0, 0.8)), "kind": "shape"},
+                 {"link": "link3", "deviation_mm": float((40 if bent else 12) + rng.normal(0, 1.0)), "kind": "joint joint4"}]
+        arms[f"x{k}"] = {"status": "ok", "outputs": {"train": {"steps": 10}, "check": check,
+                                                     "eval": {"chamfer_l1_mm": 4.0 + rng.normal(0, 0.3)}}}
+    document = {"arms": arms}
+    add_selfmodel_comparison(document, None, None)
+    flagged = {arm for arm, record in document["arms"].items() if record["flagged"]}
+    assert flagged == {"x5"}
+    assert "x5: link3 deviates" in document["arms"]["x5"]["flags"][0] and "a bent link3?" in document["arms"]["x5"]["flags"][0]
+    assert document["arms"]["x5"]["figures"]["damage"].startswith("link3 far from its siblings")
+    assert document["arms"]["x0"]["figures"]["damage"] == "no link far from its siblings"
+
+
+def test_a_gpu_is_asked_for_only_where_the_cluster_has_one_and_the_trainer_can_use_it():
+    from selfcal.fleet.commands import accepts_option
+    from selfcal.fleet.selfmodels import gpu_plan
+
+    assert gpu_plan(0, True)[0] == 0 and gpu_plan(4, False)[0] == 0 and gpu_plan(4, True)[0] == 1
+    assert "no --device option" in gpu_plan(4, False)[1]
+    assert accepts_option(["selfmodel", "train"], "--threads")
+    assert not accepts_option(["calibrate"], "--threads")

@@ -50,6 +50,30 @@ def _quiet_ray() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _unreachable(address: str) -> str | None:
+    """Why nothing can answer at ``address`` (checked in seconds: Ray itself retries for minutes), or None."""
+    import socket
+
+    target = address[len("ray://"):] if address.startswith("ray://") else address
+    if address == "auto":
+        try:  # how `ray.init(address="auto")` finds it: RAY_ADDRESS, else the last `ray start` on this machine
+            from ray._private.services import canonicalize_bootstrap_address
+
+            target = canonicalize_bootstrap_address("auto")
+        except Exception:
+            target = None
+        if not target:
+            return "no running Ray cluster was found from this machine (set RAY_ADDRESS, or start one with `ray start --head`)"
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return f"{target!r} is not HOST:PORT (or auto, or ray://HOST:PORT)"
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            return None
+    except OSError as error:
+        return f"nothing answers at {host}:{port} ({error.strerror or type(error).__name__})"
+
+
 def connect(settings: RaySettings) -> Cluster:
     """Join or start Ray as ``settings`` say; InputError when the cluster cannot serve one arm."""
     import ray
@@ -63,11 +87,17 @@ def connect(settings: RaySettings) -> Cluster:
                  logging_level=logging.ERROR, configure_logging=True)
         address, started = "local", True
     else:
+        problem = _unreachable(settings.address)
+        if problem is not None:
+            raise InputError(f"--address {settings.address}: {problem}.")
         try:
             ray.init(address=settings.address, log_to_driver=False, logging_level=logging.ERROR)
         except Exception as error:  # ConnectionError, ValueError, grpc errors: no cluster where the user said
             message = " ".join(str(error).split())[:200] or type(error).__name__
-            raise InputError(f"--address {settings.address}: no Ray cluster could be joined there ({message}).") from None
+            hint = ("" if os.environ.get("RAY_AUTH_MODE") else
+                    "; a cluster with token authentication (Ray's default) also needs RAY_AUTH_MODE=token here, with "
+                    "its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
+            raise InputError(f"--address {settings.address}: no Ray cluster could be joined there ({message}{hint}).") from None
         address, started = settings.address, True
     resources = ray.cluster_resources()
     cluster = Cluster(address, float(resources.get("CPU", 0.0)), float(resources.get("GPU", 0.0)), started)
