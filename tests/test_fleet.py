@@ -28,7 +28,7 @@ POSES = 12
 def ray_instance():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
     yield
     ray.shutdown()
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,10 +31,13 @@ def head(tmp_path_factory):
     """A one-node Ray cluster in its own process group, stopped (the group only) at the end."""
     gcs, client = _free_port(), _free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    # Its own temporary folder (short: it holds Unix sockets), so the head leaves no trace in /tmp/ray for
+    # another `ray.init()` on this machine to find.
+    temp = tempfile.mkdtemp(prefix="selfcal-ray-", dir="/tmp")
     ray = Path(sys.executable).with_name("ray")
     process = subprocess.Popen([str(ray), "start", "--head", "--block", "--num-cpus", "2", "--port", str(gcs),
                                 "--ray-client-server-port", str(client), "--include-dashboard=false",
-                                "--disable-usage-stats"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                "--disable-usage-stats", f"--temp-dir={temp}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env, start_new_session=True)
     deadline, seen = time.monotonic() + 120, []
     while time.monotonic() < deadline:
@@ -41,6 +46,13 @@ def head(tmp_path_factory):
         if "Ray runtime started" in line or not line and process.poll() is not None:
             break
     assert process.poll() is None, "".join(seen)
+    for port in (gcs, client):  # the Ray Client server may start listening a moment after the runtime
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
     yield {"gcs": f"127.0.0.1:{gcs}", "client": f"ray://127.0.0.1:{client}", "env": env}
     os.killpg(process.pid, signal.SIGTERM)
     try:
@@ -54,6 +66,7 @@ def head(tmp_path_factory):
         except ProcessLookupError:
             break
         time.sleep(0.5)
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

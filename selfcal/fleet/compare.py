@@ -35,11 +35,13 @@ MAD_TO_SIGMA = 1.4826
 # tracker resolves (angles, lengths), a noise-level relative change (log10 accuracy), or a voxel (mm).
 FLOORS = {"deg": 0.005, "mm": 0.02, "log10": float(np.log10(1.25)), "link_mm": 1.0}
 REPORTED = {"rad": (float(np.degrees(1.0)), "deg"), "m": (1000.0, "mm")}
+# What each figure measures, for the sentence: {first} and {second} are the two axes of a pair, {at} the axis a
+# figure sits on.
 DESCRIBE = {
-    "angle": "the angle of its axis to {previous}'s",
-    "distance": "the distance of its axis from {previous}'s",
-    "offset": "where its neighbours' common normals meet its axis",
-    "twist": "its zero turn (the angle about its axis between its neighbours' normals at zero)",
+    "angle": "the angle of {second}'s axis to {first}'s",
+    "distance": "the distance between {first}'s and {second}'s axes",
+    "offset": "where the common normals meet {at}'s axis",
+    "twist": "the turn about {at}'s axis between its neighbours' normals",
 }
 
 
@@ -143,22 +145,54 @@ def arm_figures(arm: CalibratedArm) -> dict:
             "type": [base, tip, *[line.joint for line in calibrated]]}
 
 
-def _geometry_sentence(arm: str, joint: str, hits: list[dict], previous: dict, parent: dict) -> str:
-    hits = sorted(hits, key=lambda h: -abs(h["z"]))
-    main = hits[0]
-    what = DESCRIBE[main["kind"]].format(previous=previous.get(joint, "the previous joint"))
-    unit = "degrees" if main["unit"] == "deg" else "mm"
-    text = (f"{arm}: joint {joint} placement {abs(main['deviation']):.2f} {unit} from the fleet median "
-            f"({what}; robust z {main['z']:+.0f}, threshold {THRESHOLD:g}")
-    for other in hits[1:]:
-        other_unit = "degrees" if other["unit"] == "deg" else "mm"
-        text += f"; {other['kind']} {abs(other['deviation']):.2f} {other_unit}, z {other['z']:+.0f}"
-    text += ")"
-    if any(h["kind"] != "twist" for h in hits):
-        text += f": a bent {parent.get(joint, 'link')}?"
+def pair_figures(first: str, second: str) -> list[str]:
+    """The figures that change when the axis of ``second`` moves relative to the axis of ``first`` (its
+    neighbour towards the base): their angle and distance, and the offsets and turns along both axes,
+    where the normal between them meets each."""
+    return [f"{second}.angle", f"{second}.distance", f"{first}.offset", f"{first}.twist", f"{second}.offset",
+            f"{second}.twist"]
+
+
+def explain(z: dict[str, float], joints: list[str], threshold: float = THRESHOLD) -> list[tuple[str, str, list[str]]]:
+    """Which consecutive axes moved: (first, second, flagged figures) for each, strongest first.
+
+    Every figure beyond the threshold is charged to a pair of consecutive axes that contains it; among
+    those, the pair whose figures together sit farthest from the fleet (sum of z squared, flagged or
+    not) is taken first, its flagged figures are explained, and so on until none is left.
+    """
+    remaining = {name for name, value in z.items() if abs(value) > threshold}
+    found = []
+    pairs = list(zip(joints, joints[1:]))
+    while remaining:
+        candidates = [(first, second) for first, second in pairs if remaining & set(pair_figures(first, second))]
+        if not candidates:
+            break
+        first, second = max(candidates, key=lambda pair: sum(z.get(f, 0.0) ** 2 for f in pair_figures(*pair)))
+        hits = sorted((f for f in pair_figures(first, second) if f in remaining), key=lambda f: -abs(z[f]))
+        found.append((first, second, hits))
+        remaining -= set(hits)
+    return found
+
+
+def _geometry_sentence(arm: str, first: str, second: str, hits: list[dict], link: str) -> tuple[str, str]:
+    """(sentence, the joint it names) for one moved pair of axes."""
+    def described(hit: dict, main: bool) -> str:
+        unit = "degrees" if hit["unit"] == "deg" else "mm"
+        what = DESCRIBE[hit["kind"]].format(first=first, second=second, at=hit["joint"])
+        if main:
+            return (f"{abs(hit['deviation']):.2f} {unit} from the fleet median ({what}; robust z {hit['z']:+.0f}, "
+                    f"threshold {THRESHOLD:g}")
+        return f"; also {abs(hit['deviation']):.2f} {unit} in {what}, z {hit['z']:+.0f}"
+
+    zero_only = [h["figure"] for h in hits] == [f"{first}.twist"]
+    named = first if zero_only else second
+    text = (f"{arm}: joint {named} {'zero' if zero_only else 'placement'} {described(hits[0], True)}"
+            + "".join(described(other, False) for other in hits[1:]) + ")")
+    if zero_only:
+        text += f": re-mastered or a slipped encoder, or {link} bent about that axis?"
     else:
-        text += ": its zero moved (re-mastered, a slipped encoder) or the link carrying it twisted?"
-    return text
+        text += f": a bent {link}?"
+    return text, named
 
 
 def compare_calibrations(figures: dict[str, dict]) -> dict:
@@ -182,20 +216,13 @@ def compare_calibrations(figures: dict[str, dict]) -> dict:
         if not compared:
             continue
         first = figures[names[0]]
-        previous = dict(zip(first["joints"][1:], first["joints"][:-1]))
         parent = first["parent_links"]
-        hits: dict[str, dict[str, list[dict]]] = {name: {} for name in names}
         for figure_name in first["geometry"]:
             unit = first["geometry"][figure_name]["unit"]
             values = {name: figures[name]["geometry"][figure_name]["value"] for name in names}
             spread = distribution(values, FLOORS[unit], unit)
             spread.update(joint=first["geometry"][figure_name]["joint"], kind=first["geometry"][figure_name]["kind"])
             result["geometry"][figure_name] = spread
-            for name, z in spread["z"].items():
-                if abs(z) > THRESHOLD:
-                    hits[name].setdefault(spread["joint"], []).append(
-                        {"figure": figure_name, "kind": spread["kind"], "unit": unit, "z": z,
-                         "deviation": values[name] - spread["median"], "value": values[name], "median": spread["median"]})
         for parameter in first["parameters"]:
             unit = first["parameters"][parameter]["unit"]
             values = {name: figures[name]["parameters"][parameter]["value"] for name in names
@@ -203,12 +230,19 @@ def compare_calibrations(figures: dict[str, dict]) -> dict:
             if len(values) == len(names):
                 result["parameters"][parameter] = distribution(values, FLOORS[unit], unit)
         for name in names:
-            ranked = sorted(hits[name].items(), key=lambda item: -max(abs(h["z"]) for h in item[1]))
-            for joint, joint_hits in ranked:
-                strongest = max(joint_hits, key=lambda h: abs(h["z"]))
-                result["arms"][name]["flags"].append(_geometry_sentence(name, joint, joint_hits, previous, parent))
-                result["arms"][name]["flag_details"].append({"kind": "geometry", "joint": joint, "link": parent.get(joint),
-                                                             "z": strongest["z"], "figures": joint_hits})
+            z = {figure_name: spread["z"][name] for figure_name, spread in result["geometry"].items()}
+            for first_joint, second_joint, flagged in explain(z, first["joints"]):
+                hits = [{"figure": f, "joint": result["geometry"][f]["joint"], "kind": result["geometry"][f]["kind"],
+                         "unit": result["geometry"][f]["unit"], "z": z[f], "value": result["geometry"][f]["values"][name],
+                         "median": result["geometry"][f]["median"],
+                         "deviation": result["geometry"][f]["values"][name] - result["geometry"][f]["median"]}
+                        for f in flagged]
+                link = parent.get(second_joint, "the link between them")
+                sentence, named = _geometry_sentence(name, first_joint, second_joint, hits, link)
+                result["arms"][name]["flags"].append(sentence)
+                result["arms"][name]["flag_details"].append({"kind": "geometry", "joint": named, "link": link,
+                                                             "axes": [first_joint, second_joint], "z": hits[0]["z"],
+                                                             "figures": hits})
         held = {name: figures[name]["accuracy"]["rms_mm"] for name in names
                 if figures[name]["accuracy"]["rms_mm"] and figures[name]["accuracy"]["rms_mm"] > 0}
         if len(held) >= MIN_ARMS:

@@ -83,7 +83,9 @@ def connect(settings: RaySettings) -> Cluster:
     if ray.is_initialized():
         address = "local" if settings.address is None else settings.address
     elif settings.address is None:
-        ray.init(num_cpus=settings.local_cpus, include_dashboard=False, log_to_driver=False,
+        # "local": a new instance of our own, even where RAY_ADDRESS or an earlier `ray start` on this
+        # machine would make a bare ray.init() join someone else's.
+        ray.init(address="local", num_cpus=settings.local_cpus, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.ERROR, configure_logging=True)
         address, started = "local", True
     else:
