@@ -68,7 +68,8 @@ def run_arm(job: dict, sessions_blob: bytes) -> dict:
 
     start = time.perf_counter()
     outcome = {"arm": job["arm"], "status": "failed", "message": None, "outputs": {}, "result": None,
-               "host": platform.node(), "worker_version": VERSION, "traceback": None}
+               "host": platform.node(), "worker_version": VERSION, "traceback": None, "step_seconds": {}}
+    steps = outcome["step_seconds"]
     if job.get("version") and job["version"] != VERSION:
         outcome["message"] = (f"the worker on {platform.node()} runs selfcal {VERSION}, the fleet was started with "
                               f"{job['version']}; install the same selfcal on every worker.")
@@ -76,8 +77,10 @@ def run_arm(job: dict, sessions_blob: bytes) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="selfcal-fleet-arm-"))
     try:
         unpack(sessions_blob, scratch)
+        steps["unpack"] = time.perf_counter() - start
         with _working_in(scratch):
             for name, argv in _steps(job):
+                began = time.perf_counter()
                 try:
                     run = run_selfcal(argv)
                 except Exception as error:  # a bug in a command, not the user's input: this arm's failure, named
@@ -88,7 +91,10 @@ def run_arm(job: dict, sessions_blob: bytes) -> dict:
                     outcome["message"] = f"selfcal {name}: {run.sentence}"
                     return outcome
                 outcome["outputs"][name] = run.json()
+                steps[name] = time.perf_counter() - began
+        began = time.perf_counter()
         outcome["result"] = pack({"": scratch / RESULT})
+        steps["pack"] = time.perf_counter() - began
         outcome["status"] = "ok"
         return outcome
     except Exception as error:
