@@ -35,6 +35,13 @@ MAD_TO_SIGMA = 1.4826
 # tracker resolves (angles, lengths), a noise-level relative change (log10 accuracy), or a voxel (mm).
 FLOORS = {"deg": 0.005, "mm": 0.02, "log10": float(np.log10(1.25)), "link_mm": 1.0}
 REPORTED = {"rad": (float(np.degrees(1.0)), "deg"), "m": (1000.0, "mm")}
+METHOD = ("Each figure is compared across the arms of one type (the same joints from the same base to the same tip) "
+          "by a robust z-score, z = (value - fleet median) / max(1.4826 MAD, floor): the median and the median "
+          "absolute deviation ignore the few arms that differ, so a bent arm cannot hide by widening the spread, and "
+          "the floor keeps a fleet that agrees better than an instrument measures from calling noise damage. "
+          f"Fewer than {MIN_ARMS} arms of a type are not compared. Calibrations are compared by the geometry of "
+          "their joint axes (angles and distances between consecutive axes, offsets and turns along each), which "
+          "every equivalent fit shares; held-out accuracy on a log scale, one-sided.")
 # What each figure measures, for the sentence: {first} and {second} are the two axes of a pair, {at} the axis a
 # figure sits on.
 DESCRIBE = {
@@ -182,7 +189,7 @@ def _geometry_sentence(arm: str, first: str, second: str, hits: list[dict], link
         if main:
             return (f"{abs(hit['deviation']):.2f} {unit} from the fleet median ({what}; robust z {hit['z']:+.0f}, "
                     f"threshold {THRESHOLD:g}")
-        return f"; also {abs(hit['deviation']):.2f} {unit} in {what}, z {hit['z']:+.0f}"
+        return f"; {what}: {abs(hit['deviation']):.2f} {unit} off, z {hit['z']:+.0f}"
 
     zero_only = [h["figure"] for h in hits] == [f"{first}.twist"]
     named = first if zero_only else second
@@ -202,7 +209,7 @@ def compare_calibrations(figures: dict[str, dict]) -> dict:
     "types": [{"joints": [...], "arms": [...], "compared": bool}], "geometry": {figure: distribution},
     "parameters": {...}, "accuracy": distribution, "threshold": ..., "method": ...}.
     """
-    result = {"threshold": THRESHOLD, "min_arms": MIN_ARMS, "floors": FLOORS, "method": __doc__.split("\n\n")[1],
+    result = {"threshold": THRESHOLD, "min_arms": MIN_ARMS, "floors": FLOORS, "method": METHOD,
               "arms": {}, "types": [], "geometry": {}, "parameters": {}, "accuracy": None}
     for name, figure in figures.items():
         result["arms"][name] = dict(figure, flags=[], flag_details=[])
@@ -217,7 +224,9 @@ def compare_calibrations(figures: dict[str, dict]) -> dict:
             continue
         first = figures[names[0]]
         parent = first["parent_links"]
-        for figure_name in first["geometry"]:
+        order = {joint: i for i, joint in enumerate(first["joints"])}
+        for figure_name in sorted(first["geometry"], key=lambda f: (order[first["geometry"][f]["joint"]],
+                                                                   axis_geometry.KINDS.index(first["geometry"][f]["kind"]))):
             unit = first["geometry"][figure_name]["unit"]
             values = {name: figures[name]["geometry"][figure_name]["value"] for name in names}
             spread = distribution(values, FLOORS[unit], unit)
