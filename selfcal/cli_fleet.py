@@ -42,6 +42,17 @@ def fleet_progress(title: str) -> Iterator:
         yield update
 
 
+@contextlib.contextmanager
+def _interrupted(out: Path) -> Iterator[None]:
+    """Ctrl-C: say what was kept and how to go on, exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: the arms that finished are in {out} (fleet.json); run the same command with "
+                          f"--resume to continue without redoing them.", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=130)
+
+
 def _settings(address: Optional[str], cpus: Optional[int], cpus_per_arm: float):
     from rigs.errors import InputError
     from selfcal.fleet.engine import RaySettings
@@ -93,7 +104,7 @@ def calibrate(
         from selfcal.fleet.run import CALIBRATE, run_fleet
 
         settings = _settings(address, cpus, cpus_per_arm)
-        with fleet_progress("fleet calibrate") as update:
+        with fleet_progress("fleet calibrate") as update, _interrupted(out):
             document = run_fleet(CALIBRATE, table, out, settings, resume, update, add_calibration_comparison,
                                  write_calibration_report)
     _finish(document, out, json_output)
@@ -123,7 +134,7 @@ def selfmodel(
         from selfcal.fleet.selfmodels import add_selfmodel_comparison
 
         settings = _settings(address, cpus, cpus_per_arm)
-        with fleet_progress("fleet selfmodel") as update:
+        with fleet_progress("fleet selfmodel") as update, _interrupted(out):
             document = run_fleet(SELFMODEL, table, out, settings, resume, update, add_selfmodel_comparison,
                                  write_selfmodel_report)
     _finish(document, out, json_output)

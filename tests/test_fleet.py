@@ -159,6 +159,36 @@ def test_resume_keeps_verified_results_and_redoes_what_changed(fleet, first_run)
     assert document["summary"]["failed"] == 1 and result.exit_code == 1  # the damaged session still fails
 
 
+def test_an_interrupted_fleet_continues_where_it_stopped(fleet, tmp_path):
+    """Ctrl-C after the first arm finishes: that arm's folder and record stay, the others are pending;
+    --resume runs only the others."""
+    from selfcal.fleet.compare import add_calibration_comparison
+    from selfcal.fleet.engine import RaySettings
+    from selfcal.fleet.run import CALIBRATE, run_fleet
+
+    for k in (1, 2, 3):
+        shutil.copytree(fleet / "sessions" / f"arm{k}", tmp_path / "sessions" / f"arm{k}")
+    table = tmp_path / "fleet.csv"
+    table.write_text("arm,sessions,options\n" + "".join(f"arm{k},sessions/arm{k},--deflection none\n" for k in (1, 2, 3)))
+
+    def stop_after_first(done, running, failed, total):
+        if done >= 1:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_fleet(CALIBRATE, table, out, RaySettings(cpus_per_arm=2), progress=stop_after_first)  # one arm at a time
+    record = json.loads((out / "fleet.json").read_text())
+    assert record["complete"] is False
+    finished = [arm for arm, entry in record["arms"].items() if entry["status"] == "ok"]
+    pending = [arm for arm, entry in record["arms"].items() if entry["status"] == "pending"]
+    assert len(finished) == 1 and len(pending) == 2 and "--resume" in record["arms"][pending[0]]["message"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == finished
+    document = run_fleet(CALIBRATE, table, out, RaySettings(), resume=True, compare=add_calibration_comparison)
+    assert sorted(document["ran"]) == sorted(pending) and document["summary"]["reused"] == 1
+    assert document["complete"] and document["summary"]["ok"] == 3
+
+
 def test_a_crashed_worker_fails_only_its_arm(fleet, tmp_path):
     """A task whose worker dies outright (a segfault, the OOM killer) is that arm's failure."""
     import ray.cloudpickle

@@ -32,11 +32,10 @@ def _files(folder: Path, skip: tuple[str, ...]) -> list[tuple[str, Path]]:
     for directory, subfolders, names in os.walk(folder, followlinks=False):
         here = Path(directory)
         relative_dir = here.relative_to(folder)
-        if relative_dir == Path(".") and skip:
+        if relative_dir == Path("."):
             subfolders[:] = [s for s in subfolders if s not in skip]
-        for name in list(subfolders):
-            if (here / name).is_symlink():  # os.walk lists a link to a folder here; never follow it
-                subfolders.remove(name)
+        for name in subfolders:
+            if (here / name).is_symlink():  # os.walk lists a link to a folder among the folders; never follow it
                 raise InputError(f"{here / name}: is a symbolic link to a folder; a session travels as plain files.")
         subfolders.sort()
         for name in sorted(names):
@@ -67,17 +66,24 @@ def _read(path: Path) -> bytes:
         raise InputError(f"{path}: cannot read this file ({error.strerror or type(error).__name__}).") from None
 
 
-def pack(folders: dict[str, Path], skip: tuple[str, ...] = ()) -> bytes:
-    """One tar of several folders, each under its name in ``folders`` (a relative POSIX path)."""
+def pack(folders: dict[str, Path], skip: tuple[str, ...] = (), whole: dict[str, Path] | None = None) -> bytes:
+    """One tar of several folders, each under its name (a relative POSIX path; "" for the top): those in
+    ``folders`` without their top-level ``skip`` names, those in ``whole`` entire."""
     buffer = io.BytesIO()
+    written: set[str] = set()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for name, folder in folders.items():
-            for relative, path in _files(folder, skip):
-                data = _read(path)
-                info = tarfile.TarInfo(f"{name}/{relative}" if name not in ("", ".") else relative)
-                info.size = len(data)
-                info.mode = 0o644
-                archive.addfile(info, io.BytesIO(data))
+        for group, left_out in ((folders, skip), (whole or {}, ())):
+            for name, folder in group.items():
+                for relative, path in _files(folder, left_out):
+                    member = f"{name}/{relative}" if name not in ("", ".") else relative
+                    if member in written:
+                        continue
+                    written.add(member)
+                    data = _read(path)
+                    info = tarfile.TarInfo(member)
+                    info.size = len(data)
+                    info.mode = 0o644
+                    archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 

@@ -224,8 +224,11 @@ def run_arms(jobs: Iterable[tuple[dict, Callable[[], bytes]]], total: int, setti
                 submit_one()
             report()
     except BaseException:
+        # Not force: a running task gets KeyboardInterrupt and still removes its scratch folder.
         for ref in pending:
-            ray.cancel(ref, force=True)
+            ray.cancel(ref)
+        if pending:
+            ray.wait(list(pending), num_returns=len(pending), timeout=5)
         raise
     finally:
         if board is not None:

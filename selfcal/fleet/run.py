@@ -52,27 +52,8 @@ def _arm_jobs(job: FleetJob, rows: list[ArmRow], folder: Path, threads: int, dev
 
         def make_blob(row=row) -> bytes:
             fit, held = records.shipped_folders(row, folder)
-            blob = pack(fit, skip=(TRUTH,))
-            return blob if not held else _concatenate(blob, pack(held))
+            return pack(fit, skip=(TRUTH,), whole=held)
         yield task, make_blob
-
-
-def _concatenate(first: bytes, second: bytes) -> bytes:
-    """One tar of two (the fit's sessions without truth/, the held-out one whole)."""
-    import io
-    import tarfile
-
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as merged:
-        names = set()
-        for blob in (first, second):
-            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as part:
-                for member in part.getmembers():
-                    if member.name in names:
-                        continue
-                    names.add(member.name)
-                    merged.addfile(member, part.extractfile(member))
-    return buffer.getvalue()
 
 
 def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings, resume: bool = False,
@@ -116,6 +97,8 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
             record["message"] = (f"{out / row.arm}: exists and is not a result of this fleet; move it away to let "
                                  f"the fleet write {row.arm}'s results there.")
             continue
+        record.update(status="pending", message="not run yet: the fleet run stopped before this arm finished; "
+                                                 "--resume continues it.")
         to_run.append(row)
     created = [] if out.is_dir() else make_parents(out)
     document = {"format": records.FORMAT, "format_version": records.FORMAT_VERSION, "job": job.kind,
@@ -124,6 +107,11 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
     try:
         with locked_folder(out, busy):
             started = time.perf_counter()
+            # Arms that do not run (reused, or failed before they could) count as done from the start.
+            settled = [arms[row.arm] for row in table.arms if row not in to_run]
+            skipped, failed_before = len(settled), sum(1 for record in settled if record["status"] != "ok")
+            if progress is not None:
+                progress(skipped, 0, failed_before, len(table.arms))  # the bar has its total while Ray starts
             cluster = connect(settings) if to_run else None
             try:
                 device = None
@@ -146,16 +134,11 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
                     atomic_write_json(out / records.RECORD, document)
 
                 threads = max(1, int(settings.cpus_per_arm))
-                # Arms that do not run (reused, or failed before they could) count as done from the start.
-                settled = [arms[row.arm] for row in table.arms if row not in to_run]
-                skipped, failed_before = len(settled), sum(1 for record in settled if record["status"] != "ok")
                 shown = None if progress is None else (
                     lambda done, running, failed, total: progress(done + skipped, running, failed + failed_before,
                                                                   len(table.arms)))
                 if to_run:
                     run_arms(_arm_jobs(job, to_run, table.folder, threads, device), len(to_run), settings, on_done, shown)
-                elif shown is not None:
-                    shown(0, 0, 0, 0)
             finally:
                 if cluster is not None:
                     disconnect(cluster)
