@@ -44,15 +44,33 @@ def pose_id(index: int) -> str:
     return f"p{index:0{POSE_ID_WIDTH}d}"
 
 
+NO_DEPTH = ("free", "unknown")
+DEFAULT_DEPTH_NOISE = 0.002  # relative sigma assumed when a session states nothing about its cameras' noise
+
+
 @dataclass
 class SessionCamera:
-    """A camera of a session: intrinsics, pose of its optical frame in the base frame (or None)."""
+    """A camera of a session: intrinsics, pose of its optical frame in the base frame (or None).
+
+    ``no_depth`` says what a depth pixel of 0 means: ``unknown`` (a hole, a shadow, out of range:
+    what real cameras give) or ``free`` (an ideal simulated camera saw nothing there).
+    """
 
     name: str
     info: CameraInfo
     base_T_camera: np.ndarray | None
     depth_scale: float  # metres per unit of the depth PNG
     depth_noise: float | None  # relative standard deviation, when known
+    depth_sigma_at_1m: float | None = None  # sigma_z = this * z^2 (m), a stereo camera's law, when known
+    no_depth: str = "unknown"
+    frame_id: str | None = None  # the optical frame's name in the recording (ROS header.frame_id)
+
+    def depth_sigma(self, depth: np.ndarray) -> np.ndarray:
+        """Standard deviation (m) of a depth reading of ``depth`` m (any shape)."""
+        depth = np.asarray(depth, dtype=float)
+        if self.depth_sigma_at_1m is not None:
+            return self.depth_sigma_at_1m * depth ** 2
+        return (self.depth_noise if self.depth_noise is not None else DEFAULT_DEPTH_NOISE) * depth
 
 
 @dataclass
@@ -132,8 +150,32 @@ class Session:
     def is_simulated(self) -> bool:
         return (self.path / "truth").is_dir()
 
+    @property
+    def mount_plane_z(self) -> float | None:
+        """The surface the base is bolted to (m, base frame): nothing below it is the arm; None: unknown."""
+        value = (self.manifest.get("scene") or {}).get("mount_plane_z")
+        return None if value is None else float(value)
+
+    def with_camera_poses(self, base_T_camera: dict[str, np.ndarray], source: str) -> "Session":
+        """A copy whose cameras stand where ``base_T_camera`` (name -> (4, 4), optical frame in the
+        base frame) says, e.g. as a board calibration found them; nothing is written to disk.
+        ``source`` names where the poses come from, for messages."""
+        import dataclasses
+
+        missing = [name for name in self.cameras if name not in base_T_camera]
+        if missing:
+            raise InputError(f"{source}: has no pose for camera {missing[0]!r} of {self.path} (it has "
+                             f"{', '.join(sorted(base_T_camera)) or 'no cameras'}).")
+        cameras = {name: dataclasses.replace(camera, base_T_camera=np.asarray(base_T_camera[name], dtype=float))
+                   for name, camera in self.cameras.items()}
+        return dataclasses.replace(self, cameras=cameras)
+
     def image_path(self, camera: str, pose: str, kind: str) -> Path:
         return self.path / "cameras" / camera / f"{pose}_{kind}.png"
+
+    def has_image(self, camera: str, pose: str, kind: str) -> bool:
+        """Whether ``camera`` recorded a ``kind`` image at ``pose`` (an imported recording may skip some)."""
+        return self.image_path(camera, pose, kind).is_file()
 
     def image(self, camera: str, pose: str, kind: str) -> np.ndarray:
         """``rgb`` (H, W, 3) uint8, ``depth`` (H, W) float32 metres (0 = no reading), ``seg`` (H, W) int."""
@@ -231,6 +273,13 @@ def read_manifest(path: Path) -> dict:
             noise = camera.get("depth_noise", "number", None, nullable=True)
             if noise is not None and noise < 0:
                 raise InputError(f"{camera.where('depth_noise')} should not be negative, got {noise}.")
+            sigma = camera.get("depth_sigma_at_1m", "number", None, nullable=True)
+            if sigma is not None and sigma <= 0:
+                raise InputError(f"{camera.where('depth_sigma_at_1m')} should be positive, got {sigma}.")
+            no_depth = camera.get("no_depth", "str", None, nullable=True)
+            if no_depth is not None and no_depth not in NO_DEPTH:
+                raise InputError(f"{camera.where('no_depth')} should be one of {', '.join(NO_DEPTH)}, got {no_depth!r}.")
+            camera.get("frame_id", "str", None, nullable=True)
         board = sensors.get("board", "table", None, nullable=True)
         if board is not None:
             squares = board.get("squares", "vector", length=2)
@@ -241,6 +290,9 @@ def read_manifest(path: Path) -> dict:
             board.positive("marker_m")
             board.get("dictionary", "str", "DICT_4X4_50")
             board.get("tip_T_board_nominal", "matrix", None, shape=(4, 4), nullable=True)
+    scene = top.get("scene", "table", None, nullable=True)
+    if scene is not None:
+        scene.get("mount_plane_z", "number", None, nullable=True)
     source = top.get("source", "table", None, nullable=True)
     if source is not None:
         source.get("seed", "int", None, nullable=True)
@@ -327,12 +379,18 @@ def load_session(path: Path) -> Session:
         check_spread(session.tracker_poses.tracker_T_probe[:, :3, 3], limits.reach, REACH_SLACK_M, tracker_poses_path,
                      [f"row {n}" for n in range(2, len(session.tracker_poses.pose_index) + 2)], "probe positions")
 
+    simulated = (manifest.get("source") or {}).get("kind") == "simulated"
     for name, camera in ((manifest.get("sensors") or {}).get("cameras") or {}).items():
         info = CameraInfo.load(path / "cameras" / name / "camera_info.yaml")
         pose = camera.get("base_T_camera")
+        # Simulated sessions recorded before cameras stated it had ideal cameras in empty space.
+        no_depth = camera.get("no_depth") or ("free" if simulated else "unknown")
+        if pose is not None:
+            pose = np.asarray(pose, dtype=float).reshape(4, 4)
+        sigma = camera.get("depth_sigma_at_1m")
         session.cameras[name] = SessionCamera(
-            name, info, None if pose is None else np.asarray(pose, dtype=float).reshape(4, 4),
-            float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"))
+            name, info, pose, float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"),
+            None if sigma is None else float(sigma), no_depth, camera.get("frame_id"))
     return session
 
 

@@ -55,14 +55,17 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
             "info": f"cameras/{camera.name}/camera_info.yaml",
             "base_T_camera": camera.base_T_camera.tolist(),
             "depth_scale": DEPTH_SCALE,
-            "depth_noise": camera.depth_noise,
+            "depth_noise": camera.depth_noise if camera.depth_model.kind == "gaussian" else None,
+            "depth_sigma_at_1m": camera.depth_model.sigma_at_1m(float(camera.K[0, 0])),
+            "no_depth": camera.depth_model.no_depth,
+            "depth_model": camera.depth_model.describe(float(camera.K[0, 0])),
         }
     if rig.board is not None:
         board = rig.board
         sensors["board"] = {"kind": "charuco", "squares": list(board.squares), "square_m": board.square,
                             "marker_m": board.marker, "dictionary": board.dictionary,
                             "tip_T_board_nominal": board.tip_T_board.tolist()}
-    return {
+    manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "units": {"length": "m", "angle": "rad", "mass": "kg", "depth_png": f"{DEPTH_SCALE} m per unit"},
@@ -72,6 +75,10 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
         "source": {"kind": "simulated", "rig": rig.name, "seed": seed, "arm_seed": arm_seed, "poses": poses,
                    "payload_kg": payload_kg, "selfcal_version": VERSION},
     }
+    if rig.scene is not None:
+        manifest["scene"] = {"mount_plane_z": rig.scene.mount_plane_z,
+                             "boxes": [box.name for box in rig.scene.boxes]}
+    return manifest
 
 
 def _lay_out(rig: Rig, arm: TrueArm, folder: Path, joint_names: list[str], seed: int, poses: int, payload_kg: float,

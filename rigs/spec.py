@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rigs.depth_model import DepthModel, parse_depth_model
 from rigs.documents import Table as _Table
 from rigs.errors import InputError
 from rigs.transforms import look_at, make_transform
@@ -67,9 +68,29 @@ class CameraSpec:
     height: int
     K: np.ndarray  # (3, 3)
     base_T_camera: np.ndarray  # (4, 4)
-    depth_noise: float  # relative standard deviation of depth
+    depth_noise: float  # relative standard deviation of depth (the gaussian depth model's)
     near: float
     far: float
+    depth_model: DepthModel = field(default_factory=DepthModel)  # how depth is measured (rigs.depth_model)
+
+
+@dataclass(frozen=True)
+class SceneBoxSpec:
+    """A box the cameras see besides the arm (a table top, a wall): visual only, never collides."""
+
+    name: str
+    size: np.ndarray  # (3,) full side lengths, m
+    base_T_box: np.ndarray  # (4, 4) box centre in the base frame
+    rgba: tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class SceneSpec:
+    """What stands around the arm. ``mount_plane_z``: the surface the base is bolted to (m, base
+    frame); below it nothing is the arm. None: the arm hangs in empty space."""
+
+    boxes: tuple[SceneBoxSpec, ...] = ()
+    mount_plane_z: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +144,7 @@ class Rig:
     cameras: tuple[CameraSpec, ...]
     board: BoardSpec | None
     truth: TruthSpec | None
+    scene: SceneSpec | None = None
 
 
 def _pose(table: _Table, default_xyz=None) -> np.ndarray:
@@ -213,9 +235,10 @@ def load_rig(name_or_path: str | Path) -> Rig:
         fov = np.radians(table.positive("fov_deg", 58.0))
         focal = (height / 2) / np.tan(fov / 2)
         K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
-        cameras.append(CameraSpec(table.get("name", "str"), width, height, K, _pose(table),
-                                  table.get("depth_noise", "number", 0.005), table.positive("near", 0.1),
-                                  table.positive("far", 4.0)))
+        noise = table.get("depth_noise", "number", 0.005)
+        model = parse_depth_model(table.get("depth", "table", None), noise)
+        cameras.append(CameraSpec(table.get("name", "str"), width, height, K, _pose(table), noise,
+                                  table.positive("near", 0.1), table.positive("far", 4.0), model))
         table.done()
     if len({c.name for c in cameras}) != len(cameras):
         raise InputError(f"{path}: two [[cameras]] share a name.")
@@ -226,6 +249,22 @@ def load_rig(name_or_path: str | Path) -> Rig:
         squares = table.get("squares", "vector", length=2)
         board = BoardSpec((int(squares[0]), int(squares[1])), table.positive("square_m"), table.positive("marker_m"),
                           table.get("dictionary", "str", "DICT_4X4_50"), _pose(table, np.zeros(3)))
+        table.done()
+
+    scene = None
+    if "scene" in data:
+        table = top.get("scene", "table")
+        boxes = []
+        for box in table.get("boxes", "tables", []):
+            rgba = box.get("rgba", "vector", np.array([0.6, 0.6, 0.6, 1.0]), length=4)
+            if np.any(rgba < 0) or np.any(rgba > 1):
+                raise InputError(f"{box.where('rgba')} should hold four numbers in [0, 1], got {rgba.tolist()}.")
+            size = box.get("size", "vector", length=3)
+            if np.any(size <= 0):
+                raise InputError(f"{box.where('size')} should be three positive side lengths in m, got {size.tolist()}.")
+            boxes.append(SceneBoxSpec(box.get("name", "str"), size, _pose(box), tuple(float(v) for v in rgba)))
+            box.done()
+        scene = SceneSpec(tuple(boxes), table.get("mount_plane_z", "number", None))
         table.done()
 
     truth = None
@@ -253,7 +292,7 @@ def load_rig(name_or_path: str | Path) -> Rig:
             stiffness=stiffness, bends=tuple(bends), added_bodies=tuple(bodies))
         table.done()
     top.done()
-    return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth)
+    return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth, scene)
 
 
 def builtin_rigs() -> list[str]:

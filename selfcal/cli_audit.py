@@ -35,7 +35,7 @@ def plan(
         import csv
         import io
 
-        from calib.audit import plan_audit
+        from calib.workflows.audit import plan_audit
         from capture.simulate import pose_is_valid
         from rigs.files import atomic_write_text, check_new_file
         from rigs.simulator import nominal_world
@@ -71,8 +71,8 @@ def report(
 ) -> None:
     """AP/RP per pose, AD/RD between P2 and P4, nominal and calibrated side by side, HTML report."""
     with user_errors():
-        from calib.audit import audit_report
-        from calib.audit_report import write_audit_html
+        from calib.workflows.audit import audit_report
+        from calib.workflows.audit_report import write_audit_html
         from capture.session import load_session
         from rigs.files import atomic_write_json, output_folder
         from selfcal.ui import to_jsonable

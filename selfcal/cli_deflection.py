@@ -25,7 +25,7 @@ def _payload(value: Optional[float]) -> float:
 
 def _limits(calibration_dir: Path, calibration):
     """The calibrated chain's joint limits and reach (:class:`rigs.limits.ChainJoints`), from its robot.urdf."""
-    from calib.export import read_calibration_document
+    from calib.io.document import read_calibration_document
     from rigs.files import inside_folder
     from rigs.limits import ChainJoints
 
@@ -51,9 +51,9 @@ def predict(
     with user_errors():
         import numpy as np
 
-        from calib.calibrator import Calibration
-        from calib.compensate import read_joints
-        from calib.deflection import predict_points
+        from calib.calibration import Calibration
+        from calib.deflection.uncertainty import predict_points
+        from calib.workflows.compensate import read_joints
 
         default = _payload(payload)
         calibration = Calibration.load(calibration_dir)
@@ -93,9 +93,9 @@ def correct(
     with user_errors():
         import numpy as np
 
-        from calib.calibrator import Calibration
-        from calib.compensate import correct as run_correct
-        from calib.compensate import read_targets
+        from calib.calibration import Calibration
+        from calib.workflows.compensate import correct as run_correct
+        from calib.workflows.compensate import read_targets
         from rigs.errors import InputError
         from rigs.files import atomic_write_text, check_new_file
         from rigs.kinematics import ChainModel

@@ -25,6 +25,13 @@ def _partial(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def camera_poses_from_calibration(folder: Path) -> dict:
+    """Camera name -> base_T_camera (4, 4) from a camera calibration folder (read by calib's reader)."""
+    from calib.calibration import Calibration
+
+    return Calibration.load(folder).base_T_camera
+
+
 @contextlib.contextmanager
 def _training_folder(out: Path, run: dict, resume: bool):
     """``MODEL.partial/`` for a training's checkpoints: yields (folder, whether a checkpoint continues).
@@ -90,6 +97,7 @@ def train(
     steps: Optional[int] = typer.Option(None, "--steps", help="Exact number of training steps (bit-for-bit repeatable; overrides --minutes)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="A (calibrated) URDF to use instead of the session's."),
+    cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: every core this process may use)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
@@ -111,8 +119,14 @@ def train(
         if threads is not None and threads < 1:
             raise InputError(f"--threads must be at least 1, got {threads}.")
         loaded = [load_session(path) for path in sessions]
+        if cameras is not None:
+            poses = camera_poses_from_calibration(cameras)
+            loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml")) for session in loaded]
+        from selfmodel.depth_labels import check_depth_sessions
+
+        check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
         run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-               "urdf": None if urdf is None else str(urdf)}
+               "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras)}
         with _training_folder(out, run, resume) as (partial, continues):
             with progress_bar(f"training {kind} self-model", steps or 0) as update:
                 result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update)

@@ -299,7 +299,7 @@ def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samp
 
 def load_model_folder(folder: Path):
     """The self-model saved in ``folder`` (by ``selfcal selfmodel train``)."""
-    from selfmodel.models import load_model
+    from selfmodel.model_io import load_model  # torch takes 2 s to load; only a model folder needs it
 
     return load_model(Path(folder))
 

@@ -25,11 +25,18 @@ import torch
 from capture.session import Session
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
-from selfmodel.depth_labels import LabelSettings, TrainingData, depth_training_data
+from selfmodel.depth_labels import ArmRegion, LabelSettings, TrainingData, depth_training_data
 from selfmodel.models import FreeSelfModel, StructuredSelfModel
 
 KINDS = ("structured", "free")
 CHECKPOINT = "checkpoint.pt"
+
+
+def _domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi: np.ndarray) -> ArmRegion:
+    """Where the labels take a reading for the arm: inside some link's domain box at that pose
+    (description kinematics); what lies outside every one is background (a table, a wall)."""
+    q = np.concatenate([session.q for session in sessions])
+    return ArmRegion(link_poses_numpy(spec, q), lo, hi)
 
 
 def default_threads() -> int:
@@ -95,20 +102,27 @@ class SelfModelTrainer:
         rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
         first = sessions[0] if sessions else None
-        data = depth_training_data(sessions, self.labels, rng)
         if self.kind == "structured":
+            if first is None:
+                raise InputError("no session given.")
             urdf_path = Path(urdf_path) if urdf_path is not None else first.urdf_path
             spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link)
             check_joint_names(spec, first.joint_names, str(urdf_path))
-            model = self._structured_model(spec, data, urdf_path, first)
+            domains = self._domains(spec, urdf_path)
+            data = depth_training_data(sessions, self.labels, rng, arm_region=_domain_region(spec, sessions, *domains))
+            model = StructuredSelfModel(spec, domains[0], domains[1], data.workspace_lo, data.workspace_hi,
+                                        self.hidden or 64, self.layers or 3, urdf_path=urdf_path,
+                                        base_link=first.base_link, tip_link=first.tip_link)
             prior = self._prior_pool(model, spec, data, sessions, rng)
         else:
+            data = depth_training_data(sessions, self.labels, rng)
             model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, data.q.min(axis=0),
                                   data.q.max(axis=0), self.hidden or 256, self.layers or 5)
             prior = None
         return self._train(model, data, prior, checkpoint_dir, resume, progress)
 
-    def _structured_model(self, spec: ChainSpec, data: TrainingData, urdf_path: Path, session: Session) -> StructuredSelfModel:
+    def _domains(self, spec: ChainSpec, urdf_path: Path) -> tuple[np.ndarray, np.ndarray]:
+        """Per link, the box (lo (L, 3), hi (L, 3)) in its frame where its matter can be."""
         from selfmodel.link_meshes import link_meshes
 
         meshes = link_meshes(urdf_path, spec.link_names)
@@ -123,9 +137,7 @@ class SelfModelTrainer:
             margin = self.tip_margin if index == len(spec.link_names) - 1 else self.domain_margin
             lo.append(corners.min(axis=0) - margin)
             hi.append(corners.max(axis=0) + margin)
-        return StructuredSelfModel(spec, np.array(lo), np.array(hi), data.workspace_lo, data.workspace_hi,
-                                   self.hidden or 64, self.layers or 3, urdf_path=urdf_path,
-                                   base_link=session.base_link, tip_link=session.tip_link)
+        return np.array(lo), np.array(hi)
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
                     rng: np.random.Generator, per_link: int = 30_000) -> list[np.ndarray]:

@@ -47,6 +47,8 @@ class Fixtures:
     plan: Path  # a valid iiwa plan (rad)
     joints: Path  # a valid predict joints CSV (rad)
     targets: Path  # a valid correct targets CSV (m)
+    camera_bag: Path | None = None  # a ROS 2 bag of the box arm's joint states and 3 cameras' images
+    camera_folder: Path | None = None  # the box session as an image folder (joints in degrees, depth in mm)
 
 
 def build_fixtures(root: Path) -> Fixtures:
@@ -89,7 +91,32 @@ def build_fixtures(root: Path) -> Fixtures:
                       + "".join(f"q{i}," + ",".join(repr(float(v)) for v in loaded.q[i]) + "\n" for i in range(3)))
     targets = root / "targets.csv"
     targets.write_text("name,x,y,z\nt0,0.4,0.1,0.5\nt1,0.3,-0.2,0.6\n")
-    return Fixtures(root, session, root / "cal", box, root / "audit", root / "model", secret, bag, plan, joints, targets)
+    from capture.simulate_bag import BagPlan, record_bag
+
+    camera_bag = root / "camera-bag"
+    record_bag(load_rig(BOX_RIG), load_session(box).q[:2], 1, camera_bag, BagPlan(hold_s=0.3, move_s=0.2))
+    camera_folder = root / "images"
+    write_image_folder(load_session(box), camera_folder)
+    return Fixtures(root, session, root / "cal", box, root / "audit", root / "model", secret, bag, plan, joints, targets,
+                    camera_bag, camera_folder)
+
+
+def write_image_folder(session, folder: Path) -> None:
+    """``selfcal import images``' layout of a session: joints in degrees, depth PNGs in mm, colour PNGs."""
+    import cv2
+
+    folder.mkdir()
+    (folder / "joints.csv").write_text("pose," + ",".join(session.joint_names) + "\n" + "".join(
+        pose + "," + ",".join(repr(float(np.degrees(v))) for v in session.q[row]) + "\n"
+        for row, pose in enumerate(session.pose_ids)))
+    for name in session.cameras:
+        target = folder / "cameras" / name
+        target.mkdir(parents=True)
+        shutil.copyfile(session.path / "cameras" / name / "camera_info.yaml", target / "camera_info.yaml")
+        for pose in session.pose_ids:
+            depth = session.image(name, pose, "depth")
+            cv2.imwrite(str(target / f"{pose}_depth.png"), np.round(depth * 1000).astype(np.uint16))
+            cv2.imwrite(str(target / f"{pose}_rgb.png"), session.image(name, pose, "rgb")[..., ::-1])
 
 
 def write_joint_state_bag(path: Path, names: list[str], q: np.ndarray) -> None:
@@ -697,6 +724,126 @@ def _(fx, case):
 @case("import rosbag: --still 0")
 def _(fx, case):
     return _rosbag(fx, case, "--still", "0")
+
+
+# import rosbag with camera images ------------------------------------------------------------------
+
+BOX_URDF_ARGS = ("--base-link", "base", "--tip-link", "box")
+
+
+def _camera_bag(fx, case, *extra: str, bag: Path | None = None) -> list[str]:
+    return ["import", "rosbag", _s(bag or fx.camera_bag), "--urdf", _s(fx.box / "robot.urdf"), *BOX_URDF_ARGS,
+            "--out", _s(case / "out"), *extra]
+
+
+def _rewrite_bag(fx, case, change) -> Path:
+    """A copy of the camera bag with ``change(topic, message)`` applied to every message."""
+    from rosbags.highlevel import AnyReader
+    from rosbags.rosbag2 import Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    store = get_typestore(Stores.ROS2_HUMBLE)
+    target = case / "bag"
+    with AnyReader([fx.camera_bag]) as reader, Writer(target, version=8) as writer:
+        connections = {}
+        for connection, stamp, raw in reader.messages():
+            message = change(connection.topic, reader.deserialize(raw, connection.msgtype))
+            if connection.topic not in connections:
+                connections[connection.topic] = writer.add_connection(connection.topic, connection.msgtype,
+                                                                      typestore=store)
+            writer.write(connections[connection.topic], stamp, store.serialize_cdr(message, connection.msgtype))
+    return target
+
+
+@case("import rosbag: depth read in the wrong unit")
+def _(fx, case):
+    return _camera_bag(fx, case, "--depth-scale", "0.0001")
+
+
+@case("import rosbag: camera_info of another size")
+def _(fx, case):
+    def change(topic, message):
+        if topic == "/front/aligned_depth_to_color/camera_info":
+            message.width = 320
+        return message
+    return _camera_bag(fx, case, bag=_rewrite_bag(fx, case, change))
+
+
+@case("import rosbag: image frame_id that /tf_static does not know")
+def _(fx, case):
+    def change(topic, message):
+        if topic.startswith("/left/") and hasattr(message, "header"):
+            message.header.frame_id = "left_optical"
+        return message
+    return _camera_bag(fx, case, bag=_rewrite_bag(fx, case, change))
+
+
+@case("import rosbag: --camera with a topic the bag lacks")
+def _(fx, case):
+    return _camera_bag(fx, case, "--camera", "front=/front/depth/image_rect_raw")
+
+
+@case("import rosbag: --still-window 0")
+def _(fx, case):
+    return _camera_bag(fx, case, "--still-window", "0")
+
+
+# import images ------------------------------------------------------------------------------------
+
+def _images(fx, case, *extra: str, folder: Path | None = None) -> list[str]:
+    return ["import", "images", _s(folder or fx.camera_folder), "--urdf", _s(fx.box / "robot.urdf"), *BOX_URDF_ARGS,
+            "--out", _s(case / "out"), *extra]
+
+
+@case("import images: folder missing")
+def _(fx, case):
+    return _images(fx, case, folder=case / "nothing")
+
+
+@case("import images: depth read in the wrong unit")
+def _(fx, case):
+    return _images(fx, case, "--depth-scale", "1")
+
+
+@case("import images: image of a pose joints.csv lacks")
+def _(fx, case):
+    folder = copy(fx.camera_folder, case)
+    shutil.copyfile(folder / "cameras" / "front" / "p0000_depth.png", folder / "cameras" / "front" / "p0099_depth.png")
+    return _images(fx, case, folder=folder)
+
+
+@case("import images: camera_info of another size")
+def _(fx, case):
+    folder = copy(fx.camera_folder, case)
+    info = folder / "cameras" / "left" / "camera_info.yaml"
+    info.write_text(info.read_text().replace("image_width: 160", "image_width: 320"))
+    return _images(fx, case, folder=folder)
+
+
+@case("import images: 8-bit depth image")
+def _(fx, case):
+    import cv2
+
+    folder = copy(fx.camera_folder, case)
+    cv2.imwrite(str(folder / "cameras" / "back" / "p0001_depth.png"), np.zeros((120, 160), np.uint8))
+    return _images(fx, case, folder=folder)
+
+
+@case("import images: depth image linked from outside the folder")
+def _(fx, case):
+    folder = copy(fx.camera_folder, case)
+    target = folder / "cameras" / "back" / "p0001_depth.png"
+    (case / "elsewhere").mkdir()
+    outside = shutil.move(target, case / "elsewhere" / target.name)
+    target.symlink_to(outside)
+    return _images(fx, case, folder=folder)
+
+
+@case("import images: pose.yaml that is not a rotation")
+def _(fx, case):
+    folder = copy(fx.camera_folder, case)
+    (folder / "cameras" / "front" / "pose.yaml").write_text("frame: optical\nxyz: [1, 0, 1]\nquat_xyzw: [0, 0, 0, 2]\n")
+    return _images(fx, case, folder=folder)
 
 
 # sessions, through calibrate ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from calib.calibrator import holdout_rows
+from calib.fit.splits import holdout_rows
 from capture.session import load_session
 from selfcal.cli import app
 
