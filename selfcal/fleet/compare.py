@@ -114,7 +114,9 @@ def accuracy(arm: CalibratedArm) -> dict:
     residuals = arm.calibrate.get("residuals") or {}
     held = _rms(residuals.get("holdout"))
     if held is not None:
-        return {"source": "held-out poses", "rms_mm": held, "nominal_rms_mm": _rms(residuals.get("holdout_nominal")),
+        method = (residuals.get("validation") or {}).get("method")
+        source = "cross-validation" if method == "cross-validation" else "held-out poses"
+        return {"source": source, "rms_mm": held, "nominal_rms_mm": _rms(residuals.get("holdout_nominal")),
                 "n": (residuals.get("holdout") or {}).get("n"), "outliers": len(arm.calibrate.get("holdout_outliers") or [])}
     return {"source": "fit poses (nothing held out)", "rms_mm": _rms(residuals.get("fit")),
             "nominal_rms_mm": _rms(residuals.get("fit_nominal")), "n": (residuals.get("fit") or {}).get("n"), "outliers": 0}
