@@ -167,7 +167,8 @@ def explain(z: dict[str, float], joints: list[str], threshold: float = THRESHOLD
 
     Every figure beyond the threshold is charged to a pair of consecutive axes that contains it; among
     those, the pair whose figures together sit farthest from the fleet (sum of z squared, flagged or
-    not) is taken first, its flagged figures are explained, and so on until none is left.
+    not) is taken first, its flagged figures are explained, and so on until none is left. A turn
+    along one axis that is flagged alone is charged to the pair that starts at that axis (its zero).
     """
     remaining = {name for name, value in z.items() if abs(value) > threshold}
     found = []
@@ -178,6 +179,10 @@ def explain(z: dict[str, float], joints: list[str], threshold: float = THRESHOLD
             break
         first, second = max(candidates, key=lambda pair: sum(z.get(f, 0.0) ** 2 for f in pair_figures(*pair)))
         hits = sorted((f for f in pair_figures(first, second) if f in remaining), key=lambda f: -abs(z[f]))
+        if len(hits) == 1 and hits[0] == f"{second}.twist" and second != joints[-1]:
+            # A turn about one axis alone is that joint's zero: both pairs along the axis hold it, and
+            # noise must not decide which one names it, so it goes to the pair that starts there.
+            first, second = second, joints[joints.index(second) + 1]
         found.append((first, second, hits))
         remaining -= set(hits)
     return found
