@@ -360,3 +360,64 @@ def test_a_gpu_is_asked_for_only_where_the_cluster_has_one_and_the_trainer_can_u
     assert "no --device option" in gpu_plan(4, False)[1]
     assert accepts_option(["selfmodel", "train"], "--threads")
     assert not accepts_option(["calibrate"], "--threads")
+
+
+# -- the comparison, on figures made to order -------------------------------------------------------
+
+def _axis_figures(rng, joints, twist: dict | None = None, rms_mm: float = 0.03) -> dict:
+    """One arm's figures as :func:`selfcal.fleet.compare.arm_figures` returns them: every axis figure a
+    little noise about the description, ``twist`` adding degrees to some joints' turns."""
+    geometry = {}
+    for i, joint in enumerate(joints):
+        kinds = (["angle", "distance"] if i else []) + (["offset", "twist"] if 0 < i < len(joints) - 1 else [])
+        for kind in kinds:
+            unit = "deg" if kind in ("angle", "twist") else "mm"
+            value = float(rng.normal(0, 0.001 if unit == "deg" else 0.004))
+            if kind == "twist" and twist and joint in twist:
+                value += twist[joint]
+            geometry[f"{joint}.{kind}"] = {"joint": joint, "kind": kind, "value": value, "unit": unit}
+    return {"accuracy": {"source": "validation session", "rms_mm": rms_mm * float(np.exp(rng.normal(0, 0.05))),
+                         "nominal_rms_mm": 1.0},
+            "identifiability": {"identifiable": 30, "parameters": 36, "condition_number": 50.0}, "outliers": 0,
+            "geometry": geometry, "parameters": {}, "joints": list(joints),
+            "parent_links": {joint: f"link{i}" for i, joint in enumerate(joints)}, "type": ["base", "tip", *joints]}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_slipped_zero_and_a_poor_accuracy_are_named_and_nothing_else(seed):
+    """A turn about joint j2's axis alone names j2's zero (whichever pair along the axis the noise makes
+    larger); an arm twenty times less accurate than its siblings is flagged for its accuracy."""
+    from selfcal.fleet.compare import THRESHOLD, compare_calibrations
+
+    rng = np.random.default_rng(seed)
+    joints = ["j0", "j1", "j2", "j3", "j4"]
+    figures = {f"a{k}": _axis_figures(rng, joints) for k in range(10)}
+    figures["zero"] = _axis_figures(rng, joints, twist={"j2": 0.5})
+    figures["loose"] = _axis_figures(rng, joints, rms_mm=0.6)
+    result = compare_calibrations(figures)
+    flagged = {arm for arm, entry in result["arms"].items() if entry["flags"]}
+    assert flagged == {"zero", "loose"}
+    zero = result["arms"]["zero"]
+    assert len(zero["flags"]) == 1 and zero["flag_details"][0]["joint"] == "j2"
+    assert zero["flags"][0].startswith("zero: joint j2 zero 0.50 degrees") and "slipped encoder" in zero["flags"][0]
+    assert zero["flag_details"][0]["link"] == "link3"  # the link joint j2 turns
+    loose = result["arms"]["loose"]
+    assert [d["kind"] for d in loose["flag_details"]] == ["accuracy"]
+    assert loose["flags"][0].startswith("loose: held-out RMS 0.") and "against the fleet median 0.0" in loose["flags"][0] and f"threshold {THRESHOLD:g}" in loose["flags"][0]
+    assert result["accuracy"]["median_rms_mm"] == pytest.approx(0.03, rel=0.2)
+    spread = result["geometry"]["j2.twist"]
+    assert spread["n"] == 12 and abs(spread["median"]) < 0.01 and spread["max"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_arms_of_another_type_or_too_few_are_not_compared():
+    from selfcal.fleet.compare import MIN_ARMS, compare_calibrations
+
+    rng = np.random.default_rng(5)
+    figures = {f"a{k}": _axis_figures(rng, ["j0", "j1", "j2", "j3"]) for k in range(6)}
+    figures.update({f"b{k}": _axis_figures(rng, ["k0", "k1", "k2"], twist={"k1": 3.0} if k == 0 else None)
+                    for k in range(MIN_ARMS - 1)})
+    result = compare_calibrations(figures)
+    compared = {tuple(t["arms"]): t["compared"] for t in result["types"]}
+    assert compared == {tuple(f"a{k}" for k in range(6)): True, tuple(f"b{k}" for k in range(MIN_ARMS - 1)): False}
+    assert not any(entry["flags"] for entry in result["arms"].values())  # b0's turn has no siblings to stand out from
+    assert not any(name.startswith("k") for name in result["geometry"])
