@@ -81,6 +81,7 @@ def test_every_arm_gets_its_calibration_and_the_broken_rows_their_sentences(flee
     for k in range(1, INTACT + 2):
         record = arms[f"arm{k}"]
         assert record["status"] == "ok", record
+        assert record["cpu_seconds"] > 0 and record["seconds"] > 0 and record["host"]
         for name in ("calibration.yaml", "robot.urdf", "report.html", "uncertainty.npz"):
             assert (fleet / "out" / f"arm{k}" / name).is_file()
     broken, typo = arms["broken"], arms["typo"]
@@ -129,6 +130,60 @@ def test_the_bent_arm_is_named_by_joint_and_link_and_no_intact_arm_is_flagged(fl
     assert max(intact_z) < document["comparison"]["threshold"]
     arm1 = document["arms"]["arm1"]["figures"]["accuracy"]
     assert arm1["source"] == "validation session" and arm1["rms_mm"] < 0.1 < arm1["nominal_rms_mm"]
+
+
+def _page_text(path) -> tuple[list[str], str, list[str]]:
+    """(section headings, visible text, table header cells) of an HTML report, by Python's own parser."""
+    from html.parser import HTMLParser
+
+    class Reader(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.headings, self.text, self.header_cells, self.tag, self.images = [], [], [], None, 0
+
+        def handle_starttag(self, tag, attrs):
+            self.tag = tag
+            self.images += tag == "img" and dict(attrs).get("src", "").startswith("data:image/png;base64,")
+
+        def handle_endtag(self, tag):
+            self.tag = None
+
+        def handle_data(self, data):
+            if self.tag == "h2":
+                self.headings.append(data)
+            if self.tag == "th":
+                self.header_cells.append(data)
+            if self.tag not in ("style", "script"):
+                self.text.append(data)
+
+    reader = Reader()
+    reader.feed(path.read_text(encoding="utf-8"))
+    assert reader.images >= 2  # the accuracy plot and the axis-geometry plot
+    return reader.headings, " ".join(" ".join(reader.text).split()), reader.header_cells
+
+
+def test_the_fleet_report_gives_the_verdict_then_flags_failures_every_arm_and_the_distributions(fleet, first_run):
+    _, document = first_run
+    headings, text, header = _page_text(fleet / "out" / "index.html")
+    assert headings[0] == "Verdict" and headings[:4] == ["Verdict", "Arms far from their siblings", "Arms that failed",
+                                                         "Every arm"]
+    assert {"The joint axes across the fleet", "The fit's own parameters across the fleet"} <= set(headings)
+    assert f"{INTACT + 3} arms: {INTACT + 1} calibrated, 2 failed, 1 flagged against their siblings." in text
+    bent = document["arms"][f"arm{INTACT + 1}"]
+    assert " ".join(bent["flags"][0].split()) in text
+    assert " ".join(document["arms"]["broken"]["message"].split()) in text
+    assert "Threshold |z| > 8" in text
+    for column in ("held-out RMS (mm)", "nominal (mm)", "identifiable", "condition", "outliers"):
+        assert column in header
+    for column in ("median", "robust sigma", "5 %", "95 %"):
+        assert column in header
+    # Per parameter, the fleet's distribution: every arm that calibrated, one row per parameter.
+    parameters = document["comparison"]["parameters"]
+    assert parameters and all(spread["n"] == INTACT + 1 for spread in parameters.values())
+    assert next(iter(parameters)) in text
+    arm1 = document["arms"]["arm1"]["figures"]
+    assert arm1["identifiability"]["identifiable"] <= arm1["identifiability"]["parameters"]
+    assert arm1["outliers"] >= 0
 
 
 def test_resume_keeps_verified_results_and_redoes_what_changed(fleet, first_run):
@@ -331,6 +386,38 @@ def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path):
     assert training_session_paths(model) == [(tmp_path / "sessions" / "box1").resolve()]
     assert (tmp_path / "out" / "index.html").is_file()
 
+    # Resume: the two models are verified and kept, the refused row runs again, and an arm whose
+    # options changed trains again.
+    before = {arm: document["arms"][arm]["result_hash"] for arm in ("box1", "box2")}
+    table = (tmp_path / "fleet.csv").read_text().replace("box2,sessions/box2,,--steps 3", "box2,sessions/box2,,--steps 4")
+    (tmp_path / "fleet.csv").write_text(table)
+    result = runner.invoke(app, ["fleet", "selfmodel", str(tmp_path / "fleet.csv"), "--out", str(tmp_path / "out"),
+                                 "--resume", "--json"])
+    document = json.loads(result.stdout)
+    assert result.exit_code == 1 and sorted(document["ran"]) == ["box2", "odd"]
+    assert document["arms"]["box1"]["reused"] and document["arms"]["box1"]["result_hash"] == before["box1"]
+    assert document["arms"]["box2"]["figures"]["steps"] == 4 and document["arms"]["box2"]["result_hash"] != before["box2"]
+    assert document["summary"] == {"arms": 3, "ok": 2, "failed": 1, "flagged": 0, "reused": 1}
+
+
+def test_the_terminal_bar_counts_done_running_and_failed(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from selfcal import cli_fleet
+
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_fleet, "err_console", Console(file=screen, force_terminal=True, width=120))
+    with cli_fleet.fleet_progress("fleet calibrate") as update:
+        update(3, 2, 1, 10)
+    shown = screen.getvalue()
+    assert "fleet calibrate" in shown and "3/10" in shown and "done, 2 running, 1 failed" in shown
+
+    monkeypatch.setattr(cli_fleet, "err_console", Console(file=io.StringIO(), force_terminal=False))
+    with cli_fleet.fleet_progress("fleet calibrate") as update:
+        assert update is None  # in logs: no bar, the summary alone
+
 
 def test_a_link_far_above_its_siblings_deviation_is_flagged():
     from selfcal.fleet.selfmodels import add_selfmodel_comparison
@@ -400,7 +487,8 @@ def test_a_slipped_zero_and_a_poor_accuracy_are_named_and_nothing_else(seed):
     zero = result["arms"]["zero"]
     assert len(zero["flags"]) == 1 and zero["flag_details"][0]["joint"] == "j2"
     assert zero["flags"][0].startswith("zero: joint j2 zero 0.50 degrees") and "slipped encoder" in zero["flags"][0]
-    assert zero["flag_details"][0]["link"] == "link3"  # the link joint j2 turns
+    # Either link along j2 bent about j2's axis looks like the slipped zero: both are named.
+    assert zero["flag_details"][0]["links"] == ["link2", "link3"] and "link2 or link3 bent" in zero["flags"][0]
     loose = result["arms"]["loose"]
     assert [d["kind"] for d in loose["flag_details"]] == ["accuracy"]
     assert loose["flags"][0].startswith("loose: held-out RMS 0.") and "against the fleet median 0.0" in loose["flags"][0] and f"threshold {THRESHOLD:g}" in loose["flags"][0]

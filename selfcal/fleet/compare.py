@@ -188,8 +188,13 @@ def explain(z: dict[str, float], joints: list[str], threshold: float = THRESHOLD
     return found
 
 
-def _geometry_sentence(arm: str, first: str, second: str, hits: list[dict], link: str) -> tuple[str, str]:
-    """(sentence, the joint it names) for one moved pair of axes."""
+def _geometry_sentence(arm: str, first: str, second: str, hits: list[dict],
+                       parent: dict[str, str]) -> tuple[str, str, list[str]]:
+    """(sentence, the joint it names, the links it suspects) for one moved pair of axes.
+
+    A placement names the link that carries the moved axis. A zero names both links along the
+    joint: either one bent about an axis parallel to the joint's turns the rest of the arm about
+    that axis just as a slipped zero does, and the axes cannot tell them apart."""
     def described(hit: dict, main: bool) -> str:
         unit = "degrees" if hit["unit"] == "deg" else "mm"
         what = DESCRIBE[hit["kind"]].format(first=first, second=second, at=hit["joint"])
@@ -202,11 +207,14 @@ def _geometry_sentence(arm: str, first: str, second: str, hits: list[dict], link
     named = first if zero_only else second
     text = (f"{arm}: joint {named} {'zero' if zero_only else 'placement'} {described(hits[0], True)}"
             + "".join(described(other, False) for other in hits[1:]) + ")")
+    carrier = parent.get(second, "the link between them")
     if zero_only:
-        text += f": re-mastered or a slipped encoder, or {link} bent about that axis?"
+        links = [parent[first], carrier] if first in parent else [carrier]
+        text += f": re-mastered or a slipped encoder, or {' or '.join(links)} bent about that axis?"
     else:
-        text += f": a bent {link}?"
-    return text, named
+        links = [carrier]
+        text += f": a bent {carrier}?"
+    return text, named, links
 
 
 def compare_calibrations(figures: dict[str, dict]) -> dict:
@@ -253,10 +261,10 @@ def compare_calibrations(figures: dict[str, dict]) -> dict:
                          "median": result["geometry"][f]["median"],
                          "deviation": result["geometry"][f]["values"][name] - result["geometry"][f]["median"]}
                         for f in flagged]
-                link = parent.get(second_joint, "the link between them")
-                sentence, named = _geometry_sentence(name, first_joint, second_joint, hits, link)
+                sentence, named, links = _geometry_sentence(name, first_joint, second_joint, hits, parent)
                 result["arms"][name]["flags"].append(sentence)
-                result["arms"][name]["flag_details"].append({"kind": "geometry", "joint": named, "link": link,
+                result["arms"][name]["flag_details"].append({"kind": "geometry", "joint": named, "link": links[0],
+                                                             "links": links,
                                                              "axes": [first_joint, second_joint], "z": hits[0]["z"],
                                                              "figures": hits})
         held = {name: figures[name]["accuracy"]["rms_mm"] for name in names

@@ -160,7 +160,8 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
 
 def _finish_arm(job: FleetJob, out: Path, table_folder: Path, record: dict, outcome: dict) -> dict:
     """Write an arm's result folder (when it succeeded) and fold the outcome into its record."""
-    record = dict(record, reused=False, seconds=outcome.get("seconds"), step_seconds=outcome.get("step_seconds"),
+    record = dict(record, reused=False, seconds=outcome.get("seconds"), cpu_seconds=outcome.get("cpu_seconds"),
+                  step_seconds=outcome.get("step_seconds"),
                   host=outcome.get("host"), outputs=outcome.get("outputs") or {})
     if outcome.get("traceback"):
         record["traceback"] = outcome["traceback"]

@@ -66,7 +66,7 @@ def run_arm(job: dict, sessions_blob: bytes) -> dict:
     from rigs.version import VERSION
     from selfcal.fleet.commands import run_selfcal
 
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     outcome = {"arm": job["arm"], "status": "failed", "message": None, "outputs": {}, "result": None,
                "host": platform.node(), "worker_version": VERSION, "traceback": None, "step_seconds": {}}
     steps = outcome["step_seconds"]
@@ -103,4 +103,5 @@ def run_arm(job: dict, sessions_blob: bytes) -> dict:
         return outcome
     finally:
         outcome["seconds"] = time.perf_counter() - start
+        outcome["cpu_seconds"] = time.process_time() - start_cpu  # this worker process's CPU, every thread
         shutil.rmtree(scratch, ignore_errors=True)
