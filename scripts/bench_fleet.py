@@ -79,8 +79,9 @@ def build_fleet(work: Path, arms: int, poses: int, check_poses: int) -> Path:
     return work / "fleet.csv"
 
 
-def sequential(work: Path, arms: int) -> tuple[float, list[float]]:
-    """The baseline: every arm's calibrate and validate, one after another, in this process."""
+def sequential(work: Path, arms: int) -> tuple[float, list[float], list[float]]:
+    """The baseline: every arm's calibrate and validate, one after another, in this process:
+    (wall seconds, wall seconds per arm, CPU seconds per arm)."""
     from selfcal.fleet.commands import run_selfcal
 
     out = work / "sequential"
@@ -88,19 +89,20 @@ def sequential(work: Path, arms: int) -> tuple[float, list[float]]:
     out.mkdir()
     previous = os.getcwd()
     os.chdir(work)  # the table's relative paths, as the fleet's workers use them
-    per_arm = []
+    per_arm, cpu = [], []
     try:
         start = time.perf_counter()
         for k in range(1, arms + 1):
             name = f"arm{k:03d}"
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             for argv in (["calibrate", f"sessions/{name}", "--out", f"sequential/{name}", *OPTIONS.split(), "--json"],
                          ["validate", f"sequential/{name}", f"sessions/{name}-check", "--json"]):
                 run = run_selfcal(argv)
                 if run.exit_code != 0:
                     raise RuntimeError(f"baseline {name}: {run.sentence}")
             per_arm.append(time.perf_counter() - began)
-        return time.perf_counter() - start, per_arm
+            cpu.append(time.process_time() - began_cpu)
+        return time.perf_counter() - start, per_arm, cpu
     finally:
         os.chdir(previous)
 
@@ -154,7 +156,7 @@ def main() -> None:
     load_before = os.getloadavg()
     table_path = build_fleet(work, args.arms, args.poses, args.check_poses)
 
-    baseline, per_arm = sequential(work, args.arms)
+    baseline, per_arm, baseline_cpu = sequential(work, args.arms)
     print(f"sequential: {baseline:.1f} s", flush=True)
     shutil.rmtree(work / "fleet", ignore_errors=True)
     wall, status, document = fleet(table_path, work / "fleet", args.cpus)
@@ -169,10 +171,11 @@ def main() -> None:
         damage = json.loads((work / "sessions" / name / "truth" / "damage.json").read_text())
         record = document["arms"][name]
         named = record["flag_details"][0] if record["flag_details"] else {}
-        right = named.get("joint") == damage["joint"] and named.get("link") == damage["link"]
+        right = named.get("joint") == damage["joint"] and damage["link"] in named.get("links", [named.get("link")])
         found += right
         crash_rows.append([name, f"{damage['link']} bent {damage['angle_deg']:.1f} deg about {damage['axis']}",
-                           named.get("joint", "not flagged"), f"{abs(named.get('z', 0)):.0f}",
+                           named.get("joint", "not flagged"), ", ".join(named.get("links", [])) or "-",
+                           f"{abs(named.get('z', 0)):.0f}",
                            "yes" if right else "NO", len(record["flags"])])
     intact = [name for name in names if name not in crashed]
     intact_flagged = [name for name in intact if document["arms"][name]["flagged"]]
@@ -182,6 +185,8 @@ def main() -> None:
     held = np.array([a["rms_mm"] for a in accuracy])
     nominal = np.array([a["nominal_rms_mm"] for a in accuracy])
     task_seconds = np.array([document["arms"][name]["seconds"] for name in names if document["arms"][name].get("seconds")])
+    task_cpu = np.array([document["arms"][name]["cpu_seconds"] for name in names
+                         if document["arms"][name].get("cpu_seconds") is not None])
 
     corrupted = f"arm{min(CORRUPTED, args.arms):03d}"
     damaged_table = corrupt(work, corrupted)
@@ -197,7 +202,26 @@ def main() -> None:
             ["wall time (s)", f"{baseline:.1f}", f"{wall:.1f}"],
             ["speed-up (sequential / fleet)", "", f"{baseline / wall:.2f}x"],
             ["per arm, median (s)", f"{np.median(per_arm):.2f}", f"{np.median(task_seconds):.2f} (in its task)"],
+            ["CPU seconds per arm, median", f"{np.median(baseline_cpu):.2f}", f"{np.median(task_cpu):.2f} (in its task)"],
+            ["arms in flight on average (in-task seconds / wall)", "1", f"{task_seconds.sum() / wall:.2f}"],
+            ["cores the arms' work got (CPU seconds / wall)", f"{sum(baseline_cpu) / baseline:.2f}",
+             f"{task_cpu.sum() / wall:.2f}"],
             ["calibration.yaml identical to the baseline's (solve time aside)", "", f"{identical} of {args.arms}"]]
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    autogroup_on = autogroup.is_file() and autogroup.read_text().strip() == "1"
+    seq_cores, fleet_cores = sum(baseline_cpu) / baseline, task_cpu.sum() / wall
+    share_note = (f"Ray kept {task_seconds.sum() / wall:.2f} arms in flight on {args.cpus} slots; the CPU an arm costs in its "
+                  f"task ({np.median(task_cpu):.2f} s against {np.median(baseline_cpu):.2f} s one after another) is the "
+                  f"fleet's overhead per arm. The wall-time ratio is set by the cores the job got: {fleet_cores:.2f} for "
+                  f"the fleet's arms against {seq_cores:.2f} for the single process.")
+    if autogroup_on and fleet_cores < 1.5 * seq_cores:
+        share_note += (" This kernel schedules by session (`kernel.sched_autogroup_enabled = 1`): while other "
+                       "helpers' sessions are busy, one job gets the same share of the cores whether it runs one "
+                       "process or two, so on this shared machine the second worker could not add CPU and the ratio "
+                       "says nothing about a machine whose cores the fleet has to itself (not measured here).")
+    threads = os.environ.get("OMP_NUM_THREADS")
+    share_note += (f" BLAS threads of the one-after-another run: {'OMP_NUM_THREADS=' + threads if threads else 'the default'}; "
+                   f"the fleet's workers: OMP_NUM_THREADS=1, one per CPU an arm asks for.")
     body = f"""A simulated fleet of {args.arms} KUKA iiwa arms (`selfcal capture --rig iiwa-tracker --arm-seed K`,
 {args.poses} random poses to calibrate from and {args.check_poses} fresh ones to validate on per arm), {len(crashed)} of
 them crashed before their recording. Baseline: the same `selfcal calibrate {OPTIONS}` and `selfcal validate`
@@ -209,9 +233,11 @@ times are noisy; the ratio compares the two in the same run.
 
 {table(["", "one after another", "fleet on Ray"], rows)}
 
+{share_note}
+
 Crashed arms (flag threshold: robust z {document['comparison']['threshold']:g} on the joint-axis geometry):
 
-{table(["arm", "truth", "flag names joint", "robust z", "right joint and link", "flags"], crash_rows)}
+{table(["arm", "truth", "flag names joint", "and suspects", "robust z", "right joint and link", "flags"], crash_rows)}
 
 - every crashed arm flagged with its joint: **{found} of {len(crashed)}**; intact arms flagged: **{len(intact_flagged)} of
   {len(intact)}** {intact_flagged if intact_flagged else ''}; the largest |robust z| of any intact arm on any axis figure
