@@ -88,6 +88,8 @@ def test_every_arm_gets_its_calibration_and_the_broken_rows_their_sentences(flee
     assert broken["status"] == typo["status"] == "failed"
     assert "tracker.csv" in broken["message"] and broken["message"].startswith("selfcal calibrate: ")
     assert "fleet.csv: line 9, options" in typo["message"] and "--holdot" in typo["message"]
+    assert broken["exit_code"] == typo["exit_code"] == 2  # both refused as bad input, as the command refuses it
+    assert all(arms[f"arm{k}"]["exit_code"] == 0 for k in range(1, INTACT + 2))
     assert not (fleet / "out" / "broken").exists() and not (fleet / "out" / "typo").exists()
     for record in arms.values():
         assert set(record) >= {"status", "message", "flagged", "flags"}
@@ -257,6 +259,7 @@ def test_a_crashed_worker_fails_only_its_arm(fleet, tmp_path):
     by_arm = {outcome["arm"]: outcome for outcome in outcomes}
     assert by_arm["a"]["status"] == by_arm["b"]["status"] == "ok"
     assert by_arm["dies"]["status"] == "failed" and "did not finish" in by_arm["dies"]["message"]
+    assert "exit_code" not in by_arm["dies"] or by_arm["dies"]["exit_code"] is None
 
 
 def _die_for_one(job: dict, blob: bytes) -> dict:
@@ -306,6 +309,7 @@ def test_a_command_that_crashes_is_its_arms_sentence(monkeypatch, fleet):
     outcome = tasks.run_arm(job, pack({"s": fleet / "sessions" / "arm1"}))
     assert outcome["status"] == "failed"
     assert outcome["message"] == "selfcal calibrate crashed (ZeroDivisionError: float division by zero)."
+    assert outcome["exit_code"] is None
     assert "Traceback" in outcome["traceback"]
 
 

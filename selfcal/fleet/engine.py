@@ -180,7 +180,7 @@ def run_arms(jobs: Iterable[tuple[dict, Callable[[], bytes]]], total: int, setti
                 blob = make_blob()
             except InputError as error:  # its sessions could not be read: this arm's sentence
                 record(job["arm"], {"arm": job["arm"], "status": "failed", "message": str(error), "outputs": {},
-                                    "result": None, "traceback": None})
+                                    "result": None, "traceback": None, "exit_code": 2})
                 continue
             pending[remote.remote(job, ray.put(blob), board)] = job["arm"]
             return True

@@ -40,7 +40,7 @@ SELFMODEL = FleetJob("selfmodel", ("selfmodel", "train"), ("SESSION", "--out", "
 
 
 def _record_base(row: ArmRow) -> dict:
-    return {"status": "failed", "message": None, "flagged": False, "flags": [], "line": row.line,
+    return {"status": "failed", "message": None, "exit_code": None, "flagged": False, "flags": [], "line": row.line,
             "sessions": row.sessions, "validate": row.validate, "options": row.options}
 
 
@@ -81,21 +81,21 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
     for row in table.arms:
         record = _record_base(row)
         arms[row.arm] = record
-        if row.problem is not None:
-            record["message"] = row.problem
+        if row.problem is not None:  # refused before it runs, as the command would refuse it: exit status 2
+            record.update(message=row.problem, exit_code=2)
             continue
         try:
             record["inputs_hash"] = records.inputs_hash(job.kind, row, table.folder)
         except InputError as error:
-            record["message"] = str(error)
+            record.update(message=str(error), exit_code=2)
             continue
         earlier = previous.get(row.arm)
         if resume and records.verified(out, row.arm, earlier, record["inputs_hash"]):
             arms[row.arm] = dict(earlier, line=row.line, reused=True, flagged=False, flags=[], flag_details=[])
             continue
         if os.path.lexists(out / row.arm) and not (isinstance(earlier, dict) and earlier.get("result_hash")):
-            record["message"] = (f"{out / row.arm}: exists and is not a result of this fleet; move it away to let "
-                                 f"the fleet write {row.arm}'s results there.")
+            record.update(message=f"{out / row.arm}: exists and is not a result of this fleet; move it away to let "
+                                  f"the fleet write {row.arm}'s results there.", exit_code=2)
             continue
         record.update(status="pending", message="not run yet: the fleet run stopped before this arm finished; "
                                                  "--resume continues it.")
@@ -161,7 +161,7 @@ def run_fleet(job: FleetJob, table_path: Path, out: Path, settings: RaySettings,
 def _finish_arm(job: FleetJob, out: Path, table_folder: Path, record: dict, outcome: dict) -> dict:
     """Write an arm's result folder (when it succeeded) and fold the outcome into its record."""
     record = dict(record, reused=False, seconds=outcome.get("seconds"), cpu_seconds=outcome.get("cpu_seconds"),
-                  step_seconds=outcome.get("step_seconds"),
+                  step_seconds=outcome.get("step_seconds"), exit_code=outcome.get("exit_code"),
                   host=outcome.get("host"), outputs=outcome.get("outputs") or {})
     if outcome.get("traceback"):
         record["traceback"] = outcome["traceback"]

@@ -68,7 +68,8 @@ def run_arm(job: dict, sessions_blob: bytes) -> dict:
 
     start, start_cpu = time.perf_counter(), time.process_time()
     outcome = {"arm": job["arm"], "status": "failed", "message": None, "outputs": {}, "result": None,
-               "host": platform.node(), "worker_version": VERSION, "traceback": None, "step_seconds": {}}
+               "host": platform.node(), "worker_version": VERSION, "traceback": None, "step_seconds": {},
+               "exit_code": None}
     steps = outcome["step_seconds"]
     if job.get("version") and job["version"] != VERSION:
         outcome["message"] = (f"the worker on {platform.node()} runs selfcal {VERSION}, the fleet was started with "
@@ -89,13 +90,14 @@ def run_arm(job: dict, sessions_blob: bytes) -> dict:
                     return outcome
                 if run.exit_code != 0:
                     outcome["message"] = f"selfcal {name}: {run.sentence}"
+                    outcome["exit_code"] = run.exit_code
                     return outcome
                 outcome["outputs"][name] = run.json()
                 steps[name] = time.perf_counter() - began
         began = time.perf_counter()
         outcome["result"] = pack({"": scratch / RESULT})
         steps["pack"] = time.perf_counter() - began
-        outcome["status"] = "ok"
+        outcome["status"], outcome["exit_code"] = "ok", 0
         return outcome
     except Exception as error:
         outcome["message"] = f"the fleet task for {job['arm']} failed on {platform.node()} ({type(error).__name__}: {error})."
