@@ -210,10 +210,11 @@ def main() -> None:
     autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
     autogroup_on = autogroup.is_file() and autogroup.read_text().strip() == "1"
     seq_cores, fleet_cores = sum(baseline_cpu) / baseline, task_cpu.sum() / wall
-    share_note = (f"Ray kept {task_seconds.sum() / wall:.2f} arms in flight on {args.cpus} slots; the CPU an arm costs in its "
-                  f"task ({np.median(task_cpu):.2f} s against {np.median(baseline_cpu):.2f} s one after another) is the "
-                  f"fleet's overhead per arm. The wall-time ratio is set by the cores the job got: {fleet_cores:.2f} for "
-                  f"the fleet's arms against {seq_cores:.2f} for the single process.")
+    share_note = (f"Ray kept {task_seconds.sum() / wall:.2f} arms in flight on {args.cpus} slots. An arm's CPU in its task "
+                  f"({np.median(task_cpu):.2f} s against {np.median(baseline_cpu):.2f} s one after another; the difference "
+                  f"is what running it as a task costs, Ray's own processes not counted). The wall-time ratio is set by "
+                  f"the cores the job got: {fleet_cores:.2f} for the fleet's arms against {seq_cores:.2f} for the single "
+                  f"process.")
     if autogroup_on and fleet_cores < 1.5 * seq_cores:
         share_note += (" This kernel schedules by session (`kernel.sched_autogroup_enabled = 1`): while other "
                        "helpers' sessions are busy, one job gets the same share of the cores whether it runs one "
