@@ -28,7 +28,7 @@ from rigs.files import (TEMPORARY_TAG, atomic_write_json, current_umask, check_n
 from rigs.simulator import Simulator, true_tip_T_board
 from rigs.spec import Rig
 from rigs.transforms import exp6, invert, quat_xyzw, transform_points
-from rigs.truth import TrueArm, draw_truth, true_urdf_tree
+from rigs.truth import TrueArm, draw_truth, fleet_arm, true_urdf_tree
 
 DEPTH_SCALE = 0.0001  # m per unit in depth PNGs: 0.1 mm steps up to 6.5 m
 
@@ -37,7 +37,8 @@ def partial_path(out: Path) -> Path:
     return Path(out).with_name(Path(out).name + ".partial")
 
 
-def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_kg: float) -> dict:
+def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_kg: float,
+              arm_seed: int | None) -> dict:
     sensors = {"tracker": None, "cameras": {}, "board": None}
     if rig.tracker is not None and rig.tracker.kind == "6dof":
         sensors["tracker_poses"] = {"file": "tracker_poses.csv", "frame": "tracker",
@@ -71,8 +72,8 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
         "robot": {"urdf": "robot.urdf", "base_link": rig.robot.base_link, "tip_link": rig.robot.tip_link,
                   "joint_names": joint_names, "payload_com": rig.robot.payload_com.tolist()},
         "sensors": sensors,
-        "source": {"kind": "simulated", "rig": rig.name, "seed": seed, "poses": poses, "payload_kg": payload_kg,
-                   "selfcal_version": VERSION},
+        "source": {"kind": "simulated", "rig": rig.name, "seed": seed, "arm_seed": arm_seed, "poses": poses,
+                   "payload_kg": payload_kg, "selfcal_version": VERSION},
     }
     if rig.scene is not None:
         manifest["scene"] = {"mount_plane_z": rig.scene.mount_plane_z,
@@ -81,11 +82,11 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
 
 
 def _lay_out(rig: Rig, arm: TrueArm, folder: Path, joint_names: list[str], seed: int, poses: int, payload_kg: float,
-             extra_columns: list[str], segmentation_links: list[str]) -> SessionWriter:
+             extra_columns: list[str], segmentation_links: list[str], arm_seed: int | None) -> SessionWriter:
     """A new session folder: description, manifest, camera infos and the truth."""
     urdf_io.copy_self_contained(urdf_io.parse_urdf(rig.robot.urdf), rig.robot.urdf.parent, folder,
                                 rig.robot.package_dirs)
-    manifest = _manifest(rig, joint_names, seed, poses, payload_kg)
+    manifest = _manifest(rig, joint_names, seed, poses, payload_kg, arm_seed)
     writer = SessionWriter.create(folder, manifest, extra_columns, with_payload=True)
     for camera in rig.cameras:
         CameraInfo(camera.name, camera.width, camera.height, camera.K, np.zeros(5)).save(
@@ -260,8 +261,12 @@ def pose_is_valid(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
 
 
 def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: float = 0.0, plan: Plan | None = None,
-                      resume: bool = False, progress: Callable[[int, int], None] | None = None) -> Path:
+                      resume: bool = False, progress: Callable[[int, int], None] | None = None,
+                      arm_seed: int | None = None) -> Path:
     """Record ``poses`` poses (or the plan's) of the simulated ``rig`` into the session folder ``out``.
+
+    ``arm_seed`` picks arm K of a fleet of the rig's type (:func:`rigs.truth.fleet_arm`) instead of
+    the one arm the rig file describes; the session's manifest records it.
 
     The recording goes to ``<out>.partial``, laid out complete under a temporary name first (so a
     run killed in its first milliseconds leaves nothing to resume, only a leftover the next run
@@ -287,12 +292,14 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
     clean_leftovers(partial)  # a layout a killed run left half done
     check_new_output(out)
 
+    if arm_seed is not None:
+        rig = fleet_arm(rig, arm_seed)
     arm = draw_truth(rig)
     total = len(plan.pose_ids) if plan is not None else poses
     if resume:
         with locked_folder(partial, busy):
             writer, done = SessionWriter.reopen(partial)
-            _check_same_run(writer.manifest, partial, rig, seed, total)
+            _check_same_run(writer.manifest, partial, rig, seed, total, arm_seed)
             payload_kg = float(writer.manifest["source"].get("payload_kg", payload_kg))
             with Simulator(rig, arm, partial / "truth" / "robot.urdf") as sim:
                 _record(sim, rig, writer, seed, total, payload_kg, plan, done, progress)
@@ -317,7 +324,7 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
             stack.enter_context(locked_folder(layout, busy))  # the lock moves with the folder's rename
             writer = _lay_out(rig, arm, layout, joint_names, seed, poses if plan is None else total, payload_kg,
                               (list(plan.extra) if plan is not None else []) + effort_columns(rig, joint_names),
-                              sim.link_names)
+                              sim.link_names, arm_seed)
             os.chmod(layout, 0o777 & ~current_umask())
             try:
                 rename_no_replace(layout, partial)
@@ -340,11 +347,16 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
     return out
 
 
-def _check_same_run(manifest: dict, partial: Path, rig: Rig, seed: int, total: int) -> None:
+def _check_same_run(manifest: dict, partial: Path, rig: Rig, seed: int, total: int, arm_seed: int | None) -> None:
     source = manifest.get("source") or {}
     if source.get("rig") != rig.name or source.get("seed") != seed:
         raise InputError(f"{partial}: was recorded from rig {source.get('rig')!r} with seed {source.get('seed')}; "
                          f"resume with the same --rig and --seed.")
+    if source.get("arm_seed") != arm_seed:
+        recorded = source.get("arm_seed")
+        raise InputError(f"{partial}: was recorded from " + ("the rig's own arm" if recorded is None else
+                                                             f"arm {recorded} (--arm-seed {recorded})")
+                         + "; resume with the same --arm-seed (another arm seed is another physical arm).")
     if source.get("poses") != total:
         raise InputError(f"{partial}: was started for {source.get('poses')} poses, this run asks for {total}; resume "
                          f"with the same --poses (or --plan).")

@@ -18,7 +18,7 @@ Only simulation and evaluation code read this; a fit never does.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,21 @@ class TrueArm:
             "mass_factors": dict(self.mass_factors),
             "torque_offsets_nm": None if self.torque_offsets is None else self.torque_offsets.tolist(),
         }
+
+
+def fleet_arm(rig: Rig, arm_seed: int) -> Rig:
+    """The rig playing arm ``arm_seed`` of a fleet of its type: the truth seed replaced, the rest as is.
+
+    Every hidden error is drawn from the truth seed alone, so one seed is one physical arm whatever
+    the pose seed, and a crashed rig (the same truth plus a bend) given the same seed is that very
+    arm after its crash.
+    """
+    if rig.truth is None:
+        raise InputError(f"{rig.source}: rig {rig.name!r} has no [truth] section, so it has no arms to choose "
+                         f"with --arm-seed.")
+    if arm_seed < 0:
+        raise InputError(f"--arm-seed must not be negative, got {arm_seed}.")
+    return replace(rig, truth=replace(rig.truth, seed=arm_seed))
 
 
 def draw_truth(rig: Rig) -> TrueArm:

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "selfcal.cli_demo",
     "selfcal.cli_camera",
     "selfcal.cli_export",
+    "selfcal.cli_fleet",
 ]
 
 app = typer.Typer(

@@ -22,6 +22,9 @@ def capture(
     seed: int = typer.Option(0, "--seed", help="Seed of the pose sequence and the noise."),
     payload: float = typer.Option(0.0, "--payload", help="Payload at the tool in kg."),
     plan: Optional[Path] = typer.Option(None, "--plan", help="CSV of pose + joint columns (rad) to visit instead of random poses."),
+    arm_seed: Optional[int] = typer.Option(None, "--arm-seed", help="Arm K of a fleet of this rig's type: replaces the rig "
+                                           "file's truth seed (each K its own hidden errors; a crashed rig with the "
+                                           "same K is that arm, bent)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted capture into the same --out."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
 ) -> None:
@@ -39,7 +42,7 @@ def capture(
             limits = ChainJoints.from_urdf(rig_spec.robot.urdf, rig_spec.robot.base_link, rig_spec.robot.tip_link)
             plan_data = read_plan(plan, limits)
         with progress_bar(f"capturing {rig_spec.name}", plan_data and len(plan_data.pose_ids) or poses) as update:
-            capture_simulated(rig_spec, poses, seed, out, payload, plan_data, resume, update)
+            capture_simulated(rig_spec, poses, seed, out, payload, plan_data, resume, update, arm_seed)
         summary = session_summary(load_session(out))
         if json_output:
             print_json(summary)

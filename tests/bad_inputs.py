@@ -1791,6 +1791,158 @@ def _(fx, case):
     return ["calibrat", _s(fx.session)]
 
 
+# fleet --------------------------------------------------------------------------------------------
+# What stops a whole fleet before Ray starts (a mistake in one arm's row is that arm's sentence, exit 1).
+
+def _fleet(fx, case, text: str | None = None, *extra: str, command: str = "calibrate") -> list[str]:
+    """``selfcal fleet COMMAND fleet.csv --out out EXTRA`` with the table ``text`` beside a copy of the
+    tracker session (``sessions/arm1``)."""
+    shutil.copytree(fx.session, case / "sessions" / "arm1")
+    table = case / "fleet.csv"
+    table.write_text(text if text is not None else "arm,sessions,options\narm1,sessions/arm1,--deflection none\n")
+    return ["fleet", command, _s(table), "--out", _s(case / "out"), *extra]
+
+
+@case("fleet calibrate: table missing")
+def _(fx, case):
+    return ["fleet", "calibrate", _s(case / "fleet.csv"), "--out", _s(case / "out")]
+
+
+@case("fleet calibrate: table not UTF-8")
+def _(fx, case):
+    argv = _fleet(fx, case)
+    latin1_byte(case / "fleet.csv")
+    return argv
+
+
+@case("fleet calibrate: empty table")
+def _(fx, case):
+    return _fleet(fx, case, "")
+
+
+@case("fleet calibrate: header without sessions")
+def _(fx, case):
+    return _fleet(fx, case, "arm,session\narm1,sessions/arm1\n")
+
+
+@case("fleet calibrate: unknown column")
+def _(fx, case):
+    return _fleet(fx, case, "arm,sessions,payload\narm1,sessions/arm1,2\n")
+
+
+@case("fleet calibrate: header only")
+def _(fx, case):
+    return _fleet(fx, case, "arm,sessions\n")
+
+
+@case("fleet calibrate: two rows for one arm")
+def _(fx, case):
+    return _fleet(fx, case, "arm,sessions\narm1,sessions/arm1\narm1,sessions/arm1\n")
+
+
+@case("fleet calibrate: arm name is a path")
+def _(fx, case):
+    return _fleet(fx, case, "arm,sessions\n../arm1,sessions/arm1\n")
+
+
+@case("fleet calibrate: arm named fleet.json")
+def _(fx, case):
+    return _fleet(fx, case, "arm,sessions\nfleet.json,sessions/arm1\n")
+
+
+@case("fleet calibrate: more cells than columns")
+def _(fx, case):
+    return _fleet(fx, case, "arm,sessions,options\narm1,sessions/arm1,--deflection,none\n")
+
+
+@case("fleet calibrate: --out exists")
+def _(fx, case):
+    (case / "out").mkdir()
+    (case / "out" / "mine.txt").write_text("mine\n")
+    return _fleet(fx, case)
+
+
+@case("fleet calibrate: --out parent is a file")
+def _(fx, case):
+    argv = _fleet(fx, case)
+    return argv[:-1] + [_s(file_parent_out(case))]
+
+
+@case("fleet calibrate: --resume with nothing to resume")
+def _(fx, case):
+    return _fleet(fx, case, None, "--resume")
+
+
+@case("fleet calibrate: --resume a folder that is not a fleet")
+def _(fx, case):
+    (case / "out").mkdir()
+    (case / "out" / "notes.txt").write_text("mine\n")
+    return _fleet(fx, case, None, "--resume")
+
+
+@case("fleet calibrate: --resume a self-model fleet")
+def _(fx, case):
+    (case / "out").mkdir()
+    (case / "out" / "fleet.json").write_text('{"format": "selfcal-fleet", "format_version": 1, "job": "selfmodel", '
+                                             '"arms": {}}\n')
+    return _fleet(fx, case, None, "--resume")
+
+
+@case("fleet calibrate: --resume a damaged fleet.json")
+def _(fx, case):
+    (case / "out").mkdir()
+    (case / "out" / "fleet.json").write_text('{"format": "selfcal-fleet", "arms": {')
+    return _fleet(fx, case, None, "--resume")
+
+
+@case("fleet calibrate: --cpus-per-arm 0")
+def _(fx, case):
+    return _fleet(fx, case, None, "--cpus-per-arm", "0")
+
+
+@case("fleet calibrate: --cpus 0")
+def _(fx, case):
+    return _fleet(fx, case, None, "--cpus", "0")
+
+
+@case("fleet calibrate: --cpus with --address")
+def _(fx, case):
+    return _fleet(fx, case, None, "--cpus", "2", "--address", "auto")
+
+
+@case("fleet calibrate: --address empty")
+def _(fx, case):
+    return _fleet(fx, case, None, "--address", " ")
+
+
+@case("fleet calibrate: --cpus-per-arm is text")
+def _(fx, case):
+    return _fleet(fx, case, None, "--cpus-per-arm", "two")
+
+
+@case("fleet selfmodel: table missing")
+def _(fx, case):
+    return ["fleet", "selfmodel", _s(case / "fleet.csv"), "--out", _s(case / "out")]
+
+
+@case("fleet selfmodel: header without arm")
+def _(fx, case):
+    return _fleet(fx, case, "name,sessions\nbox,sessions/arm1\n", command="selfmodel")
+
+
+@case("fleet selfmodel: --resume a calibration fleet")
+def _(fx, case):
+    (case / "out").mkdir()
+    (case / "out" / "fleet.json").write_text('{"format": "selfcal-fleet", "format_version": 1, "job": "calibrate", '
+                                             '"arms": {}}\n')
+    return _fleet(fx, case, None, "--resume", command="selfmodel")
+
+
+@case("fleet selfmodel: --cpus-per-arm negative")
+def _(fx, case):
+    return _fleet(fx, case, None, "--cpus-per-arm", "-1", command="selfmodel")
+
+
 # -- running a case -------------------------------------------------------------------------------
 
 @dataclass
