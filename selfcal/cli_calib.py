@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 
+from selfcal.options import CalibrationModel, Deflection
 from selfcal.ui import print_json, progress_bar, user_errors
 
 
@@ -24,13 +25,13 @@ def calibrate(
                                   "the held-out figures come from cross-validation by pose."),
     folds: Optional[int] = typer.Option(None, "--folds", help="Cross-validation folds with --holdout 0 (default: "
                                         "leave-one-pose-out below 40 poses, else 5)."),
-    model: str = typer.Option("full", "--model", help="full: placement errors and zero offsets; offsets: zero offsets only."),
+    model: CalibrationModel = typer.Option("full", "--model", help="full: placement errors and zero offsets; offsets: zero offsets only."),
     seed: int = typer.Option(0, "--seed", help="Seed of the hold-out draw and the folds."),
     outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Flag measurements beyond this many robust standard deviations."),
     tip_link: Optional[str] = typer.Option(None, "--tip-link", help="Tip link to use instead of the sessions' own."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
-    deflection: str = typer.Option("auto", "--deflection", help="none|compliance|learned|both|auto: deflection model "
+    deflection: Deflection = typer.Option("auto", "--deflection", help="Deflection model "
                                    "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
     pixel_sigma: Optional[float] = typer.Option(None, "--pixel-sigma", help="Board images: corner noise, px per "
                                                 "axis (default: estimated from per-image PnP)."),
@@ -46,7 +47,7 @@ def calibrate(
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         loaded = [load_session(path) for path in sessions]
-        with progress_bar("calibrating", None) as update:
+        with progress_bar("calibrating", None, unit="stages") as update:
             steps = []
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import typer
 
+from selfcal.options import SelfModelKind
 from selfcal.ui import print_json, progress_bar, user_errors
 
 selfmodel_app = typer.Typer(help="Learn the arm's shape from depth images, evaluate it, check it against a URDF.",
@@ -92,7 +93,7 @@ def _training_folder(out: Path, run: dict, resume: bool):
 def train(
     sessions: List[Path] = typer.Argument(..., help="Session folder(s) with depth images and camera poses."),
     out: Path = typer.Option(..., "--out", help="Model folder to create."),
-    kind: str = typer.Option("structured", "--kind", help="structured (per-link networks on the URDF's chain) or free."),
+    kind: SelfModelKind = typer.Option("structured", "--kind", help="structured (per-link networks on the URDF's chain) or free."),
     minutes: float = typer.Option(10.0, "--minutes", help="Training time budget in minutes."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Exact number of training steps (bit-for-bit repeatable; overrides --minutes)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
@@ -128,7 +129,7 @@ def train(
         run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
                "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras)}
         with _training_folder(out, run, resume) as (partial, continues):
-            with progress_bar(f"training {kind} self-model", steps or 0) as update:
+            with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
                 result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update)
             board = (loaded[0].manifest.get("sensors") or {}).get("board")
             with output_folder(out) as folder:
@@ -166,7 +167,7 @@ def evaluate(
         loaded_model = load_model(model)
         loaded = load_session(session)
         pose_ids = loaded.pose_ids[:poses] if poses else None
-        with progress_bar("evaluating", len(pose_ids or loaded.pose_ids)) as update:
+        with progress_bar("evaluating", len(pose_ids or loaded.pose_ids), unit="poses") as update:
             figures = evaluate_model(loaded_model, loaded, np.random.default_rng(seed), pose_ids, voxel / 1000,
                                      progress=update)
         if json_output:

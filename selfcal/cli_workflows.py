@@ -60,7 +60,7 @@ def plan(
                 raise InputError(f"{calibration}: is a calibration of another robot (joints {list(previous.joint_names)}).")
             stream = random_poses(world.chain.lower, world.chain.upper, seed, lambda q: pose_is_valid(world, spec, q))
             count = max(candidates, poses) if optimal else poses
-            with progress_bar("sampling valid poses", count) as update:
+            with progress_bar("sampling valid poses", count, unit="poses") as update:
                 q = []
                 for k, pose in enumerate(itertools.islice(stream, count)):
                     q.append(pose)
