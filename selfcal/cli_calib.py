@@ -8,8 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import CalibrationModel, Deflection
-from selfcal.ui import print_json, progress_bar, user_errors
+from selfcal.options import CalibrationModel, Deflection, require_pass_option
+from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +35,10 @@ def calibrate(
                                    "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
     pixel_sigma: Optional[float] = typer.Option(None, "--pixel-sigma", help="Board images: corner noise, px per "
                                                 "axis (default: estimated from per-image PnP)."),
+    tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable cross-validated "
+                                                 "RMS error, mm (default: twice the error the tracker's stated "
+                                                 "uncertainty alone gives at the measured points)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
@@ -52,13 +56,19 @@ def calibrate(
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
+        from calib.workflows.verdicts import calibration_verdict
+
+        verdict = calibration_verdict(calibration.summary, loaded, tolerance_mm, calibration.pixel_sigma)
+        calibration.summary["verdict"] = verdict.as_dict()  # report.html opens with it
         with output_folder(out, force) as folder:
             calibration.save(folder)
-        summary = calibration_summary(calibration, out)
+        summary = {"verdict": verdict.as_dict()} | calibration_summary(calibration, out)
         if json_output:
             print_json(summary)
         else:
+            say_verdict(verdict)
             typer.echo(summary_line(summary))
+    exit_for(verdict, require_pass)
 
 
 def calibration_summary(calibration, out: Path) -> dict:
@@ -108,6 +118,10 @@ def validate(
     session: Path = typer.Argument(..., help="Session whose measurements are predicted."),
     outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Name points beyond this many robust standard deviations."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable RMS error on the "
+                                                 "session, mm (default: twice the error the tracker's stated "
+                                                 "uncertainty alone gives at its points)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """Predict every measurement of a session with a calibration and report the errors."""
     with user_errors():
@@ -118,10 +132,16 @@ def validate(
 
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
-        result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma)
+        from calib.workflows.verdicts import validation_verdict
+
+        calibration, loaded = Calibration.load(calibration_dir), load_session(session)
+        result = run_validation(calibration, loaded, outlier_sigma=outlier_sigma)
+        verdict = validation_verdict(calibration, loaded, result, tolerance_mm)
         if json_output:
-            print_json(result)
+            print_json({"verdict": verdict.as_dict()} | result)
+            exit_for(verdict, require_pass)
             return
+        say_verdict(verdict)
         if "rms_mm" in result:
             floor = result["floor_rms_mm"]
             typer.echo(f"n={result['n']} mean={result['mean_mm']:.4f} mm rms={result['rms_mm']:.4f} mm "
@@ -145,3 +165,4 @@ def validate(
                        + ("tip_rms=n/a (no truth)" if tip is None else
                           f"tip_rms={tip:.4f} mm (after rigid registration; {camera['tip_rms_mm_base_frame']:.4f} mm in "
                           f"the fitted base frame) nominal_tip_rms={camera['nominal_tip_rms_mm']:.4f} mm"))
+    exit_for(verdict, require_pass)

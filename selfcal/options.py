@@ -32,3 +32,10 @@ Rotation = Literal["rotvec", "rpy"]
 Match = Literal["auto", "name", "time"]
 FrameConvention = Literal["auto", "optical", "body"]
 CameraPoses = Literal["auto", "tf", "none"]
+
+
+def require_pass_option():
+    import typer
+
+    return typer.Option(False, "--require-pass", help="Exit 1 when the verdict is FAIL and 3 when it is CANNOT TELL "
+                        "(for CI and plant scripts); the outputs are written either way.")

@@ -147,3 +147,17 @@ def progress_bar(description: str, total: int | None = None, enabled: bool = Tru
             progress.update(task, completed=done, total=total_ if total_ is not None else total)
 
         yield update
+
+
+def say_verdict(verdict) -> None:
+    """The verdict line, first in a command's text output."""
+    typer.echo(verdict.line())
+
+
+def exit_for(verdict, require_pass: bool) -> None:
+    """With ``--require-pass``, exit 1 on FAIL and 3 on CANNOT TELL (2 stays a user's mistake), after
+    everything was written and printed; without it, a verdict never changes the exit status."""
+    from rigs.verdicts import EXIT_STATUS
+
+    if require_pass and not verdict.passed:
+        raise typer.Exit(code=EXIT_STATUS[verdict.result])

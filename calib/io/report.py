@@ -16,6 +16,7 @@ import numpy as np
 from calib.deflection.modes import URDF_NOTE
 from rigs import html_report
 from rigs.transforms import matrix_to_rpy
+from rigs.verdicts import Verdict
 
 SENSOR_TITLES = {"tracker_points": "Tracker points", "tracker_poses": "6-DoF probe poses", "board_corners": "Board corners"}
 UNIT = {"tracker_points": ("mm", 1e3, "3D point error"), "tracker_poses": ("mm", 1e3, "probe position error"),
@@ -161,7 +162,9 @@ def write_report(calibration, path: Path) -> None:
     summary = calibration.summary
     residuals = summary.get("residuals") or {}
     ident = summary["identifiability"]
-    sections = [("Verdict", html_report.paragraph(verdict(summary), "ok")),
+    judged = summary.get("verdict")
+    opening = "" if not judged else Verdict.from_dict(judged).html()
+    sections = [("Verdict", opening + html_report.paragraph(verdict(summary), "" if judged else "ok")),
                 ("Residuals", _residual_tables(residuals))]
     sections += _histograms(calibration.history)
     directions = "".join(f"<li>{html.escape(d)}</li>" for d in ident["directions"])
