@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from selfcal.options import robot_from_options
-from selfcal.ui import print_json, user_errors
+from selfcal.options import require_pass_option, robot_from_options
+from selfcal.ui import exit_for, print_json, say_verdict, user_errors
 
 audit_app = typer.Typer(help="ISO 9283 accuracy audits: plan the test cube, report AP/RP/AD/RD.", no_args_is_help=True)
 
@@ -68,6 +68,12 @@ def report(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration folder: commanded poses also by the calibrated model."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
     json_output: bool = typer.Option(False, "--json"),
+    ap_tolerance_mm: Optional[float] = typer.Option(None, "--ap-tolerance-mm", help="ISO 9283 acceptance level: the "
+                                                    "largest acceptable AP, mm (default with --calibration: 3 x its "
+                                                    "cross-validated RMS error; without, no default)."),
+    rp_tolerance_mm: Optional[float] = typer.Option(None, "--rp-tolerance-mm", help="Largest acceptable RP, mm "
+                                                    "(judged only when given)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """AP/RP per pose, AD/RD between P2 and P4, nominal and calibrated side by side, HTML report."""
     with user_errors():
@@ -77,7 +83,16 @@ def report(
         from rigs.files import atomic_write_json, output_folder
         from selfcal.ui import to_jsonable
 
+        from calib.workflows.verdicts import audit_verdict
+
         result = audit_report(load_session(session), calibration)
+        calibration_summary = None
+        if calibration is not None:
+            from calib.calibration import Calibration
+
+            calibration_summary = Calibration.load(calibration).summary
+        verdict = audit_verdict(result, calibration_summary, ap_tolerance_mm, rp_tolerance_mm)
+        result = {"verdict": verdict.as_dict()} | result
         with output_folder(out, force) as folder:
             atomic_write_json(folder / "audit.json", to_jsonable(result))
             write_audit_html(result, folder / "report.html")
@@ -85,6 +100,7 @@ def report(
             print_json({k: v for k, v in result.items() if k not in ("iso_pose_of_row",)} | {
                 "models": {n: {k: v for k, v in m.items() if k != "attained_m"} for n, m in result["models"].items()}})
         else:
+            say_verdict(verdict)
             for name, model in result["models"].items():
                 typer.echo(f"commanded by the {name} model:")
                 for entry in model["poses"]:
@@ -93,3 +109,4 @@ def report(
             for warning in result["warnings"]:
                 typer.echo(f"warning: {warning}")
             typer.echo(f"report: {out / 'report.html'}")
+    exit_for(verdict, require_pass)

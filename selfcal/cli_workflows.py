@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from selfcal.options import robot_from_options
-from selfcal.ui import print_json, progress_bar, user_errors
+from selfcal.options import CalibrationModel, require_pass_option, robot_from_options
+from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -112,21 +112,35 @@ def recalibrate(
     seed: int = typer.Option(0, "--seed"),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
     json_output: bool = typer.Option(False, "--json"),
+    model: CalibrationModel = typer.Option("full", "--model", help="full: placements and zero offsets may change; "
+                                           "offsets: zero offsets only (after an encoder or motor swap)."),
+    tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable cross-validated RMS "
+                                                 "error after the refit, mm (default: twice the previous "
+                                                 "calibration's, and at least twice the tracker's own error)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """Refit from a previous calibration and name what changed, most significant first."""
     with user_errors():
+        from calib.calibration import Calibration
         from calib.workflows.recalibrate import recalibrate as run
+        from calib.workflows.verdicts import recalibration_verdict
+        from capture.session import load_session
         from rigs.files import atomic_write_json, check_new_output, output_folder
         from selfcal.ui import to_jsonable
 
         check_new_output(out, force)
-        new, comparison = run(sessions, previous, holdout, seed)
+        loaded = [load_session(path) for path in sessions]
+        new, comparison = run(loaded, previous, holdout, seed, model=model)
+        verdict = recalibration_verdict(Calibration.load(previous).summary, comparison, loaded, tolerance_mm)
+        comparison = {"verdict": verdict.as_dict()} | comparison
+        new.summary["verdict"] = verdict.as_dict()  # report.html opens with it
         with output_folder(out, force) as folder:
             new.save(folder)
             atomic_write_json(folder / "recalibration.json", to_jsonable(comparison))
         if json_output:
             print_json(comparison | {"calibration": str(out)})
         else:
+            say_verdict(verdict)
             accuracy = comparison["accuracy"]
             typer.echo(f"{out}: recalibrated from {previous}")
             typer.echo(f"  before: {accuracy['before_rms_mm']:.3f} mm RMS on the new data (previous calibration)")
@@ -139,3 +153,4 @@ def recalibrate(
                     typer.echo(f"  - {sentence}")
             else:
                 typer.echo("nothing changed beyond the combined uncertainty of the two calibrations.")
+    exit_for(verdict, require_pass)

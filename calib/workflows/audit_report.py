@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from rigs import html_report
+from rigs.verdicts import Verdict
+
+LOG_RATIO = 20.0  # bars this many times apart share a log axis, or the small ones vanish
 
 
 def write_audit_html(result: dict, path: Path) -> None:
@@ -16,6 +19,8 @@ def write_audit_html(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt  # see above
 
     sections = []
+    if result.get("verdict"):
+        sections.append(("Verdict", Verdict.from_dict(result["verdict"]).html()))
     models = list(result["models"])
     summary = []
     for name in models:
@@ -41,9 +46,15 @@ def write_audit_html(result: dict, path: Path) -> None:
         x = np.arange(len(poses)) + k * width
         axes[0].bar(x, [p["AP_mm"] for p in poses], width, label=name)
         axes[1].bar(x, [p["RP_mm"] for p in poses], width, label=name)
-    for axis, title in zip(axes, ("AP: pose accuracy (mm)", "RP: pose repeatability (mm)")):
+    for axis, key, title in zip(axes, ("AP_mm", "RP_mm"), ("AP: pose accuracy", "RP: pose repeatability")):
         axis.set_xticks(np.arange(5) + width * (len(models) - 1) / 2, [p["pose"] for p in result["models"][models[0]]["poses"]])
+        values = [p[key] for name in models for p in result["models"][name]["poses"] if p[key] > 0]
+        if values and max(values) > LOG_RATIO * min(values):
+            axis.set_yscale("log")
+            title += " (log scale)"
         axis.set_title(title)
+        axis.set_xlabel("ISO 9283 pose")
+        axis.set_ylabel(f"{key[:2]} (mm)")
         axis.legend()
     sections.append(("Accuracy and repeatability per pose", html_report.figure(fig, "AP and RP per pose")))
 
