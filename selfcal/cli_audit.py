@@ -73,6 +73,10 @@ def report(
                                                     "cross-validated RMS error; without, no default)."),
     rp_tolerance_mm: Optional[float] = typer.Option(None, "--rp-tolerance-mm", help="Largest acceptable RP, mm "
                                                     "(judged only when given)."),
+    point: Optional[str] = typer.Option(None, "--point", help="Measuring point the ISO characteristics hold for: "
+                                        "a reflector's name, tcp (the tip frame's origin) or X,Y,Z in mm in the tip "
+                                        "frame; the last two are registered from 3+ reflectors (default: the first "
+                                        "reflector measured at every pose)."),
     require_pass: bool = require_pass_option(),
 ) -> None:
     """AP/RP per pose, AD/RD between P2 and P4, nominal and calibrated side by side, HTML report."""
@@ -85,7 +89,7 @@ def report(
 
         from calib.workflows.verdicts import audit_verdict
 
-        result = audit_report(load_session(session), calibration)
+        result = audit_report(load_session(session), calibration, point)
         calibration_summary = None
         if calibration is not None:
             from calib.calibration import Calibration
@@ -101,10 +105,13 @@ def report(
                 "models": {n: {k: v for k, v in m.items() if k != "attained_m"} for n, m in result["models"].items()}})
         else:
             say_verdict(verdict)
+            typer.echo(f"measuring point: {result['measuring_point']['description']}")
             for name, model in result["models"].items():
                 typer.echo(f"commanded by the {name} model:")
                 for entry in model["poses"]:
-                    typer.echo(f"  {entry['pose']}: AP {entry['AP_mm']:.3f} mm  RP {entry['RP_mm']:.3f} mm")
+                    instrument = entry["RP_instrument_mm"]
+                    typer.echo(f"  {entry['pose']}: AP {entry['AP_mm']:.3f} mm  RP {entry['RP_mm']:.3f} mm"
+                               + ("" if instrument is None else f" (the tracker alone: {instrument:.3f} mm)"))
                 typer.echo(f"  AD {model['AD_mm']:.3f} mm  RD {model['RD_mm']:.3f} mm (P2-P4)")
             for warning in result["warnings"]:
                 typer.echo(f"warning: {warning}")

@@ -26,14 +26,15 @@ def write_audit_html(result: dict, path: Path) -> None:
     for name in models:
         model = result["models"][name]
         for entry in model["poses"]:
-            row = [name, entry["pose"], entry["n"], entry["AP_mm"], entry["RP_mm"]]
+            row = [name, entry["pose"], entry["n"], entry["AP_mm"], entry["RP_mm"], entry.get("RP_instrument_mm")]
             if model["orientation"]:
                 row += [max(abs(a) for a in entry["APa_deg"]), max(entry["RPa_deg"])]
             else:
                 row += ["", ""]
             summary.append(row)
     sections.append(("Pose accuracy and repeatability (ISO 9283)", html_report.table(
-        ["commanded by", "pose", "cycles", "AP (mm)", "RP (mm)", "max |APa| (deg)", "max RPa (deg)"], summary)
+        ["commanded by", "pose", "cycles", "AP (mm)", "RP (mm)", "RP of the tracker alone (mm)", "max |APa| (deg)",
+         "max RPa (deg)"], summary)
         + html_report.table(["commanded by", "AD P2-P4 (mm)", "RD P2-P4 (mm)"],
                             [[n, result["models"][n]["AD_mm"], result["models"][n]["RD_mm"]] for n in models])))
     if result["warnings"]:
@@ -75,5 +76,6 @@ def write_audit_html(result: dict, path: Path) -> None:
     else:
         plt.close(fig)
     html_report.write_page(path, "ISO 9283 pose characteristics", sections,
-                           f"session {result['session']}; {result['cycles']} cycles; tracker uncertainty "
-                           f"{result['tracker_uncertainty_mm']:.3f} mm")
+                           f"session {result['session']}; {result['cycles']} cycles; measuring point "
+                           f"{result.get('measuring_point', {}).get('description', 'the tool point')}; tracker "
+                           f"uncertainty {result['tracker_uncertainty_mm']:.3f} mm")
