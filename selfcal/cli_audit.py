@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from selfcal.options import require_pass_option, robot_from_options
+from selfcal.options import check_positive, require_pass_option, robot_from_options
 from selfcal.ui import exit_for, print_json, say_verdict, user_errors
 
 audit_app = typer.Typer(help="ISO 9283 accuracy audits: plan the test cube, report AP/RP/AD/RD.", no_args_is_help=True)
@@ -89,6 +89,7 @@ def report(
 
         from calib.workflows.verdicts import audit_verdict
 
+        check_positive(ap_tolerance_mm=ap_tolerance_mm, rp_tolerance_mm=rp_tolerance_mm)
         result = audit_report(load_session(session), calibration, point)
         calibration_summary = None
         if calibration is not None:

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import CalibrationModel, Deflection, require_pass_option
+from selfcal.options import CalibrationModel, Deflection, check_positive, require_pass_option
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
@@ -48,6 +48,7 @@ def calibrate(
         from rigs.files import check_new_output, output_folder
 
         check_new_output(out, force)
+        check_positive(tolerance_mm=tolerance_mm)
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         loaded = [load_session(path) for path in sessions]
@@ -130,6 +131,7 @@ def validate(
         from capture.session import load_session
         from rigs.errors import InputError
 
+        check_positive(tolerance_mm=tolerance_mm)
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         from calib.workflows.verdicts import validation_verdict

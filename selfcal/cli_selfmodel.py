@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import SelfModelKind, require_pass_option
+from selfcal.options import SelfModelKind, check_positive, require_pass_option
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 selfmodel_app = typer.Typer(help="Learn the arm's shape from depth images, evaluate it, check it against a URDF.",
@@ -172,9 +172,7 @@ def evaluate(
 
         if voxel <= 0:
             raise InputError(f"--voxel-mm must be positive, got {voxel}.")
-        for value, flag in ((tolerance_mm, "--tolerance-mm"), (false_free_max, "--false-free-max")):
-            if value is not None and not value > 0:
-                raise InputError(f"{flag} must be positive, got {value}.")
+        check_positive(tolerance_mm=tolerance_mm, false_free_max=false_free_max)
         loaded_model = load_model(model)
         loaded = load_session(session)
         pose_ids = loaded.pose_ids[:poses] if poses else None
@@ -210,9 +208,9 @@ def check(
 
         from selfmodel.check import check_against
         from selfmodel.model_io import load_model
-        from selfmodel.verdicts import check_threshold, check_verdict
+        from selfmodel.verdicts import check_verdict
 
-        check_threshold([], threshold_mm)  # a bad --threshold-mm stops before minutes of work
+        check_positive(threshold_mm=threshold_mm)  # before minutes of work
         rows = check_against(load_model(model), urdf)
         verdict = check_verdict(rows, threshold_mm)
         if json_output:

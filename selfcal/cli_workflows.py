@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from selfcal.options import CalibrationModel, require_pass_option, robot_from_options
+from selfcal.options import CalibrationModel, check_positive, require_pass_option, robot_from_options
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
@@ -129,6 +129,7 @@ def recalibrate(
         from selfcal.ui import to_jsonable
 
         check_new_output(out, force)
+        check_positive(tolerance_mm=tolerance_mm)
         loaded = [load_session(path) for path in sessions]
         new, comparison = run(loaded, previous, holdout, seed, model=model)
         verdict = recalibration_verdict(Calibration.load(previous).summary, comparison, loaded, tolerance_mm)

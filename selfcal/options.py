@@ -39,3 +39,12 @@ def require_pass_option():
 
     return typer.Option(False, "--require-pass", help="Exit 1 when the verdict is FAIL and 3 when it is CANNOT TELL "
                         "(for CI and plant scripts); the outputs are written either way.")
+
+
+def check_positive(**values: float | None) -> None:
+    """Refuse a tolerance that is given but not positive, before any work (flag name from the keyword)."""
+    from rigs.errors import InputError
+
+    for name, value in values.items():
+        if value is not None and not value > 0:
+            raise InputError(f"--{name.replace('_', '-')} must be positive, got {value}.")
