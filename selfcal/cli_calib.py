@@ -39,16 +39,22 @@ def calibrate(
                                                  "RMS error, mm (default: twice the error the tracker's stated "
                                                  "uncertainty alone gives at the measured points)."),
     require_pass: bool = require_pass_option(),
+    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
+                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
+                                              "where this folder sits inside the package)."),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
         from calib.calibrator import Calibrator
         from capture.session import load_session
         from rigs.errors import InputError
+        from rigs import urdf as urdf_io
         from rigs.files import check_new_output, output_folder
 
         check_new_output(out, force)
         check_positive(tolerance_mm=tolerance_mm)
+        if ros_package is not None:
+            urdf_io.check_package_name(ros_package)
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         loaded = [load_session(path) for path in sessions]
@@ -63,6 +69,8 @@ def calibrate(
         calibration.summary["verdict"] = verdict.as_dict()  # report.html opens with it
         with output_folder(out, force) as folder:
             calibration.save(folder)
+            if ros_package is not None:
+                urdf_io.use_package_uris(folder / "robot.urdf", ros_package)
         summary = {"verdict": verdict.as_dict()} | calibration_summary(calibration, out)
         if json_output:
             print_json(summary)

@@ -118,6 +118,9 @@ def recalibrate(
                                                  "error after the refit, mm (default: twice the previous "
                                                  "calibration's, and at least twice the tracker's own error)."),
     require_pass: bool = require_pass_option(),
+    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
+                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
+                                              "where this folder sits inside the package)."),
 ) -> None:
     """Refit from a previous calibration and name what changed, most significant first."""
     with user_errors():
@@ -125,11 +128,14 @@ def recalibrate(
         from calib.workflows.recalibrate import recalibrate as run
         from calib.workflows.verdicts import recalibration_verdict
         from capture.session import load_session
+        from rigs import urdf as urdf_io
         from rigs.files import atomic_write_json, check_new_output, output_folder
         from selfcal.ui import to_jsonable
 
         check_new_output(out, force)
         check_positive(tolerance_mm=tolerance_mm)
+        if ros_package is not None:
+            urdf_io.check_package_name(ros_package)
         loaded = [load_session(path) for path in sessions]
         new, comparison = run(loaded, previous, holdout, seed, model=model)
         verdict = recalibration_verdict(Calibration.load(previous).summary, comparison, loaded, tolerance_mm)
@@ -137,6 +143,8 @@ def recalibrate(
         new.summary["verdict"] = verdict.as_dict()  # report.html opens with it
         with output_folder(out, force) as folder:
             new.save(folder)
+            if ros_package is not None:
+                urdf_io.use_package_uris(folder / "robot.urdf", ros_package)
             atomic_write_json(folder / "recalibration.json", to_jsonable(comparison))
         if json_output:
             print_json(comparison | {"calibration": str(out)})

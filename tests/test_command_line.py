@@ -96,3 +96,70 @@ def test_curobo_spheres_are_yaml_any_parser_reads():
 
     data = yaml.safe_load(curobo_spheres_yaml(Export()))
     assert data["collision_spheres"]["link: one"][1] == {"center": [0.0, -0.05, 0.0], "radius": 0.02}
+
+
+# -- files that open where they are --------------------------------------------------------------
+
+def _pinocchio_geometry(urdf, package_dirs, cwd):
+    """Collision geometry loaded by Pinocchio in a child process run from ``cwd``."""
+    code = ("import sys, pinocchio as pin; m = pin.buildModelFromUrdf(sys.argv[1]); "
+            "g = pin.buildGeomFromUrdf(m, sys.argv[1], pin.GeometryType.COLLISION, package_dirs=sys.argv[2:]); "
+            "print(g.ngeoms)")
+    return subprocess.run([sys.executable, "-c", code, str(urdf), *map(str, package_dirs)], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def test_a_calibrated_urdf_loads_in_pinocchio_from_anywhere_as_its_report_says(capture_session, tmp_path):
+    import shutil
+
+    session = capture_session("iiwa-tracker", 40, 1)
+    out = tmp_path / "cal"
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(out), "--deflection", "none"])
+    assert result.exit_code == 0, result.output
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    loaded = _pinocchio_geometry(out / "robot.urdf", [out], elsewhere)
+    assert loaded.returncode == 0 and int(loaded.stdout) >= 7, loaded.stderr
+    assert "package_dirs=[FOLDER]" in (out / "report.html").read_text()
+
+    packaged = tmp_path / "packaged"
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(packaged), "--deflection", "none",
+                                 "--ros-package", "iiwa_description/calibration"])
+    assert result.exit_code == 0, result.output
+    text = (packaged / "robot.urdf").read_text()
+    assert 'filename="package://iiwa_description/calibration/meshes/' in text and 'filename="meshes/' not in text
+    workspace = tmp_path / "ws" / "src"
+    shutil.copytree(packaged, workspace / "iiwa_description" / "calibration")
+    urdf = workspace / "iiwa_description" / "calibration" / "robot.urdf"
+    loaded = _pinocchio_geometry(urdf, [workspace], elsewhere)
+    assert loaded.returncode == 0 and int(loaded.stdout) >= 7, loaded.stderr
+
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(tmp_path / "bad"), "--ros-package", "../up"])
+    assert result.exit_code == 2 and "--ros-package" in result.output and not (tmp_path / "bad").exists()
+
+
+def test_corrected_joints_are_csv_any_reader_splits_right(capture_session, tmp_path):
+    """A target name with a comma comes back whole (the csv module quotes it)."""
+    import numpy as np
+
+    from capture.session import load_session
+
+    session = capture_session("iiwa-tracker", 40, 1)
+    cal = tmp_path / "cal"
+    assert runner.invoke(app, ["calibrate", str(session), "--out", str(cal), "--deflection", "none"]).exit_code == 0
+    loaded = load_session(session)
+    from rigs.kinematics import ChainModel
+
+    chain = ChainModel.from_urdf(loaded.urdf_path, loaded.base_link, loaded.tip_link)
+    tip = chain.base_T_tip_batch(loaded.q[:2])[:, :3, 3]
+    targets = tmp_path / "targets.csv"
+    with open(targets, "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["name", "x", "y", "z"])
+        writer.writerow(["weld, seam 1", *tip[0]])
+        writer.writerow(['hole "A"', *tip[1]])
+    result = runner.invoke(app, ["correct", str(cal), "--targets", str(targets), "--out", str(tmp_path / "q.csv")])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(open(tmp_path / "q.csv", newline="")))
+    assert [row["name"] for row in rows] == ["weld, seam 1", 'hole "A"']
+    assert np.isfinite(float(rows[0]["residual_m"]))

@@ -23,6 +23,15 @@ UNIT = {"tracker_points": ("mm", 1e3, "3D point error"), "tracker_poses": ("mm",
         "board_corners": ("px", 1.0, "board corner reprojection error")}
 
 
+LOADING = ("<p>Mesh paths in robot.urdf are relative to this folder (or <code>package://NAME/...</code> when "
+           "written with <code>--ros-package NAME</code>). pybullet and yourdfpy load it as it is. Pinocchio resolves "
+           "mesh paths against <code>package_dirs</code>, not the URDF's folder: pass this folder, or, for "
+           "<code>package://</code> paths, the folder that holds the package:</p>"
+           "<pre>model = pin.buildModelFromUrdf(FOLDER + \"/robot.urdf\")\n"
+           "geometry = pin.buildGeomFromUrdf(model, FOLDER + \"/robot.urdf\", pin.GeometryType.COLLISION, "
+           "package_dirs=[FOLDER])</pre>")
+
+
 def _number(value, digits: int = 4) -> str:
     return "n/a" if value is None or (isinstance(value, float) and not np.isfinite(value)) else f"{value:.{digits}g}"
 
@@ -209,5 +218,6 @@ def write_report(calibration, path: Path) -> None:
                      "the held-out figures, which are what unseen data looks like.</p><ul>"
                      + "".join(f"<li>{html.escape(o['point'])}: {o['residual_sigma']} sigma</li>" for o in outliers)
                      + held_items + "</ul>"))
+    sections.append(("Loading robot.urdf", LOADING))
     subtitle = f"sessions: {', '.join(summary.get('sessions', []))}; input data {summary.get('data_hash')}"
     html_report.write_page(Path(path), f"Kinematic calibration ({summary.get('model')} model)", sections, subtitle)
