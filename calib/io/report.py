@@ -92,8 +92,11 @@ def _histograms(history: dict) -> list[tuple[str, str]]:
             axis.plot(np.arange(len(poses)), after, ".", markersize=4, label="calibrated")
             axis.plot(np.arange(len(poses)), before, ".", markersize=3, alpha=0.5, label="nominal URDF")
             axis.set_yscale("log")
-            axis.set_xlabel(f"calibration pose ({poses[0]} ... {poses[-1]})")
-            axis.set_ylabel(f"RMS over the pose ({unit})")
+            # The x axis is the pose, so its ticks read as the session's pose names, not indices.
+            ticks = np.unique(np.linspace(0, len(poses) - 1, min(len(poses), 12)).round().astype(int))
+            axis.set_xticks(ticks, [str(poses[k]) for k in ticks], rotation=30, fontsize=8)
+            axis.set_xlabel("calibration pose")
+            axis.set_ylabel(f"RMS {what} over the pose ({unit}, log scale)", fontsize=9)
             axis.legend()
             out.append((f"{SENSOR_TITLES[sensor]}: per-pose errors", html_report.figure(figure, "per-pose errors")))
     return out

@@ -40,13 +40,17 @@ def write_audit_html(result: dict, path: Path) -> None:
     if result["warnings"]:
         sections.append(("Warnings", "".join(html_report.paragraph(w, "warning") for w in result["warnings"])))
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     width = 0.8 / len(models)
     for k, name in enumerate(models):
         poses = result["models"][name]["poses"]
         x = np.arange(len(poses)) + k * width
         axes[0].bar(x, [p["AP_mm"] for p in poses], width, label=name)
         axes[1].bar(x, [p["RP_mm"] for p in poses], width, label=name)
+    instrument = [p.get("RP_instrument_mm") for p in result["models"][models[-1]]["poses"]]
+    if all(value is not None for value in instrument):
+        axes[1].plot(np.arange(len(instrument)) + width * (len(models) - 1) / 2, instrument, "k_", markersize=28,
+                     markeredgewidth=2, label="the tracker alone")
     for axis, key, title in zip(axes, ("AP_mm", "RP_mm"), ("AP: pose accuracy", "RP: pose repeatability")):
         axis.set_xticks(np.arange(5) + width * (len(models) - 1) / 2, [p["pose"] for p in result["models"][models[0]]["poses"]])
         values = [p[key] for name in models for p in result["models"][name]["poses"] if p[key] > 0]
@@ -56,7 +60,7 @@ def write_audit_html(result: dict, path: Path) -> None:
         axis.set_title(title)
         axis.set_xlabel("ISO 9283 pose")
         axis.set_ylabel(f"{key[:2]} (mm)")
-        axis.legend()
+        axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=9, frameon=False)
     sections.append(("Accuracy and repeatability per pose", html_report.figure(fig, "AP and RP per pose")))
 
     attained = np.array(result["models"][models[-1]]["attained_m"])
