@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from calib.calibrator import data_hash
 from calib.sensors.tracker_points import tracker_sqrt_information
 from capture.session import Session
 from rigs.errors import InputError
@@ -108,7 +109,8 @@ def calibration_verdict(summary: dict, sessions: list[Session], tolerance_mm: fl
     tolerance = _tolerance(tolerance_mm, unit, floor, floor_what, DEFAULT_NOISE_FACTOR)
     if tolerance is None:
         return cannot_tell("the sessions state no instrument uncertainty to derive a tolerance from; "
-                           "give --tolerance-mm")
+                           "give --tolerance-mm" if unit == "mm" else
+                           "no estimate of the board corners' noise to derive a tolerance from")
     validation = residuals.get("validation") or {}
     held = (residuals.get("holdout") or {}).get(f"rms_{unit}")
     what = ("cross-validated RMS error on poses left out of each fold"
@@ -120,8 +122,6 @@ def calibration_verdict(summary: dict, sessions: list[Session], tolerance_mm: fl
 
 def own_fit_data(calibration, session: Session) -> bool:
     """Whether ``session`` is (one of) the data the calibration was fitted on."""
-    from calib.calibrator import data_hash  # the calibrator is heavy; only validate needs its hash
-
     summary = calibration.summary
     fitted = {str(path) for path in summary.get("sessions", [])}
     if str(session.path) in fitted or str(session.path.resolve()) in fitted:
