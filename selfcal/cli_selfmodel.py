@@ -197,7 +197,7 @@ def check(
     urdf: Path = typer.Option(..., "--urdf", help="The description to compare the learned body with."),
     json_output: bool = typer.Option(False, "--json", help="Print the verdict and per-link deviations as JSON."),
     threshold_mm: Optional[float] = typer.Option(None, "--threshold-mm", help="Damage threshold, mm: a link that "
-                                                 "deviates more is reported (default: 3 x the median link's "
+                                                 "deviates more is reported (default: 2 x the median link's "
                                                  "deviation, the spread an intact link of this model shows, and at "
                                                  "least 8 mm)."),
     require_pass: bool = require_pass_option(),

@@ -24,7 +24,7 @@ from rigs.errors import InputError
 from rigs.verdicts import PASS, Tolerance, Verdict, combine, judge
 
 DEFAULT_FALSE_FREE_PCT = 1.0
-INTACT_FACTOR = 3.0
+INTACT_FACTOR = 2.0
 MINIMUM_THRESHOLD_VOXELS = 2.0
 CHECK_VOXEL_MM = 4.0  # the voxel selfmodel.check meshes the learned links with
 
