@@ -47,8 +47,8 @@ def calibrate(
     with user_errors():
         from calib.calibrator import Calibrator
         from capture.session import load_session
-        from rigs.errors import InputError
         from rigs import urdf as urdf_io
+        from rigs.errors import InputError
         from rigs.files import check_new_output, output_folder
 
         check_new_output(out, force)
