@@ -77,3 +77,50 @@ def test_quick_demo_runs_every_step_and_links_every_report(tmp_path):
     assert max(p["AP_mm"] for p in audit["calibrated"]["poses"]) < max(p["AP_mm"] for p in audit["nominal"]["poses"])
     assert (out / "collision" / "robot.urdf").is_file() and (out / "collision" / "curobo_spheres.yml").is_file()
     assert not list(tmp_path.glob(".demo*"))  # no temporary folder left behind
+
+
+def test_the_index_page_opens_each_job_with_its_verdict_and_shows_no_json(tmp_path):
+    """The page from command outputs of the shape each command prints (fast; the demo above runs them for real)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rigs.verdicts import Tolerance, judge
+    from selfcal.demo import Step, write_index
+
+    def verdict(value, tolerance):
+        return judge("RMS error", value, Tolerance(tolerance, "mm", "default: 2 x the tracker")).as_dict()
+
+    poses = [{"pose": f"P{k}", "AP_mm": 0.01 * k, "RP_mm": 0.04, "RP_instrument_mm": 0.05} for k in range(1, 6)]
+    figures = {
+        "calibrate": {"verdict": verdict(0.025, 0.046)},
+        "validate": {"verdict": verdict(0.023, 0.047), "rms_mm": 0.023, "nominal_rms_mm": 1.37, "floor_rms_mm": 0.022},
+        "audit": {"verdict": verdict(0.05, 0.075), "tracker_uncertainty_mm": 0.03,
+                  "models": {"nominal": {"poses": [dict(p, AP_mm=1.0) for p in poses]}, "calibrated": {"poses": poses}}},
+        "recalibrate": {"verdict": verdict(0.5, 0.05), "summary": ["lbr_iiwa_joint_4's placement rotated: a bent link"],
+                        "accuracy": {"before_rms_mm": 14.1, "after_holdout_rms_mm": 0.5}},
+        "eval": {"verdict": {"result": "CANNOT TELL", "reason": "no figure", "tolerance": None}, "chamfer_l1_mm": 8.1,
+                 "chamfer_pct_workspace": 0.6, "false_free_rate": 0.004},
+        "export": {"margin_mm": 4.0, "links": {"link1": {"pieces": 3, "spheres": 12}}, "truth": {"pieces": {"coverage": 0.99}}},
+        "check": {"verdict": verdict(13.6, 11.0), "links": [
+            {"link": "link3", "deviation_mm": 13.6, "kind": "joint joint4", "where_link": [0, 0, 0.3]},
+            {"link": "link6", "deviation_mm": 9.0, "kind": "shape", "where_link": [0, 0, 0]}]},
+    }
+    figure, axis = plt.subplots()
+    axis.plot([0, 1])
+    figure.savefig(tmp_path / "body.png")
+    write_index(tmp_path, [Step("calibrate the iiwa", ["calibrate", "sessions/iiwa"], seconds=1.0)], figures,
+                {"body": "body.png"})
+    index = (tmp_path / "index.html").read_text()
+    assert_a_person_can_read(index)
+    assert "chamfer" not in index.lower().replace("chamfer-l1", "")  # labelled in words, not by its key
+    assert "RMS error on 3D points of fresh poses, calibrated" in index and "0.023 mm" in index
+    assert 'href="results/validate.json"' in index and 'href="results/check.json"' in index
+    # A page that dumped JSON, or a section without a verdict, is caught.
+    try:
+        assert_a_person_can_read(index.replace("</h2>", '</h2><p>{"rms_mm": 0.02}</p>', 1))
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("raw JSON went unnoticed")
