@@ -32,6 +32,7 @@ Rotation = Literal["rotvec", "rpy"]
 Match = Literal["auto", "name", "time"]
 FrameConvention = Literal["auto", "optical", "body"]
 CameraPoses = Literal["auto", "tf", "none"]
+Torques = Literal["auto", "measured", "model"]
 
 
 def require_pass_option():
