@@ -23,6 +23,8 @@ th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 .warning { background: #fff4e0; border-left: 4px solid #f0a000; padding: 0.5em 0.8em; }
 .ok { background: #eef8ee; border-left: 4px solid #3a3; padding: 0.5em 0.8em; }
+.fail { background: #fdecec; border-left: 4px solid #c33; padding: 0.5em 0.8em; }
+.verdict { font-size: 1.1em; }
 .muted { color: #777; font-size: 0.9em; } img { max-width: 100%; }
 """
 

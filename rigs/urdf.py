@@ -269,8 +269,10 @@ def copy_self_contained(tree: ET.ElementTree, source_dir: Path, dest_dir: Path, 
                         name: str = "robot.urdf") -> Path:
     """Write ``tree`` into ``dest_dir/name`` with every mesh copied under ``dest_dir/meshes/``.
 
-    Mesh filenames are rewritten to relative paths, so the folder can be moved and loads in
-    Pinocchio and pybullet alike. Only meshes inside ``source_dir`` or ``package_dirs`` are copied
+    Mesh filenames are rewritten to paths relative to the folder, so it can be moved: pybullet and
+    yourdfpy resolve them against the URDF's folder; Pinocchio resolves them against
+    ``package_dirs``, so pass the folder (``package_dirs=[folder]``), or write ``package://`` URIs
+    with :func:`use_package_uris`. Only meshes inside ``source_dir`` or ``package_dirs`` are copied
     (see :func:`resolve_mesh`); ``<texture>`` elements are dropped. ``tree`` is modified in place.
     """
     dest_dir = Path(dest_dir)
@@ -299,3 +301,29 @@ def copy_self_contained(tree: ET.ElementTree, source_dir: Path, dest_dir: Path, 
     path = dest_dir / name
     write_urdf(tree, path)
     return path
+
+
+PACKAGE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z0-9_.-]+)*$")
+
+
+def check_package_name(package: str) -> None:
+    """InputError unless ``package`` is a ROS package name, optionally with a folder inside it."""
+    if not PACKAGE_NAME.match(package) or ".." in package.split("/"):
+        raise InputError(f"--ros-package {package!r}: give a ROS package name (letters, digits, underscores), "
+                         f"optionally with the folder inside it, e.g. my_robot_description/calibration.")
+
+
+def use_package_uris(path: Path, package: str) -> None:
+    """Rewrite the folder-relative mesh filenames of the URDF at ``path`` as
+    ``package://PACKAGE/<relative>``: ``package`` is a ROS package name, optionally followed by
+    the folder inside the package where this URDF's folder will sit (``my_robot/calibration``).
+    ROS tools, and Pinocchio given the folder above the package in ``package_dirs``, then find
+    the meshes wherever the package is installed."""
+    check_package_name(package)
+    tree = parse_urdf(path)
+    for mesh in mesh_elements(tree):
+        filename = mesh.get("filename", "")
+        if "://" in filename or Path(filename).is_absolute():
+            continue
+        mesh.set("filename", f"package://{package.rstrip('/')}/{filename}")
+    write_urdf(tree, path)

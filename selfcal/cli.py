@@ -39,13 +39,19 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True)) -> None:
-    if version:
+def _print_version(value: bool) -> None:
+    # A parser callback, so `selfcal --version` answers before the group asks for a command.
+    if value:
         from rigs.version import VERSION
 
-        typer.echo(VERSION)
+        typer.echo(f"selfcal {VERSION}")
         raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                       callback=_print_version, expose_value=False)) -> None:
+    pass
 
 
 for _name in COMMAND_MODULES:

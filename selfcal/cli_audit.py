@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from selfcal.options import robot_from_options
-from selfcal.ui import print_json, user_errors
+from selfcal.options import check_positive, require_pass_option, robot_from_options
+from selfcal.ui import exit_for, print_json, say_verdict, user_errors
 
 audit_app = typer.Typer(help="ISO 9283 accuracy audits: plan the test cube, report AP/RP/AD/RD.", no_args_is_help=True)
 
@@ -68,6 +68,16 @@ def report(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration folder: commanded poses also by the calibrated model."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
     json_output: bool = typer.Option(False, "--json"),
+    ap_tolerance_mm: Optional[float] = typer.Option(None, "--ap-tolerance-mm", help="ISO 9283 acceptance level: the "
+                                                    "largest acceptable AP, mm (default with --calibration: 3 x its "
+                                                    "cross-validated RMS error; without, no default)."),
+    rp_tolerance_mm: Optional[float] = typer.Option(None, "--rp-tolerance-mm", help="Largest acceptable RP, mm "
+                                                    "(judged only when given)."),
+    point: Optional[str] = typer.Option(None, "--point", help="Measuring point the ISO characteristics hold for: "
+                                        "a reflector's name, tcp (the tip frame's origin) or X,Y,Z in mm in the tip "
+                                        "frame; the last two are registered from 3+ reflectors (default: the first "
+                                        "reflector measured at every pose)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """AP/RP per pose, AD/RD between P2 and P4, nominal and calibrated side by side, HTML report."""
     with user_errors():
@@ -77,7 +87,17 @@ def report(
         from rigs.files import atomic_write_json, output_folder
         from selfcal.ui import to_jsonable
 
-        result = audit_report(load_session(session), calibration)
+        from calib.workflows.verdicts import audit_verdict
+
+        check_positive(ap_tolerance_mm=ap_tolerance_mm, rp_tolerance_mm=rp_tolerance_mm)
+        result = audit_report(load_session(session), calibration, point)
+        calibration_summary = None
+        if calibration is not None:
+            from calib.calibration import Calibration
+
+            calibration_summary = Calibration.load(calibration).summary
+        verdict = audit_verdict(result, calibration_summary, ap_tolerance_mm, rp_tolerance_mm)
+        result = {"verdict": verdict.as_dict()} | result
         with output_folder(out, force) as folder:
             atomic_write_json(folder / "audit.json", to_jsonable(result))
             write_audit_html(result, folder / "report.html")
@@ -85,11 +105,16 @@ def report(
             print_json({k: v for k, v in result.items() if k not in ("iso_pose_of_row",)} | {
                 "models": {n: {k: v for k, v in m.items() if k != "attained_m"} for n, m in result["models"].items()}})
         else:
+            say_verdict(verdict)
+            typer.echo(f"measuring point: {result['measuring_point']['description']}")
             for name, model in result["models"].items():
                 typer.echo(f"commanded by the {name} model:")
                 for entry in model["poses"]:
-                    typer.echo(f"  {entry['pose']}: AP {entry['AP_mm']:.3f} mm  RP {entry['RP_mm']:.3f} mm")
+                    instrument = entry["RP_instrument_mm"]
+                    typer.echo(f"  {entry['pose']}: AP {entry['AP_mm']:.3f} mm  RP {entry['RP_mm']:.3f} mm"
+                               + ("" if instrument is None else f" (the tracker alone: {instrument:.3f} mm)"))
                 typer.echo(f"  AD {model['AD_mm']:.3f} mm  RD {model['RD_mm']:.3f} mm (P2-P4)")
             for warning in result["warnings"]:
                 typer.echo(f"warning: {warning}")
             typer.echo(f"report: {out / 'report.html'}")
+    exit_for(verdict, require_pass)

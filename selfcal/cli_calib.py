@@ -8,7 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.ui import print_json, progress_bar, user_errors
+from selfcal.options import CalibrationModel, Deflection, Torques, check_positive, require_pass_option
+from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -24,20 +25,20 @@ def calibrate(
                                   "the held-out figures come from cross-validation by pose."),
     folds: Optional[int] = typer.Option(None, "--folds", help="Cross-validation folds with --holdout 0 (default: "
                                         "leave-one-pose-out below 40 poses, else 5)."),
-    model: str = typer.Option("full", "--model", help="full: placement errors and zero offsets; offsets: zero offsets only."),
+    model: CalibrationModel = typer.Option("full", "--model", help="full: placement errors and zero offsets; offsets: zero offsets only."),
     seed: int = typer.Option(0, "--seed", help="Seed of the hold-out draw and the folds."),
     outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Flag measurements beyond this many robust standard deviations."),
     tip_link: Optional[str] = typer.Option(None, "--tip-link", help="Tip link to use instead of the sessions' own."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
-    deflection: str = typer.Option("auto", "--deflection", help="none|compliance|learned|both|auto: deflection model "
+    deflection: Deflection = typer.Option("auto", "--deflection", help="Deflection model "
                                    "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
     pixel_sigma: Optional[float] = typer.Option(None, "--pixel-sigma", help="Board images: corner noise, px per "
                                                 "axis (default: estimated from per-image PnP)."),
     require_full: bool = typer.Option(False, "--require-full", help="Refuse poses that do not determine the whole "
                                       "model (joints that did not move, a degenerate pose set) instead of fitting "
                                       "what they determine."),
-    torques: str = typer.Option("auto", "--torques", help="auto|measured|model: the torques compliance multiplies: "
+    torques: Torques = typer.Option("auto", "--torques", help="The torques compliance multiplies: "
                                 "the sessions' measured effort_<joint> columns (auto: when every session has them) "
                                 "or the URDF's inertials."),
     flip_torque_sign: bool = typer.Option(False, "--flip-torque-sign", help="The drives report the opposite sign of "
@@ -45,32 +46,51 @@ def calibrate(
     fit_intrinsics: bool = typer.Option(False, "--fit-intrinsics", help="Board images: also fit every camera's fx, fy, "
                                         "cx, cy (default: camera_info as recorded); written to calibration.yaml and "
                                         "CAL/cameras/<name>/camera_info.yaml, poorly determined values named."),
+    tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable cross-validated "
+                                                 "RMS error, mm (default: twice the error the tracker's stated "
+                                                 "uncertainty alone gives at the measured points)."),
+    require_pass: bool = require_pass_option(),
+    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
+                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
+                                              "where this folder sits inside the package)."),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
         from calib.calibrator import Calibrator
         from capture.session import load_session
+        from rigs import urdf as urdf_io
         from rigs.errors import InputError
         from rigs.files import check_new_output, output_folder
 
         check_new_output(out, force)
+        check_positive(tolerance_mm=tolerance_mm)
+        if ros_package is not None:
+            urdf_io.check_package_name(ros_package)
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         loaded = [load_session(path) for path in sessions]
-        with progress_bar("calibrating", None) as update:
+        with progress_bar("calibrating", None, unit="stages") as update:
             steps = []
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
                                      require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
                                      fit_intrinsics=fit_intrinsics,
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
+        from calib.workflows.verdicts import calibration_verdict
+
+        verdict = calibration_verdict(calibration.summary, loaded, tolerance_mm, calibration.pixel_sigma)
+        calibration.summary["verdict"] = verdict.as_dict()  # report.html opens with it
         with output_folder(out, force) as folder:
             calibration.save(folder)
-        summary = calibration_summary(calibration, out)
+            if ros_package is not None:
+                urdf_io.use_package_uris(folder / "robot.urdf", ros_package)
+        summary = {"verdict": verdict.as_dict()} | calibration_summary(calibration, out)
         if json_output:
             print_json(summary)
         else:
+            say_verdict(verdict)
             typer.echo(summary_line(summary))
+    exit_for(verdict, require_pass)
 
 
 def calibration_summary(calibration, out: Path) -> dict:
@@ -153,6 +173,10 @@ def validate(
     locate_poses: Optional[str] = typer.Option(None, "--locate-poses", help="Comma-separated pose ids (a home "
                                                "measurement: one is enough) that locate reflectors the calibration "
                                                "lacks, instead of the registration poses; left out of the figures."),
+    tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable RMS error on the "
+                                                 "session, mm (default: twice the error the tracker's stated "
+                                                 "uncertainty alone gives at its points)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """Predict every measurement of a session with a calibration and report the errors."""
     with user_errors():
@@ -163,8 +187,11 @@ def validate(
         from capture.session import load_session
         from rigs.errors import InputError
 
+        check_positive(tolerance_mm=tolerance_mm)
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
+        from calib.workflows.verdicts import validation_verdict
+
         def pose_list(text: Optional[str], option: str):
             if text is None:
                 return None
@@ -173,14 +200,18 @@ def validate(
                 raise InputError(f"{option} names no pose; give comma-separated pose ids.")
             return names
 
-        result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma,
+        calibration, loaded = Calibration.load(calibration_dir), load_session(session)
+        result = run_validation(calibration, loaded, outlier_sigma=outlier_sigma,
                                 register=register, registration_poses=pose_list(registration_poses, "--registration-poses"),
                                 locate_poses=pose_list(locate_poses, "--locate-poses"))
+        verdict = validation_verdict(calibration, loaded, result, tolerance_mm)
         if result.get("envelope_warning") and not json_output:
             typer.echo(f"warning: {result['envelope_warning']}", err=True)
         if json_output:
-            print_json(result)
+            print_json({"verdict": verdict.as_dict()} | result)
+            exit_for(verdict, require_pass)
             return
+        say_verdict(verdict)
         if "rms_mm" in result:
             floor = result["floor_rms_mm"]
             typer.echo(f"n={result['n']} mean={result['mean_mm']:.4f} mm rms={result['rms_mm']:.4f} mm "
@@ -214,3 +245,4 @@ def validate(
                        + ("tip_rms=n/a (no truth)" if tip is None else
                           f"tip_rms={tip:.4f} mm (after rigid registration; {camera['tip_rms_mm_base_frame']:.4f} mm in "
                           f"the fitted base frame) nominal_tip_rms={camera['nominal_tip_rms_mm']:.4f} mm"))
+    exit_for(verdict, require_pass)

@@ -34,7 +34,7 @@ def calibrate_camera(
 
         spec = parse_board(board)
         check_new_file(out, force)
-        with progress_bar("detecting the board", len(images)) as update:
+        with progress_bar("detecting the board", len(images), unit="images") as update:
             result = IntrinsicsCalibration(spec, name or out.stem, fix_k3=not free_k3).fit(images, update)
         result.info.save(out)
         summary = result.summary()

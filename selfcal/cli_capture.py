@@ -41,7 +41,7 @@ def capture(
         if plan is not None:
             limits = ChainJoints.from_urdf(rig_spec.robot.urdf, rig_spec.robot.base_link, rig_spec.robot.tip_link)
             plan_data = read_plan(plan, limits)
-        with progress_bar(f"capturing {rig_spec.name}", plan_data and len(plan_data.pose_ids) or poses) as update:
+        with progress_bar(f"capturing {rig_spec.name}", plan_data and len(plan_data.pose_ids) or poses, unit="poses") as update:
             capture_simulated(rig_spec, poses, seed, out, payload, plan_data, resume, update, arm_seed)
         summary = session_summary(load_session(out))
         if json_output:

@@ -120,6 +120,9 @@ def correct(
 ) -> None:
     """Joint angles that put the tip (or a named reflector) at wanted positions under the calibrated model."""
     with user_errors():
+        import csv
+        import io
+
         import numpy as np
 
         from calib.calibration import Calibration
@@ -143,22 +146,25 @@ def correct(
         nominal = ChainModel.from_urdf(nominal_urdf, base, tip) if nominal_urdf is not None else calibration.chain
         if nominal.joint_names != calibration.joint_names:
             raise InputError(f"{nominal_urdf}: its chain moves {nominal.joint_names}, the calibration's {calibration.joint_names}.")
-        with progress_bar("correcting", None):
+        with progress_bar("correcting", None, unit="targets"):
             result = run_correct(calibration, rows, nominal, default)
         payloads = np.where(np.isnan(rows.payload_kg), default, rows.payload_kg)
         warning = calibration.envelope_warning(result.q, f"the corrected joints of {targets}", payloads)
         if warning and not json_output:
             typer.echo(f"warning: {warning}", err=True)
         header = ["name", "target", "payload_kg", *calibration.joint_names, "residual_m", "uncorrected_error_m"]
-        lines = [",".join(header)]
+        # The csv module quotes a name with a comma or a quote in it, as every spreadsheet reads it.
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(header)
         records = []
         for n, name in enumerate(rows.names):
-            lines.append(",".join([name, rows.points[n], f"{payloads[n]:g}", *(f"{v:.9f}" for v in result.q[n]),
-                                   f"{result.residual_m[n]:.3e}", f"{result.nominal_error_m[n]:.3e}"]))
+            writer.writerow([name, rows.points[n], f"{payloads[n]:g}", *(f"{v:.9f}" for v in result.q[n]),
+                             f"{result.residual_m[n]:.3e}", f"{result.nominal_error_m[n]:.3e}"])
             records.append({"name": name, "target": rows.points[n], "payload_kg": float(payloads[n]),
                             "q": [float(v) for v in result.q[n]], "residual_m": float(result.residual_m[n]),
                             "uncorrected_error_m": float(result.nominal_error_m[n])})
-        text = "\n".join(lines) + "\n"
+        text = buffer.getvalue()
         if out is not None:
             atomic_write_text(out, text)
         if json_output:

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from selfcal.options import AngleUnit, CameraPoses, FrameConvention, LengthUnit, Match, Rotation
 from selfcal.ui import print_json, progress_bar, user_errors
 
 import_app = typer.Typer(no_args_is_help=True, help="Import real measurement files into a session folder.")
@@ -91,9 +92,9 @@ def import_tracker(
     urdf: Path = URDF, base_link: str = BASE, tip_link: str = TIP,
     joints: Path = typer.Option(..., "--joints", help="Joints CSV: pose, one column per joint (by name), optional time, payload_kg, effort_<joint>."),
     points: Optional[Path] = POINTS, poses: Optional[Path] = POSES, out: Path = OUT,
-    length_unit: str = LENGTH,
-    angle_unit: str = typer.Option("deg", "--angle-unit", help="Unit of joint angles and pose rotations: deg or rad."),
-    rotation: Optional[str] = ROTATION, match: str = MATCH,
+    length_unit: LengthUnit = LENGTH,
+    angle_unit: AngleUnit = typer.Option("deg", "--angle-unit", help="Unit of joint angles and pose rotations: deg or rad."),
+    rotation: Optional[Rotation] = ROTATION, match: Match = MATCH,
     tolerance: float = typer.Option(0.5, "--tolerance", help="Largest time gap in seconds between a measurement and its joint row (--match time)."),
     package_dir: List[Path] = PACKAGE, target: List[str] = TARGET, payload_com: Optional[str] = PAYLOAD_COM,
     keep_extra: bool = typer.Option(False, "--keep-extra", help="Keep unknown joints-file columns as extra columns instead of refusing them."),
@@ -105,7 +106,7 @@ def import_tracker(
 
         robot = _robot(urdf, base_link, tip_link, package_dir, payload_com, length_unit)
         measurements = Measurements(points, poses, length_unit, angle_unit, rotation, match, tolerance, _targets(target))
-        with progress_bar("importing", None) as update:
+        with progress_bar("importing", None, unit="poses") as update:
             run(robot, joints, measurements, out, keep_extra, force, update)
         _report(out, json_output)
 
@@ -161,17 +162,17 @@ def import_rosbag(
     topic: str = typer.Option("/joint_states", "--topic", help="sensor_msgs/msg/JointState topic."),
     urdf: Path = URDF, base_link: str = BASE, tip_link: str = TIP,
     points: Optional[Path] = POINTS, poses: Optional[Path] = POSES, out: Path = OUT,
-    length_unit: str = LENGTH,
-    angle_unit: str = typer.Option("deg", "--angle-unit", help="Unit of 6-DoF pose rotations (joint states are always rad)."),
-    rotation: Optional[str] = ROTATION, match: str = MATCH,
+    length_unit: LengthUnit = LENGTH,
+    angle_unit: AngleUnit = typer.Option("deg", "--angle-unit", help="Unit of 6-DoF pose rotations (joint states are always rad)."),
+    rotation: Optional[Rotation] = ROTATION, match: Match = MATCH,
     tolerance: float = typer.Option(0.05, "--tolerance", help="Largest time gap in seconds between a measurement and its joint state (--match time)."),
     still: float = typer.Option(1e-4, "--still", help="Joint states within this many rad count as one standing pose; camera frames are kept only where no joint moved more within --still-window."),
     still_window: float = typer.Option(0.1, "--still-window", help="Seconds either side of a camera frame's stamp over which the arm must have stood still."),
     payload: Optional[float] = typer.Option(None, "--payload", help="Payload at the tool in kg during the whole bag."),
     camera: List[str] = typer.Option([], "--camera", help="NAME=DEPTH_TOPIC[,COLOUR_TOPIC]: the image topics of one camera (repeatable; default: one camera per topic namespace)."),
     pair_tolerance: float = typer.Option(0.01, "--pair-tolerance", help="Seconds between the stamps of a colour and a depth frame that pair."),
-    frame_convention: str = typer.Option("auto", "--frame-convention", help="auto (by name: *optical* frames are optical), optical or body (x forward, y left, z up): what the images' frame_id is."),
-    depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: str = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
+    frame_convention: FrameConvention = typer.Option("auto", "--frame-convention", help="auto (by name: *optical* frames are optical), optical or body (x forward, y left, z up): what the images' frame_id is."),
+    depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: CameraPoses = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
     depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
     package_dir: List[Path] = PACKAGE, target: List[str] = TARGET, payload_com: Optional[str] = PAYLOAD_COM,
     force: bool = FORCE, json_output: bool = JSON,
@@ -185,14 +186,14 @@ def import_rosbag(
             options = CameraOptions(depth_scale, still, still_window, tolerance, pair_tolerance, camera_poses,
                                     frame_convention, _mount_plane(mount_plane), depth_noise, _board_entry(board),
                                     list(camera) or None)
-            with progress_bar("importing images", None) as update:
+            with progress_bar("importing images", None, unit="images") as update:
                 summary = import_rosbag_cameras(robot, bag, topic, options, out, payload, force, update)
             _camera_report(summary, json_output)
             return
         from capture.importers.assemble import Measurements, import_rosbag as run
 
         measurements = Measurements(points, poses, length_unit, angle_unit, rotation, match, tolerance, _targets(target))
-        with progress_bar("importing", None) as update:
+        with progress_bar("importing", None, unit="poses") as update:
             run(robot, bag, topic, measurements, out, still, payload, force, update)
         _report(out, json_output)
         images = _image_topics(bag)
@@ -218,9 +219,9 @@ def _image_topics(bag: Path) -> list[str]:
 def import_images(
     folder: Path = typer.Argument(..., help="Image folder: joints.csv and cameras/<name>/ (camera_info.yaml, <pose>_depth.png, <pose>_rgb.png, pose.yaml)."),
     urdf: Path = URDF, base_link: str = BASE, tip_link: str = TIP, out: Path = OUT,
-    angle_unit: str = typer.Option("deg", "--angle-unit", help="Unit of joint angles in joints.csv: deg or rad."),
-    length_unit: str = typer.Option("mm", "--length-unit", help="Unit of prismatic joints in joints.csv: mm, m, cm or in."),
-    depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: str = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
+    angle_unit: AngleUnit = typer.Option("deg", "--angle-unit", help="Unit of joint angles in joints.csv: deg or rad."),
+    length_unit: LengthUnit = typer.Option("mm", "--length-unit", help="Unit of prismatic joints in joints.csv: mm, m, cm or in."),
+    depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: CameraPoses = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
     depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
     package_dir: List[Path] = PACKAGE, force: bool = FORCE, json_output: bool = JSON,
 ) -> None:
@@ -232,6 +233,6 @@ def import_images(
         robot = _robot(urdf, base_link, tip_link, package_dir, None, length_unit)
         options = CameraOptions(depth_scale, camera_poses=camera_poses, mount_plane_z=_mount_plane(mount_plane),
                                 depth_sigma_at_1m=depth_noise, board=_board_entry(board))
-        with progress_bar("importing images", None) as update:
+        with progress_bar("importing images", None, unit="images") as update:
             summary = import_image_folder(robot, folder, options, out, angle_unit, length_unit, force, update)
         _camera_report(summary, json_output)

@@ -11,7 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.ui import print_json, progress_bar, user_errors
+from selfcal.options import SelfModelKind, check_positive, require_pass_option
+from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 selfmodel_app = typer.Typer(help="Learn the arm's shape from depth images, evaluate it, check it against a URDF.",
                             no_args_is_help=True)
@@ -100,7 +101,7 @@ def _training_folder(out: Path, run: dict, resume: bool):
 def train(
     sessions: List[Path] = typer.Argument(..., help="Session folder(s) with depth images and camera poses."),
     out: Path = typer.Option(..., "--out", help="Model folder to create."),
-    kind: str = typer.Option("structured", "--kind", help="structured (per-link networks on the URDF's chain) or free."),
+    kind: SelfModelKind = typer.Option("structured", "--kind", help="structured (per-link networks on the URDF's chain) or free."),
     minutes: float = typer.Option(10.0, "--minutes", help="Training time budget in minutes."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Exact number of training steps (bit-for-bit repeatable; overrides --minutes)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
@@ -137,7 +138,7 @@ def train(
         run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
                "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras)}
         with _training_folder(out, run, resume) as (partial, continues):
-            with progress_bar(f"training {kind} self-model", steps or 0) as update:
+            with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
                 result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update)
             board = (loaded[0].manifest.get("sensors") or {}).get("board")
             with output_folder(out) as folder:
@@ -160,6 +161,12 @@ def evaluate(
     voxel: float = typer.Option(5.0, "--voxel-mm", help="Marching-cubes voxel in mm for the model's surface."),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation samples."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable Chamfer-L1 "
+                                                 "distance to the true surface, mm (default: 1 % of the "
+                                                 "workspace's largest extent, the F-score's distance)."),
+    false_free_max: Optional[float] = typer.Option(None, "--false-free-max", help="Largest acceptable share of the "
+                                                   "true body the model calls free, percent (default 1)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """Compare a model with the true arm of a simulated session (Chamfer-L1, F-score, IoU, false-free rate)."""
     with user_errors():
@@ -170,28 +177,39 @@ def evaluate(
         from selfmodel.metrics import evaluate as evaluate_model
         from selfmodel.model_io import load_model
 
+        from selfmodel.verdicts import eval_verdict
+
         if voxel <= 0:
             raise InputError(f"--voxel-mm must be positive, got {voxel}.")
+        check_positive(tolerance_mm=tolerance_mm, false_free_max=false_free_max)
         loaded_model = load_model(model)
         loaded = load_session(session)
         pose_ids = loaded.pose_ids[:poses] if poses else None
-        with progress_bar("evaluating", len(pose_ids or loaded.pose_ids)) as update:
+        with progress_bar("evaluating", len(pose_ids or loaded.pose_ids), unit="poses") as update:
             figures = evaluate_model(loaded_model, loaded, np.random.default_rng(seed), pose_ids, voxel / 1000,
                                      progress=update)
+        verdict = eval_verdict(figures, voxel, tolerance_mm, false_free_max)
         if json_output:
-            print_json(figures)
+            print_json({"verdict": verdict.as_dict()} | figures)
         else:
+            say_verdict(verdict)
             typer.echo(f"{figures['kind']} model on {figures['poses']} poses: Chamfer-L1 {figures['chamfer_l1_mm']:.2f} mm "
                        f"({figures['chamfer_pct_workspace']:.3f} % of {figures['workspace_extent_m']:.2f} m), "
                        f"F-score {figures['fscore']:.3f}, IoU {figures['iou']:.3f}, "
                        f"false-free {100 * figures['false_free_rate']:.2f} %, {figures['queries_per_s']:.0f} queries/s")
+    exit_for(verdict, require_pass)
 
 
 @selfmodel_app.command("check")
 def check(
     model: Path = typer.Argument(..., help="Structured model folder."),
     urdf: Path = typer.Option(..., "--urdf", help="The description to compare the learned body with."),
-    json_output: bool = typer.Option(False, "--json", help="Print per-link deviations as JSON."),
+    json_output: bool = typer.Option(False, "--json", help="Print the verdict and per-link deviations as JSON."),
+    threshold_mm: Optional[float] = typer.Option(None, "--threshold-mm", help="Damage threshold, mm: a link that "
+                                                 "deviates more is reported (default: 2 x the median link's "
+                                                 "deviation, the spread an intact link of this model shows, and at "
+                                                 "least 8 mm)."),
+    require_pass: bool = require_pass_option(),
 ) -> None:
     """Where the learned body differs from a URDF: per link the largest deviation (mm) and where, largest first."""
     with user_errors():
@@ -199,12 +217,17 @@ def check(
 
         from selfmodel.check import check_against
         from selfmodel.model_io import load_model
+        from selfmodel.verdicts import check_verdict
 
+        check_positive(threshold_mm=threshold_mm)  # before minutes of work
         rows = check_against(load_model(model), urdf)
+        verdict = check_verdict(rows, threshold_mm)
         if json_output:
-            print_json([asdict(row) for row in rows])
+            print_json({"verdict": verdict.as_dict(), "links": [asdict(row) for row in rows]})
         else:
+            say_verdict(verdict)
             for row in rows:
                 x, y, z = (1000 * v for v in row.where_link)
                 typer.echo(f"{row.link:<16} {row.deviation_mm:8.1f} mm  {row.kind:<14} at ({x:.0f}, {y:.0f}, {z:.0f}) mm "
                            f"in the link frame  [shape {row.shape_mm:.1f}, joint {row.joint_mm:.1f}]")
+    exit_for(verdict, require_pass)

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from selfcal.options import robot_from_options
-from selfcal.ui import print_json, progress_bar, user_errors
+from selfcal.options import CalibrationModel, check_positive, require_pass_option, robot_from_options
+from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -60,7 +60,7 @@ def plan(
                 raise InputError(f"{calibration}: is a calibration of another robot (joints {list(previous.joint_names)}).")
             stream = random_poses(world.chain.lower, world.chain.upper, seed, lambda q: pose_is_valid(world, spec, q))
             count = max(candidates, poses) if optimal else poses
-            with progress_bar("sampling valid poses", count) as update:
+            with progress_bar("sampling valid poses", count, unit="poses") as update:
                 q = []
                 for k, pose in enumerate(itertools.islice(stream, count)):
                     q.append(pose)
@@ -112,21 +112,44 @@ def recalibrate(
     seed: int = typer.Option(0, "--seed"),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
     json_output: bool = typer.Option(False, "--json"),
+    model: CalibrationModel = typer.Option("full", "--model", help="full: placements and zero offsets may change; "
+                                           "offsets: zero offsets only (after an encoder or motor swap)."),
+    tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable cross-validated RMS "
+                                                 "error after the refit, mm (default: twice the previous "
+                                                 "calibration's, and at least twice the tracker's own error)."),
+    require_pass: bool = require_pass_option(),
+    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
+                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
+                                              "where this folder sits inside the package)."),
 ) -> None:
     """Refit from a previous calibration and name what changed, most significant first."""
     with user_errors():
+        from calib.calibration import Calibration
         from calib.workflows.recalibrate import recalibrate as run
+        from calib.workflows.verdicts import recalibration_verdict
+        from capture.session import load_session
+        from rigs import urdf as urdf_io
         from rigs.files import atomic_write_json, check_new_output, output_folder
         from selfcal.ui import to_jsonable
 
         check_new_output(out, force)
-        new, comparison = run(sessions, previous, holdout, seed)
+        check_positive(tolerance_mm=tolerance_mm)
+        if ros_package is not None:
+            urdf_io.check_package_name(ros_package)
+        loaded = [load_session(path) for path in sessions]
+        new, comparison = run(loaded, previous, holdout, seed, model=model)
+        verdict = recalibration_verdict(Calibration.load(previous).summary, comparison, loaded, tolerance_mm)
+        comparison = {"verdict": verdict.as_dict()} | comparison
+        new.summary["verdict"] = verdict.as_dict()  # report.html opens with it
         with output_folder(out, force) as folder:
             new.save(folder)
+            if ros_package is not None:
+                urdf_io.use_package_uris(folder / "robot.urdf", ros_package)
             atomic_write_json(folder / "recalibration.json", to_jsonable(comparison))
         if json_output:
             print_json(comparison | {"calibration": str(out)})
         else:
+            say_verdict(verdict)
             accuracy = comparison["accuracy"]
             typer.echo(f"{out}: recalibrated from {previous}")
             typer.echo(f"  before: {accuracy['before_rms_mm']:.3f} mm RMS on the new data (previous calibration)")
@@ -139,3 +162,4 @@ def recalibrate(
                     typer.echo(f"  - {sentence}")
             else:
                 typer.echo("nothing changed beyond the combined uncertainty of the two calibrations.")
+    exit_for(verdict, require_pass)

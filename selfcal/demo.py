@@ -51,6 +51,7 @@ class Step:
     json_output: bool = True
     result: dict | list | None = None
     seconds: float = 0.0
+    json_file: str | None = None  # results/<name>.json: what the step printed with --json
 
 
 @dataclass
@@ -60,8 +61,9 @@ class Demo:
     say: Callable[[str], None] = print
     steps: list[Step] = field(default_factory=list)
 
-    def run(self, title: str, *args: str, json_output: bool = True):
-        """Run ``selfcal ARGS`` in a child process; its JSON result, or a RuntimeError naming the step."""
+    def run(self, title: str, *args: str, json_output: bool = True, name: str | None = None):
+        """Run ``selfcal ARGS`` in a child process; its JSON result (kept as ``results/NAME.json``), or
+        a RuntimeError naming the step."""
         step = Step(title, list(args), json_output)
         command = [sys.executable, "-m", "selfcal.cli", *args, *(["--json"] if json_output else [])]
         self.say(f"[{len(self.steps) + 1:2d}] {title}")
@@ -73,6 +75,10 @@ class Demo:
             raise RuntimeError(f"demo step '{title}' (selfcal {' '.join(args)}) failed with exit {process.returncode}: {last}")
         if json_output:
             step.result = json.loads(process.stdout)
+            if name is not None:
+                step.json_file = f"results/{name}.json"
+                (self.folder / "results").mkdir(exist_ok=True)
+                (self.folder / step.json_file).write_text(process.stdout)
         self.steps.append(step)
         return step.result
 
@@ -89,8 +95,8 @@ def run_demo(folder: Path, quick: bool = False, say: Callable[[str], None] = pri
              str(s.calibration_poses), "--seed", "1", "--out", "sessions/iiwa")
     demo.run("capture fresh poses to check the calibration", "capture", "--rig", "iiwa-tracker", "--poses",
              str(s.check_poses), "--seed", "2", "--out", "sessions/iiwa-check")
-    figures["calibrate"] = demo.run("calibrate the iiwa", "calibrate", "sessions/iiwa", "--out", "calibration")
-    figures["validate"] = demo.run("validate on the fresh poses", "validate", "calibration", "sessions/iiwa-check")
+    figures["calibrate"] = demo.run("calibrate the iiwa", "calibrate", "sessions/iiwa", "--out", "calibration", name="calibrate")
+    figures["validate"] = demo.run("validate on the fresh poses", "validate", "calibration", "sessions/iiwa-check", name="validate")
 
     # 2. ISO 9283 audit before and after calibration.
     demo.run("plan an ISO 9283 audit", "audit", "plan", "--rig", "iiwa-tracker", "--cycles", str(s.audit_cycles),
@@ -98,16 +104,16 @@ def run_demo(folder: Path, quick: bool = False, say: Callable[[str], None] = pri
     demo.run("record the audit", "capture", "--rig", "iiwa-tracker", "--plan", "audit-plan.csv", "--seed", "3",
              "--out", "sessions/iiwa-audit")
     figures["audit"] = demo.run("report the audit: nominal and calibrated", "audit", "report", "sessions/iiwa-audit",
-                                "--calibration", "calibration", "--out", "audit")
+                                "--calibration", "calibration", "--out", "audit", name="audit")
 
     # 3. The crash.
     figures["plan"] = demo.run("plan 30 D-optimal poses for a recalibration", "plan", "--rig", "iiwa-tracker", "--poses",
                                "30", "--optimal", "--candidates", str(s.crash_candidates), "--calibration",
-                               "calibration", "--out", "crash-plan.csv")
+                               "calibration", "--out", "crash-plan.csv", name="plan")
     demo.run("record the crashed iiwa", "capture", "--rig", "iiwa-tracker-crashed", "--plan", "crash-plan.csv",
              "--seed", "4", "--out", "sessions/iiwa-crashed")
     figures["recalibrate"] = demo.run("recalibrate and name the damage", "recalibrate", "sessions/iiwa-crashed",
-                                      "--previous", "calibration", "--out", "recalibration")
+                                      "--previous", "calibration", "--out", "recalibration", name="recalibrate")
 
     # 4. The xArm6's body from its cameras.
     demo.run("capture the xArm6 with four depth cameras", "capture", "--rig", "xarm6-cameras-crashed", "--poses",
@@ -116,14 +122,14 @@ def run_demo(folder: Path, quick: bool = False, say: Callable[[str], None] = pri
              str(s.camera_heldout), "--seed", "6", "--out", "sessions/xarm-heldout")
     budget = ["--steps", str(s.train_steps)] if s.train_steps else ["--minutes", str(s.train_minutes)]
     figures["train"] = demo.run("learn the xArm6's shape from depth", "selfmodel", "train", "sessions/xarm", "--out",
-                                "selfmodel", *budget, "--seed", "0")
+                                "selfmodel", *budget, "--seed", "0", name="train")
     figures["eval"] = demo.run("measure the self-model on held-out poses", "selfmodel", "eval", "selfmodel",
-                               "sessions/xarm-heldout")
+                               "sessions/xarm-heldout", name="eval")
     figures["export"] = demo.run("export collision geometry for planners", "selfmodel", "export", "selfmodel", "--out",
                                  "collision", "--heldout", "sessions/xarm-heldout", "--srdf-samples",
-                                 str(s.srdf_samples))
+                                 str(s.srdf_samples), name="export")
     figures["check"] = demo.run("check the learned body against the URDF", "selfmodel", "check", "selfmodel", "--urdf",
-                                "sessions/xarm/robot.urdf")
+                                "sessions/xarm/robot.urdf", name="check")
 
     say("rendering images of the learned body and the exported geometry")
     images = render_images(Path(folder))
@@ -154,8 +160,21 @@ def _collision_meshes(urdf_path: Path) -> dict[str, list]:
     return pieces
 
 
+VIEWS = ((20, -60, "from the front left"), (35, 150, "from behind, above"))
+
+
+def _posed_truth(session, q_index: int) -> list:
+    """The true arm's link meshes (base frame) at pose ``q_index`` of a simulated session."""
+    from selfmodel.metrics import true_arm
+
+    truth = true_arm(session, [session.pose_ids[q_index]])
+    return [truth.meshes[name].copy().apply_transform(truth.base_T_links[0, i])
+            for i, name in enumerate(truth.link_names) if name in truth.meshes]
+
+
 def render_images(folder: Path) -> dict[str, str]:
-    """PNG renderings (matplotlib) of the learned body and the exported pieces at a held-out pose."""
+    """PNG renderings (matplotlib) at a held-out pose: the learned body, the true body and the exported
+    convex pieces side by side, from two viewpoints."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,6 +190,7 @@ def render_images(folder: Path) -> dict[str, str]:
     q = session.q[0]
     model = load_model(folder / "selfmodel")
     learned = arm_mesh(model, q, voxel=0.006)
+    true_body = _posed_truth(session, 0)
     chain = ChainModel.from_urdf(folder / "collision" / "robot.urdf", session.base_link, session.tip_link)
     pieces = _collision_meshes(folder / "collision" / "robot.urdf")
     data = chain.model.createData()
@@ -182,78 +202,115 @@ def render_images(folder: Path) -> dict[str, str]:
         base_T_link = chain.base_T_frame(q, frame, data)
         posed += [m.copy().apply_transform(base_T_link) for m in meshes]
 
-    fig = plt.figure(figsize=(11, 5.2))
+    columns = (("learned body (marching cubes)", [learned], (0.55, 0.7, 0.9)),
+               ("true body (simulation truth)", true_body, (0.75, 0.75, 0.72)),
+               (f"exported convex pieces ({len(posed)})", posed, None))
+    everything = np.vstack([m.vertices for _, meshes, _ in columns for m in meshes if len(m.vertices)])
+    centre, half = everything.mean(axis=0), (everything.max(axis=0) - everything.min(axis=0)).max() / 2 + 0.02
+    fig = plt.figure(figsize=(16, 10.5))
     colours = plt.cm.tab20(np.linspace(0, 1, max(len(posed), 1)))
-    for index, (title, meshes) in enumerate((("learned body (marching cubes)", [learned]),
-                                             (f"exported convex pieces ({len(posed)})", posed))):
-        axis = fig.add_subplot(1, 2, index + 1, projection="3d")
-        for k, mesh in enumerate(meshes):
-            if not len(mesh.faces):
-                continue
-            colour = (0.55, 0.7, 0.9, 1.0) if index == 0 else colours[k % len(colours)]
-            light = np.clip(0.35 + 0.65 * np.abs(mesh.face_normals @ np.array([0.4, -0.5, 0.77])), 0, 1)
-            faces = Poly3DCollection(mesh.triangles, linewidths=0)
-            faces.set_facecolor(np.column_stack([np.outer(light, colour[:3]), np.ones(len(light))]))
-            axis.add_collection3d(faces)
-        everything = np.vstack([m.vertices for m in meshes if len(m.vertices)]) if any(len(m.vertices) for m in meshes) else np.zeros((1, 3))
-        centre, half = everything.mean(axis=0), (everything.max(axis=0) - everything.min(axis=0)).max() / 2 + 0.02
-        axis.set_xlim(centre[0] - half, centre[0] + half)
-        axis.set_ylim(centre[1] - half, centre[1] + half)
-        axis.set_zlim(centre[2] - half, centre[2] + half)
-        axis.set_box_aspect((1, 1, 1))
-        axis.view_init(elev=20, azim=-60)
-        axis.set_title(title)
-        axis.set_axis_off()
+    for row, (elevation, azimuth, view) in enumerate(VIEWS):
+        for column, (title, meshes, colour) in enumerate(columns):
+            axis = fig.add_subplot(len(VIEWS), len(columns), row * len(columns) + column + 1, projection="3d")
+            for k, mesh in enumerate(meshes):
+                if not len(mesh.faces):
+                    continue
+                rgb = colour if colour is not None else colours[k % len(colours)][:3]
+                light = np.clip(0.35 + 0.65 * np.abs(mesh.face_normals @ np.array([0.4, -0.5, 0.77])), 0, 1)
+                faces = Poly3DCollection(mesh.triangles, linewidths=0)
+                faces.set_facecolor(np.column_stack([np.outer(light, rgb), np.ones(len(light))]))
+                axis.add_collection3d(faces)
+            axis.set_xlim(centre[0] - half, centre[0] + half)
+            axis.set_ylim(centre[1] - half, centre[1] + half)
+            axis.set_zlim(centre[2] - half, centre[2] + half)
+            axis.set_box_aspect((1, 1, 1))
+            axis.view_init(elev=elevation, azim=azimuth)
+            axis.set_title(f"{title}, {view}")
+            axis.set_axis_off()
+    fig.subplots_adjust(left=0, right=1, top=0.95, bottom=0, wspace=0, hspace=0.05)
     path = folder / "selfmodel-and-collision.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return {"body": path.name}
 
 
 def _link(path: str, text: str) -> str:
-    return f'<a href="{path}">{text}</a>'
+    return f'<a href="{html.escape(path)}">{html.escape(text)}</a>'
+
+
+def _links(*pairs: tuple[str, str]) -> str:
+    return "<p>" + " · ".join(_link(path, text) for path, text in pairs) + "</p>"
+
+
+def _verdict(result: dict) -> str:
+    """The job's verdict, from a command's --json output, as the section's first line."""
+    from rigs.verdicts import Verdict
+
+    return Verdict.from_dict(result["verdict"]).html()
+
+
+def _numbers(rows: list[tuple[str, float | None, str]]) -> str:
+    """Two or three figures that matter, each labelled in words with its unit."""
+    return html_report.table(["", "value"], [[label, "n/a" if value is None else f"{value:.3g} {unit}"]
+                                              for label, value, unit in rows])
+
+
+def _largest(poses: list[dict], key: str) -> float:
+    return max(entry[key] for entry in poses)
 
 
 def write_index(folder: Path, steps: list[Step], figures: dict, images: dict[str, str]) -> None:
-    cal, val = figures["calibrate"], figures["validate"]
-    audit = figures["audit"]["models"]
-    recal = figures["recalibrate"]
-    ev, export, check = figures["eval"], figures["export"], figures["check"]
+    """index.html: one section per job, each opening with its verdict; no raw JSON (links to the files)."""
+    validate, audit, recal = figures["validate"], figures["audit"], figures["recalibrate"]
+    evaluation, export, check = figures["eval"], figures["export"], figures["check"]
     sections = []
-    sections.append(("1. Calibrating the iiwa with a laser tracker", html_report.table(
-        ["", "RMS (mm)"], [["nominal URDF (base and reflectors fitted)", val.get("nominal_rms_mm")],
-                           ["calibrated, fresh poses", val.get("rms_mm")],
-                           ["tracker noise floor", val.get("floor_rms_mm")]])
-        + f"<p>{_link('calibration/report.html', 'calibration report')} · corrected URDF "
-          f"{_link('calibration/robot.urdf', 'robot.urdf')} · {_link('calibration/calibration.yaml', 'calibration.yaml')}</p>"))
-    rows = []
-    for name, model in audit.items():
-        rows.append([name, max(p["AP_mm"] for p in model["poses"]), max(p["RP_mm"] for p in model["poses"]),
-                     model["AD_mm"], model["RD_mm"]])
-    sections.append(("2. ISO 9283 audit, before and after calibration", html_report.table(
-        ["commanded by", "max AP (mm)", "max RP (mm)", "AD (mm)", "RD (mm)"], rows)
-        + f"<p>{_link('audit/report.html', 'audit report')}</p>"))
-    sentences = "".join(f"<li>{html_report.paragraph(s)}</li>" for s in recal.get("summary", []))
+    sections.append(("1. Calibrating the iiwa with a laser tracker", _verdict(validate) + _numbers([
+        ("RMS error on 3D points of fresh poses, calibrated", validate.get("rms_mm"), "mm"),
+        ("the same with the nominal URDF (base and reflectors fitted)", validate.get("nominal_rms_mm"), "mm"),
+        ("the tracker's own error alone (noise floor)", validate.get("floor_rms_mm"), "mm")])
+        + html_report.paragraph("Calibration: " + figures["calibrate"]["verdict"]["reason"] + ".")
+        + _links(("calibration/report.html", "calibration report"), ("calibration/robot.urdf", "corrected robot.urdf"),
+                 ("calibration/calibration.yaml", "calibration.yaml"), ("results/calibrate.json", "calibrate.json"),
+                 ("results/validate.json", "validate.json"))))
+    models = audit["models"]
+    calibrated = models.get("calibrated", models["nominal"])["poses"]
+    sections.append(("2. ISO 9283 accuracy audit", _verdict(audit) + _numbers([
+        ("largest pose accuracy AP, commanded by the calibrated model", _largest(calibrated, "AP_mm"), "mm"),
+        ("largest pose accuracy AP, commanded by the nominal URDF", _largest(models["nominal"]["poses"], "AP_mm"), "mm"),
+        ("largest pose repeatability RP", _largest(calibrated, "RP_mm"), "mm"),
+        ("the tracker's uncertainty at the audit's points", audit.get("tracker_uncertainty_mm"), "mm")])
+        + _links(("audit/report.html", "audit report"), ("results/audit.json", "audit.json"))))
     accuracy = recal.get("accuracy", {})
-    sections.append(("3. The crash: 30 planned poses, recalibrated", html_report.table(
-        ["", "RMS (mm)"], [["previous calibration on the crashed arm", accuracy.get("before_rms_mm")],
-                           ["recalibrated, held-out poses", accuracy.get("after_holdout_rms_mm")]])
+    sentences = "".join(f"<li>{html.escape(sentence)}</li>" for sentence in recal.get("summary", []))
+    sections.append(("3. After the crash: 30 planned poses, recalibrated", _verdict(recal) + _numbers([
+        ("RMS error of the previous calibration on the crashed arm", accuracy.get("before_rms_mm"), "mm"),
+        ("RMS error after recalibrating, on poses left out of the fit", accuracy.get("after_holdout_rms_mm"), "mm")])
         + f"<p>What changed, most significant first:</p><ul>{sentences}</ul>"
-        + f"<p>{_link('recalibration/report.html', 'recalibration report')} · "
-          f"{_link('recalibration/recalibration.json', 'recalibration.json')}</p>"))
-    shape_rows = [[k, v] for k, v in ev.items() if isinstance(v, (int, float))]
-    sections.append(("4. The xArm6's body from its depth cameras", html_report.table(["figure", "value"], shape_rows)
-                     + html_report.image_file(folder / images["body"], "learned body and exported geometry")
-                     + f"<p>Collision geometry: {_link('collision/robot.urdf', 'robot.urdf (convex pieces)')} · "
-                       f"{_link('collision/curobo_spheres.yml', 'curobo_spheres.yml')} · "
-                       f"{_link('collision/robot.srdf', 'robot.srdf')} · "
-                       f"{_link('collision/export_report.json', 'export_report.json')}</p>"))
-    check_text = json.dumps(check, indent=1, default=float)
-    sections.append(("5. The learned body against the URDF", f"<pre>{html.escape(check_text[:4000])}</pre>"))
-    export_text = json.dumps(export, indent=1, default=float)
-    sections.append(("Export figures", f"<pre>{html.escape(export_text[:6000])}</pre>"))
+        + _links(("recalibration/report.html", "recalibration report"), ("recalibration/robot.urdf", "robot.urdf"),
+                 ("results/recalibrate.json", "recalibrate.json"), ("results/plan.json", "plan.json"))))
+    links = export.get("links", {})
+    truth = export.get("truth") or {}
+    coverage = (truth.get("pieces") or {}).get("coverage")
+    sections.append(("4. The xArm6's body for planners, learned from four depth cameras", _verdict(evaluation) + _numbers([
+        ("mean distance between the learned and the true surface (Chamfer-L1)", evaluation.get("chamfer_l1_mm"), "mm"),
+        ("share of the true body the model calls free", 100 * evaluation.get("false_free_rate", float("nan")), "%"),
+        ("safety margin added to the exported geometry", export.get("margin_mm"), "mm"),
+        ("share of the true surface inside the exported convex pieces", None if coverage is None else 100 * coverage, "%")])
+        + html_report.paragraph(f"Exported for planners: {sum(row.get('pieces', 0) for row in links.values())} convex "
+                                f"pieces (URDF collision meshes) and {sum(row.get('spheres', 0) for row in links.values())} "
+                                f"spheres (cuRobo) over {len(links)} links, and an SRDF of the pairs that never collide.")
+        + html_report.image_file(folder / images["body"], "learned body, true body and exported geometry")
+        + _links(("collision/robot.urdf", "robot.urdf (convex pieces)"), ("collision/curobo_spheres.yml", "curobo_spheres.yml"),
+                 ("collision/robot.srdf", "robot.srdf"), ("collision/export_report.json", "export_report.json"),
+                 ("results/eval.json", "eval.json"), ("results/train.json", "train.json"))))
+    rows = [[row["link"], f"{row['deviation_mm']:.1f} mm", "its own shape" if row["kind"] == "shape" else
+             f"where {row['kind']} places what follows"] for row in check["links"][:4]]
+    sections.append(("5. Is the xArm6 damaged? The learned body against its URDF", _verdict(check)
+                     + html_report.table(["link", "largest deviation", "what deviates"], rows)
+                     + _links(("results/check.json", "check.json (every link)"))))
     sections.append(("Steps", html_report.table(["step", "command", "seconds"],
-                                                [[st.title, "selfcal " + " ".join(st.args), round(st.seconds, 1)] for st in steps])))
+                                                [[st.title, "selfcal " + " ".join(st.args), round(st.seconds, 1)] for st in steps])
+                     + _links(("demo.json", "demo.json (every figure)"))))
     html_report.write_page(folder / "index.html", "selfcal demo", sections,
                            "Everything below ran on the built-in simulated rigs; the commands are in the last table.")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 
 def robot_from_options(rig: Optional[str], urdf: Optional[Path], base_link: Optional[str], tip_link: Optional[str]):
@@ -18,3 +18,34 @@ def robot_from_options(rig: Optional[str], urdf: Optional[Path], base_link: Opti
     if not base_link or not tip_link:
         raise InputError("--urdf needs --base-link and --tip-link.")
     return rig_from_urdf(urdf, base_link, tip_link)
+
+
+# Options with a fixed set of values: the parser lists them in help and refuses any other with one
+# line and exit 2. They are spelled here, not imported from the rooms, so that `selfcal --help`
+# loads nothing heavy; tests/test_command_line.py checks each against the room that owns it.
+Deflection = Literal["auto", "none", "compliance", "learned", "both"]
+CalibrationModel = Literal["full", "offsets"]
+SelfModelKind = Literal["structured", "free"]
+AngleUnit = Literal["deg", "rad"]
+LengthUnit = Literal["mm", "m", "cm", "in"]
+Rotation = Literal["rotvec", "rpy"]
+Match = Literal["auto", "name", "time"]
+FrameConvention = Literal["auto", "optical", "body"]
+CameraPoses = Literal["auto", "tf", "none"]
+Torques = Literal["auto", "measured", "model"]
+
+
+def require_pass_option():
+    import typer
+
+    return typer.Option(False, "--require-pass", help="Exit 1 when the verdict is FAIL and 3 when it is CANNOT TELL "
+                        "(for CI and plant scripts); the outputs are written either way.")
+
+
+def check_positive(**values: float | None) -> None:
+    """Refuse a tolerance that is given but not positive, before any work (flag name from the keyword)."""
+    from rigs.errors import InputError
+
+    for name, value in values.items():
+        if value is not None and not value > 0:
+            raise InputError(f"--{name.replace('_', '-')} must be positive, got {value}.")

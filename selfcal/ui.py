@@ -15,7 +15,8 @@ import numpy as np
 import typer
 from typer.core import TyperGroup
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 from rigs.errors import InputError
 
@@ -28,6 +29,7 @@ class OneLineErrors(TyperGroup):
     missing argument) ends like every other bad input, one line on stderr and exit status 2."""
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
+        flags_without_values(self)
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
@@ -46,6 +48,26 @@ class OneLineErrors(TyperGroup):
                               soft_wrap=True, markup=True)
             sys.exit(getattr(error, "exit_code", 2))
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def flags_without_values(command) -> None:
+    """Show boolean flags in help as ``--json``, not ``--json <bool>``: they take no value, and
+    help that shows one invites ``--json true``, which the parser (rightly) refuses."""
+    for param in getattr(command, "params", []):
+        if getattr(param, "param_type_name", "") == "option" and getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    original = getattr(command, "get_help_option", None)
+    if original is not None and not getattr(original, "without_value", False):
+        def help_option(ctx, original=original):
+            option = original(ctx)
+            if option is not None and option.metavar is None:
+                option.metavar = ""
+            return option
+
+        help_option.without_value = True
+        command.get_help_option = help_option
+    for child in getattr(command, "commands", {}).values():
+        flags_without_values(child)
 
 
 def fail(message: str) -> None:
@@ -90,13 +112,34 @@ def to_jsonable(data):
     return _jsonable(data)
 
 
+class CountColumn(ProgressColumn):
+    """``11/40 poses`` where the total is known, ``11 steps`` where it is not (never ``11/?``)."""
+
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task) -> Text:
+        return Text(count_text(int(task.completed), task.total, self.unit), style="progress.download")
+
+
+def count_text(done: int, total: float | None, unit: str) -> str:
+    """What the progress bar's count reads: ``done/total unit``, or ``done unit`` without a total."""
+    if total:
+        return f"{done}/{int(total)} {unit}"
+    return f"{done} {unit}"
+
+
 @contextlib.contextmanager
-def progress_bar(description: str, total: int | None = None, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
-    """Yields ``update(done, total)``; draws a bar only when stderr is a terminal."""
+def progress_bar(description: str, total: int | None = None, enabled: bool = True,
+                 unit: str = "steps") -> Iterator[Callable[[int, int], None]]:
+    """Yields ``update(done, total)``; draws a bar only when stderr is a terminal. ``unit`` names
+    what is counted (poses, images, steps); a total of None or 0 means it is not known."""
     if not enabled or not err_console.is_terminal:
         yield lambda done, total_=None: None
         return
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+    total = total or None
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), CountColumn(unit), TimeRemainingColumn(),
                   console=err_console, transient=True) as progress:
         task = progress.add_task(description, total=total)
 
@@ -104,3 +147,17 @@ def progress_bar(description: str, total: int | None = None, enabled: bool = Tru
             progress.update(task, completed=done, total=total_ if total_ is not None else total)
 
         yield update
+
+
+def say_verdict(verdict) -> None:
+    """The verdict line, first in a command's text output."""
+    typer.echo(verdict.line())
+
+
+def exit_for(verdict, require_pass: bool) -> None:
+    """With ``--require-pass``, exit 1 on FAIL and 3 on CANNOT TELL (2 stays a user's mistake), after
+    everything was written and printed; without it, a verdict never changes the exit status."""
+    from rigs.verdicts import EXIT_STATUS
+
+    if require_pass and not verdict.passed:
+        raise typer.Exit(code=EXIT_STATUS[verdict.result])

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import yaml
 
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
@@ -222,15 +223,12 @@ def write_collision_urdf(model_urdf: Path, export: CollisionExport, folder: Path
 
 def curobo_spheres_yaml(export: CollisionExport) -> str:
     """cuRobo's ``collision_spheres`` (link frames, metres); the margin is already in the radii."""
-    lines = ["# selfcal selfmodel export: sphere covers of the learned body, link frames, metres;",
-             f"# radii include the export margin of {export.margin * 1000:.1f} mm.",
-             "collision_spheres:"]
-    for name, link in export.links.items():
-        lines.append(f"  {name}:")
-        for centre, radius in zip(link.spheres.centres, link.spheres.radii):
-            lines.append(f'    - "center": [{centre[0]:.6f}, {centre[1]:.6f}, {centre[2]:.6f}]')
-            lines.append(f'      "radius": {radius:.6f}')
-    return "\n".join(lines) + "\n"
+    spheres = {name: [{"center": [round(float(v), 6) for v in centre], "radius": round(float(radius), 6)}
+                      for centre, radius in zip(link.spheres.centres, link.spheres.radii)]
+               for name, link in export.links.items()}
+    header = ("# selfcal selfmodel export: sphere covers of the learned body, link frames, metres;\n"
+              f"# radii include the export margin of {export.margin * 1000:.1f} mm.\n")
+    return header + yaml.safe_dump({"collision_spheres": spheres}, sort_keys=False, default_flow_style=None)
 
 
 def robot_name(urdf_path: Path) -> str:

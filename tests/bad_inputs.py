@@ -1070,6 +1070,16 @@ def _(fx, case):
     return ["calibrate", _s(fx.session), "--out", _s(case / "out"), "--deflection", "springs"]
 
 
+@case("calibrate: --tolerance-mm negative")
+def _(fx, case):
+    return ["calibrate", _s(fx.session), "--out", _s(case / "out"), "--tolerance-mm", "-0.1"]
+
+
+@case("validate: --tolerance-mm 0")
+def _(fx, case):
+    return ["validate", _s(fx.calibration), _s(fx.session), "--tolerance-mm", "0"]
+
+
 @case("calibrate: --outlier-sigma 0")
 def _(fx, case):
     return ["calibrate", _s(fx.session), "--out", _s(case / "out"), "--outlier-sigma", "0"]
@@ -1453,6 +1463,21 @@ def _(fx, case):
     return ["audit", "report", _s(session), "--out", _s(case / "out")]
 
 
+@case("audit report: --point unknown reflector")
+def _(fx, case):
+    return ["audit", "report", _s(fx.audit), "--out", _s(case / "out"), "--point", "smr7"]
+
+
+@case("audit report: --point two coordinates")
+def _(fx, case):
+    return ["audit", "report", _s(fx.audit), "--out", _s(case / "out"), "--point", "0,150"]
+
+
+@case("audit report: --ap-tolerance-mm 0")
+def _(fx, case):
+    return ["audit", "report", _s(fx.audit), "--out", _s(case / "out"), "--ap-tolerance-mm", "0"]
+
+
 @case("audit report: --out exists")
 def _(fx, case):
     (case / "out").mkdir()
@@ -1642,6 +1667,16 @@ def _(fx, case):
 
         torch.save({"layer.weight": torch.zeros(3, 3)}, m / "weights.pt")
     return _eval(fx, case, edit)
+
+
+@case("selfmodel eval: --tolerance-mm 0")
+def _(fx, case):
+    return ["selfmodel", "eval", _s(fx.model), _s(fx.box), "--tolerance-mm", "0"]
+
+
+@case("selfmodel check: --threshold-mm negative")
+def _(fx, case):
+    return ["selfmodel", "check", _s(fx.model), "--urdf", _s(fx.box / "robot.urdf"), "--threshold-mm", "-5"]
 
 
 @case("selfmodel eval: --voxel-mm 0")

@@ -56,9 +56,11 @@ def test_report_equals_iso_formulas_from_raw_points(audit_session, tmp_path):
     from capture.session import load_session
     from rigs.kinematics import ChainModel
 
-    result = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--out", str(tmp_path / "r"), "--json"])
+    result = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--out", str(tmp_path / "r"), "--json",
+                                 "--point", "tcp"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
+    assert report["measuring_point"]["kind"] == "tcp"
     assert (tmp_path / "r" / "report.html").read_text().count("<img") >= 2
 
     session = load_session(audit_session / "s")
@@ -96,6 +98,37 @@ def test_report_equals_iso_formulas_from_raw_points(audit_session, tmp_path):
     # The nominal model misses by millimetres; the arm repeats to hundredths.
     assert max(e["AP_mm"] for e in report["poses"]) > 0.3
     assert max(e["RP_mm"] for e in report["poses"]) < 0.2
+
+
+def test_the_measuring_point_defaults_to_a_reflector_read_directly(audit_session, tmp_path):
+    """At a reflector the figures come from its raw points; registered points carry more of the
+    tracker's noise (the lever arm), and the report says how much RP the tracker alone gives."""
+    from capture.session import load_session
+
+    result = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--out", str(tmp_path / "r"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["measuring_point"] == {"kind": "reflector", "name": "smr1", "tip_xyz_m": None,
+                                         "description": "reflector smr1 (its centre, measured directly)"}
+    session = load_session(audit_session / "s")
+    labels = np.array(session.extra["iso_pose"])
+    raw = session.tracker.xyz[np.array(session.tracker.targets) == "smr1"]  # tracker frame: RP is frame-free
+    for entry in report["models"]["nominal"]["poses"]:
+        x = raw[labels == entry["pose"]]
+        l = np.linalg.norm(x - x.mean(axis=0), axis=1)
+        assert entry["RP_mm"] == pytest.approx((l.mean() + 3 * l.std(ddof=1)) * 1e3, abs=1e-6)
+    tcp = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--out", str(tmp_path / "t"), "--json",
+                              "--point", "tcp"])
+    tcp_poses = json.loads(tcp.output)["models"]["nominal"]["poses"]
+    for at_reflector, at_tcp in zip(report["models"]["nominal"]["poses"], tcp_poses):
+        assert 0.02 < at_reflector["RP_instrument_mm"] < at_tcp["RP_instrument_mm"] / 1.15
+    text = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--out", str(tmp_path / "u"),
+                               "--point", "0,0,150"]).output
+    assert "measuring point: the point (0.0, 0.0, 150.0) mm in the tip frame" in text
+    assert "(the tracker alone:" in text
+    result = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--out", str(tmp_path / "v"),
+                                 "--point", "smr9"])
+    assert result.exit_code == 2 and "not tcp, X,Y,Z" in result.output and not (tmp_path / "v").exists()
 
 
 def test_repeatability_formula_on_known_points():

@@ -172,7 +172,8 @@ def test_calibrate_and_validate_from_the_command_line(fit_session, check_session
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)
     assert set(figures) == {"n", "mean_mm", "rms_mm", "max_mm", "p95_mm", "nominal_rms_mm", "floor_rms_mm",
-                            "outlier_sigma", "outliers", "envelope_warning"}
+                            "outlier_sigma", "outliers", "envelope_warning", "verdict"}
+    assert figures["verdict"]["result"] == "PASS"
     assert figures["n"] == 180 and figures["rms_mm"] < 1.2 * figures["floor_rms_mm"]
 
 

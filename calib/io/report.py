@@ -16,10 +16,20 @@ import numpy as np
 from calib.deflection.modes import URDF_NOTE
 from rigs import html_report
 from rigs.transforms import matrix_to_rpy
+from rigs.verdicts import Verdict
 
 SENSOR_TITLES = {"tracker_points": "Tracker points", "tracker_poses": "6-DoF probe poses", "board_corners": "Board corners"}
 UNIT = {"tracker_points": ("mm", 1e3, "3D point error"), "tracker_poses": ("mm", 1e3, "probe position error"),
         "board_corners": ("px", 1.0, "board corner reprojection error")}
+
+
+LOADING = ("<p>Mesh paths in robot.urdf are relative to this folder (or <code>package://NAME/...</code> when "
+           "written with <code>--ros-package NAME</code>). pybullet and yourdfpy load it as it is. Pinocchio resolves "
+           "mesh paths against <code>package_dirs</code>, not the URDF's folder: pass this folder, or, for "
+           "<code>package://</code> paths, the folder that holds the package:</p>"
+           "<pre>model = pin.buildModelFromUrdf(FOLDER + \"/robot.urdf\")\n"
+           "geometry = pin.buildGeomFromUrdf(model, FOLDER + \"/robot.urdf\", pin.GeometryType.COLLISION, "
+           "package_dirs=[FOLDER])</pre>")
 
 
 def _number(value, digits: int = 4) -> str:
@@ -82,8 +92,11 @@ def _histograms(history: dict) -> list[tuple[str, str]]:
             axis.plot(np.arange(len(poses)), after, ".", markersize=4, label="calibrated")
             axis.plot(np.arange(len(poses)), before, ".", markersize=3, alpha=0.5, label="nominal URDF")
             axis.set_yscale("log")
-            axis.set_xlabel(f"calibration pose ({poses[0]} ... {poses[-1]})")
-            axis.set_ylabel(f"RMS over the pose ({unit})")
+            # The x axis is the pose, so its ticks read as the session's pose names, not indices.
+            ticks = np.unique(np.linspace(0, len(poses) - 1, min(len(poses), 12)).round().astype(int))
+            axis.set_xticks(ticks, [str(poses[k]) for k in ticks], rotation=30, fontsize=8)
+            axis.set_xlabel("calibration pose")
+            axis.set_ylabel(f"RMS {what} over the pose ({unit}, log scale)", fontsize=9)
             axis.legend()
             out.append((f"{SENSOR_TITLES[sensor]}: per-pose errors", html_report.figure(figure, "per-pose errors")))
     return out
@@ -192,7 +205,9 @@ def write_report(calibration, path: Path) -> None:
         "Fitted intrinsics poorly determined by these images: " + "; ".join(
             f"camera {name}: {', '.join(axes)}" for name, axes in poorly.items())
         + " (see Cameras; fit them from close-up board images with selfcal calibrate-camera).", "warning"))
-    sections = [("Verdict", html_report.paragraph(verdict(summary), "ok") + warning
+    judged = summary.get("verdict")
+    opening = "" if not judged else Verdict.from_dict(judged).html()
+    sections = [("Verdict", opening + html_report.paragraph(verdict(summary), "" if judged else "ok") + warning
                  + "".join(html_report.paragraph(f"Partial excitation: {sentence}", "warning")
                            for sentence in ident.get("not_excited", []))),
                 ("Residuals", _residual_tables(residuals))]
@@ -248,5 +263,6 @@ def write_report(calibration, path: Path) -> None:
                      "the held-out figures, which are what unseen data looks like.</p><ul>"
                      + "".join(f"<li>{html.escape(o['point'])}: {o['residual_sigma']} sigma</li>" for o in outliers)
                      + held_items + "</ul>"))
+    sections.append(("Loading robot.urdf", LOADING))
     subtitle = f"sessions: {', '.join(summary.get('sessions', []))}; input data {summary.get('data_hash')}"
     html_report.write_page(Path(path), f"Kinematic calibration ({summary.get('model')} model)", sections, subtitle)

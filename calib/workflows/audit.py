@@ -7,6 +7,13 @@ P1, P5, P4, P3, P2 a number of times. The report reads the recorded session (tra
 ``iso_pose`` column) and computes AP, RP, APa, RPa per pose and AD, RD between P2 and P4, with the
 commanded poses computed by the nominal model and, when a calibration is given, by the calibrated
 model, side by side.
+
+The characteristics hold for a named measuring point on the end effector (ISO 9283 asks for one):
+by default a measured reflector, whose centre the tracker reads directly; or the tip frame's
+origin (``tcp``) or any point in the tip frame, both registered from three or more reflectors,
+which carries the reflectors' noise times the lever arm into the figures. Beside RP the report
+gives the instrument's contribution at that point: the RP the tracker's noise alone would give
+(its stated uncertainty propagated through the registration, sampled).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import numpy as np
 
 from calib.calibration import Calibration
 from calib.sensors.registration import initial_frame_and_targets
+from calib.sensors.tracker_points import tracker_sqrt_information
 from calib.workflows import iso9283
 from capture.session import Session
 from rigs.errors import InputError
@@ -192,12 +200,63 @@ def check_audit_session(session: Session) -> dict[str, list[int]]:
     return rows
 
 
-def attained_poses(session: Session, frame: Frame) -> tuple[np.ndarray, np.ndarray | None]:
-    """Attained tool positions (N, 3) m in the base frame, and tip rotations (N, 3, 3) when 3+ reflectors.
+@dataclass(frozen=True)
+class MeasuringPoint:
+    """Where on the end effector the characteristics hold: ``kind`` "reflector" (``name``'s centre,
+    read directly), "tcp" (the tip frame's origin) or "point" (``xyz`` (3,) m in the tip frame);
+    the last two are registered from three or more reflectors."""
 
-    With three or more reflectors the tip frame is registered on them (its origin is the tool
-    point); with fewer, the first reflector is the tool point and orientation is unknown.
-    """
+    kind: str
+    name: str
+    xyz: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def describe(self) -> str:
+        if self.kind == "reflector":
+            return f"reflector {self.name} (its centre, measured directly)"
+        where = "the tip frame's origin (tcp)" if self.kind == "tcp" else \
+            f"the point ({', '.join(f'{1000 * v:.1f}' for v in self.xyz)}) mm in the tip frame"
+        return f"{where}, registered from the reflectors"
+
+    def tip_xyz(self, targets: dict[str, np.ndarray]) -> np.ndarray:
+        """The point (3,) m in the tip frame, with reflector offsets ``targets`` of a model."""
+        return np.asarray(targets[self.name] if self.kind == "reflector" else self.xyz, dtype=float)
+
+
+def measuring_point(text: str | None, session: Session) -> MeasuringPoint:
+    """The measuring point ``--point`` names (tcp, a reflector, or X,Y,Z in mm in the tip frame);
+    default the first reflector (by name) measured at every pose."""
+    tracker = session.tracker
+    names = sorted(set(tracker.targets))
+    registered = len(names) >= 3
+    if text is None:
+        for name in names:
+            if len(set(tracker.pose_index[np.array(tracker.targets) == name])) == len(session.pose_ids):
+                return MeasuringPoint("reflector", name)
+        raise InputError(f"{session.path / 'tracker.csv'}: no reflector was measured at every pose; choose the "
+                         f"measuring point with --point tcp or --point X,Y,Z.")
+    text = text.strip()
+    if text in names:
+        return MeasuringPoint("reflector", text)
+    if text == "tcp" or "," in text:
+        if not registered:
+            raise InputError(f"--point {text}: a point other than a reflector is registered from three or more "
+                             f"reflectors; {session.path / 'tracker.csv'} has {len(names)} ({', '.join(names)}).")
+        if text == "tcp":
+            return MeasuringPoint("tcp", "tcp")
+        try:
+            xyz = tuple(float(v) / 1000.0 for v in text.split(","))
+        except ValueError:
+            xyz = ()
+        if len(xyz) != 3 or not np.all(np.isfinite(xyz)):
+            raise InputError(f"--point {text!r}: give X,Y,Z in mm in the tip frame, e.g. --point 0,0,120.")
+        return MeasuringPoint("point", text, xyz)
+    raise InputError(f"--point {text!r}: not tcp, X,Y,Z (mm, tip frame) or a reflector of the session "
+                     f"({', '.join(names)}).")
+
+
+def attained_poses(session: Session, frame: Frame, point: MeasuringPoint) -> tuple[np.ndarray, np.ndarray | None]:
+    """Attained positions (N, 3) m of the measuring point in the base frame, and tip rotations
+    (N, 3, 3) when three or more reflectors give them (None otherwise)."""
     base_T_tracker = np.linalg.inv(frame.tracker_T_base)
     names = sorted(frame.targets)
     positions, rotations = [], []
@@ -206,34 +265,69 @@ def attained_poses(session: Session, frame: Frame) -> tuple[np.ndarray, np.ndarr
         seen = {t: base_T_tracker[:3, :3] @ p + base_T_tracker[:3, 3]
                 for t, p in zip(np.array(session.tracker.targets)[mask], session.tracker.xyz[mask])}
         usable = [t for t in names if t in seen]
+        base_T_tip = None
         if len(names) >= 3 and len(usable) >= 3:
             base_T_tip = _register(np.array([frame.targets[t] for t in usable]), np.array([seen[t] for t in usable]))
-            positions.append(base_T_tip[:3, 3])
-            rotations.append(base_T_tip[:3, :3])
-        elif names[0] in seen:
-            positions.append(seen[names[0]])
-            rotations.append(None)
+        rotations.append(None if base_T_tip is None else base_T_tip[:3, :3])
+        if point.kind == "reflector":
+            if point.name not in seen:
+                raise InputError(f"{session.path / 'tracker.csv'}: pose {session.pose_ids[row]} has no point of "
+                                 f"reflector {point.name}, the measuring point.")
+            positions.append(seen[point.name])
+        elif base_T_tip is not None:
+            positions.append(_apply(base_T_tip, point.tip_xyz(frame.targets)))
         else:
-            raise InputError(f"{session.path / 'tracker.csv'}: pose {session.pose_ids[row]} has no usable reflector.")
+            raise InputError(f"{session.path / 'tracker.csv'}: pose {session.pose_ids[row]} has fewer than three "
+                             f"reflectors, so {point.describe()} cannot be registered.")
     orientation = None if any(r is None for r in rotations) else np.array(rotations)
     return np.array(positions), orientation
 
 
-def commanded_poses(session: Session, frame: Frame, with_orientation: bool) -> np.ndarray:
-    """Commanded tool poses (N, 4, 4) by the frame's model at the recorded joint angles."""
+def commanded_poses(session: Session, frame: Frame, point: MeasuringPoint) -> np.ndarray:
+    """Commanded tool poses (N, 4, 4) by the frame's model at the recorded joint angles, their
+    origin moved to the measuring point (the orientation is the tip's)."""
     result = []
-    tool = frame.targets[sorted(frame.targets)[0]]
+    tool = point.tip_xyz(frame.targets)
     for pose in frame.tip_poses(session.q, session.payload_kg):
-        if not with_orientation:
-            pose = pose.copy()
-            pose[:3, 3] = _apply(pose, tool)
+        pose = pose.copy()
+        pose[:3, 3] = _apply(pose, tool)
         result.append(pose)
     return np.array(result)
 
 
-def audit_report(session: Session, calibration_dir: Path | None = None) -> dict:
-    """AP, RP (and APa, RPa with 3+ reflectors) per pose, AD and RD between P2 and P4, per model."""
+def instrument_repeatability(session: Session, frame: Frame, point: MeasuringPoint, row: int,
+                             draws: int = 400, seed: int = 0) -> float | None:
+    """The RP (m) the tracker's noise alone gives at the measuring point at pose ``row``: the stated
+    uncertainty of each reflector (its per-point sigma, or half its MPEs) sampled ``draws`` times and
+    carried through the registration. None when the session states no uncertainty."""
+    tracker = session.tracker
+    sensors = session.manifest.get("sensors", {}).get("tracker") or {}
+    mask = tracker.pose_index == row
+    if tracker.sigma is None and (sensors.get("distance_mpe_m") is None or sensors.get("transverse_mpe_m") is None):
+        return None
+    xyz = tracker.xyz[mask]
+    information = tracker_sqrt_information(xyz, sensors.get("distance_mpe_m"), sensors.get("transverse_mpe_m"),
+                                           None if tracker.sigma is None else tracker.sigma[mask])
+    factors = np.linalg.cholesky(np.linalg.inv(np.einsum("mji,mjk->mik", information, information)))
+    rng = np.random.default_rng(seed)
+    noisy = xyz[None] + np.einsum("mij,kmj->kmi", factors, rng.standard_normal((draws, len(xyz), 3)))
+    names = list(np.array(tracker.targets)[mask])
+    if point.kind == "reflector":
+        samples = noisy[:, names.index(point.name)]
+    else:
+        usable = [k for k, name in enumerate(names) if name in frame.targets]
+        offsets = np.array([frame.targets[names[k]] for k in usable])
+        tool = point.tip_xyz(frame.targets)
+        samples = np.array([_apply(_register(offsets, draw[usable]), tool) for draw in noisy])
+    distances = np.linalg.norm(samples - samples.mean(axis=0), axis=1)
+    return float(distances.mean() + 3 * distances.std(ddof=1))
+
+
+def audit_report(session: Session, calibration_dir: Path | None = None, point: str | None = None) -> dict:
+    """AP, RP (and APa, RPa with 3+ reflectors) per pose, AD and RD between P2 and P4, per model, at
+    the measuring point ``point`` names (see :func:`measuring_point`), with the instrument's RP there."""
     rows = check_audit_session(session)
+    chosen = measuring_point(point, session)
     frames = [nominal_frame(session)]
     if calibration_dir is not None:
         frames.append(calibration_frame(calibration_dir, session))
@@ -242,10 +336,13 @@ def audit_report(session: Session, calibration_dir: Path | None = None) -> dict:
     distance = float(np.median(np.linalg.norm(session.tracker.xyz, axis=1)))
     uncertainty = transverse[0] + transverse[1] * distance
     result = {"session": str(session.path), "cycles": min(len(v) for v in rows.values()),
-              "tracker_uncertainty_mm": uncertainty * 1e3, "models": {}, "warnings": []}
+              "tracker_uncertainty_mm": uncertainty * 1e3,
+              "measuring_point": {"kind": chosen.kind, "name": chosen.name, "description": chosen.describe(),
+                                  "tip_xyz_m": None if chosen.kind == "reflector" else list(chosen.xyz)},
+              "models": {}, "warnings": []}
     for frame in frames:
-        attained, rotations = attained_poses(session, frame)
-        commanded = commanded_poses(session, frame, rotations is not None)
+        attained, rotations = attained_poses(session, frame, chosen)
+        commanded = commanded_poses(session, frame, chosen)
         poses = []
         for name in POSES:
             idx = rows[name]
@@ -254,8 +351,10 @@ def audit_report(session: Session, calibration_dir: Path | None = None) -> dict:
                 angles = np.array([matrix_to_rpy(r) for r in rotations[idx]])
                 commanded_angles = matrix_to_rpy(commanded[idx[0]][:3, :3])
             c = iso9283.characteristics(attained[idx], commanded[idx[0]][:3, 3], angles, commanded_angles)
+            instrument = instrument_repeatability(session, frame, chosen, idx[0])
             entry = {"pose": name, "AP_mm": c.accuracy * 1e3, "AP_xyz_mm": (c.accuracy_xyz * 1e3).tolist(),
                      "RP_mm": c.repeatability * 1e3, "n": len(idx),
+                     "RP_instrument_mm": None if instrument is None else instrument * 1e3,
                      "commanded_xyz_m": commanded[idx[0]][:3, 3].tolist()}
             if c.orientation_accuracy is not None:
                 entry["APa_deg"] = np.degrees(c.orientation_accuracy).tolist()
