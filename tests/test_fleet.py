@@ -377,7 +377,8 @@ def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path):
     assert result.exit_code == 1
     box1, box2, odd = (document["arms"][name] for name in ("box1", "box2", "odd"))
     assert box1["status"] == box2["status"] == "ok" and odd["status"] == "failed"
-    assert odd["message"].startswith("selfcal train: ") and "blob" in odd["message"]
+    # The trainer's parser lists --kind's values, so the row is refused by name before any training.
+    assert "line 4, options" in odd["message"] and "'blob' is not one of" in odd["message"]
     assert box1["figures"]["chamfer_l1_mm"] > 0 and box2["figures"]["chamfer_l1_mm"] is None
     assert {"box", "upper"} <= set(box1["figures"]["links"]) and box1["figures"]["steps"] == 3
     assert "fewer than 5 arms" in box1["figures"]["damage"]
@@ -390,7 +391,7 @@ def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path):
     assert training_session_paths(model) == [(tmp_path / "sessions" / "box1").resolve()]
     assert (tmp_path / "out" / "index.html").is_file()
 
-    # Resume: the two models are verified and kept, the refused row runs again, and an arm whose
+    # Resume: the two models are verified and kept, the refused row is refused again, and an arm whose
     # options changed trains again.
     before = {arm: document["arms"][arm]["result_hash"] for arm in ("box1", "box2")}
     table = (tmp_path / "fleet.csv").read_text().replace("box2,sessions/box2,,--steps 3", "box2,sessions/box2,,--steps 4")
@@ -398,7 +399,9 @@ def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path):
     result = runner.invoke(app, ["fleet", "selfmodel", str(tmp_path / "fleet.csv"), "--out", str(tmp_path / "out"),
                                  "--resume", "--json"])
     document = json.loads(result.stdout)
-    assert result.exit_code == 1 and sorted(document["ran"]) == ["box2", "odd"]
+    # The refused row is checked again (and refused again) before anything runs.
+    assert result.exit_code == 1 and sorted(document["ran"]) == ["box2"]
+    assert document["arms"]["odd"]["status"] == "failed" and "'blob'" in document["arms"]["odd"]["message"]
     assert document["arms"]["box1"]["reused"] and document["arms"]["box1"]["result_hash"] == before["box1"]
     assert document["arms"]["box2"]["figures"]["steps"] == 4 and document["arms"]["box2"]["result_hash"] != before["box2"]
     assert document["summary"] == {"arms": 3, "ok": 2, "failed": 1, "flagged": 0, "reused": 1}

@@ -56,7 +56,9 @@ def relocate_training_sessions(model_folder: Path, table_folder: Path, sessions:
 def arm_figures(outputs: dict) -> dict:
     train = outputs.get("train") or {}
     evaluation = outputs.get("eval") or {}
-    check = outputs.get("check") or []
+    check = outputs.get("check") or {}
+    # ``selfmodel check --json`` prints its verdict beside the per-link rows.
+    check = check.get("links", []) if isinstance(check, dict) else check
     figures = {"steps": train.get("steps"), "train_seconds": train.get("seconds"), "final_loss": train.get("final_loss"),
                "links": {row["link"]: {"deviation_mm": row["deviation_mm"], "kind": row["kind"]} for row in check}}
     for key in ("chamfer_l1_mm", "chamfer_pct_workspace", "fscore", "iou", "false_free_rate"):
