@@ -13,7 +13,7 @@ be written back as a URDF. With every delta at zero this is the URDF's own forwa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,30 +34,91 @@ class ChainJoint:
 
 @dataclass(frozen=True)
 class ChainSpec:
-    """Links (base first) and the joints that place them; ``joints[k]`` places ``link_names[k + 1]``."""
+    """Links (base first) and the joints that place them; ``joints[k]`` places ``link_names[k + 1]``.
+
+    The chain from base to tip comes first; then every link hanging off it by other joints (gripper
+    fingers, tools with joints), placed by a fixed transform: a joint outside the chain that moves
+    is held where ``held`` (joint name -> rad or m) says, since the recorded joint angles do not
+    move it. A link with no geometry of its own on a fixed joint (a flange frame such as the Panda's
+    link8) is folded into the link that carries it, so it gets no body of its own.
+    """
 
     link_names: list[str]
     joints: list[ChainJoint]
     joint_names: list[str]  # movable joints, base to tip: the order of q
+    held: dict[str, float] = field(default_factory=dict)  # off-chain movable joints and their positions
 
     @classmethod
-    def from_urdf(cls, path: Path, base_link: str, tip_link: str) -> "ChainSpec":
+    def from_urdf(cls, path: Path, base_link: str, tip_link: str, held: dict[str, float] | None = None) -> "ChainSpec":
         tree = urdf_io.parse_urdf(path)
         chain = urdf_io.chain(tree, base_link, tip_link, path)
-        links = [base_link]
-        joints = []
+        held = dict(held or {})
+        everything = urdf_io.joints(tree, path)
+        with_geometry = urdf_io.links_with_geometry(tree)
+        children: dict[str, list[urdf_io.JointInfo]] = {}
+        for joint in everything.values():
+            children.setdefault(joint.parent, []).append(joint)
+
+        def foldable(joint: urdf_io.JointInfo) -> bool:
+            return (joint.type == "fixed" and joint.child not in with_geometry and joint.child not in (base_link, tip_link)
+                    and all(child.type == "fixed" for child in children.get(joint.child, [])))
+
+        links, joints = [base_link], []
+        carried = {base_link: (base_link, np.eye(4))}  # link -> (the kept link that carries it, carrier_T_link)
+
+        def add(joint: urdf_io.JointInfo, kind: str, origin: np.ndarray) -> None:
+            carrier, carrier_T_parent = carried[joint.parent]
+            if foldable(joint):
+                carried[joint.child] = (carrier, carrier_T_parent @ origin)
+                return
+            joints.append(ChainJoint(joint.name, kind, links.index(carrier), carrier_T_parent @ origin, joint.axis))
+            links.append(joint.child)
+            carried[joint.child] = (joint.child, np.eye(4))
+
         for joint in chain:
             kind = joint.type if joint.type in ("revolute", "continuous", "prismatic") else "fixed"
-            joints.append(ChainJoint(joint.name, kind, links.index(joint.parent), joint.origin, joint.axis))
-            links.append(joint.child)
+            add(joint, kind, joint.origin)
         movable = [j.name for j in joints if j.type != "fixed"]
         if not movable:
             raise InputError(f"{path}: no movable joint between {base_link!r} and {tip_link!r}.")
-        return cls(links, joints, movable)
+        on_chain = {joint.name for joint in chain}
+        queue = [joint.child for joint in chain] + [base_link]
+        while queue:
+            parent = queue.pop(0)
+            for joint in children.get(parent, []):
+                if joint.name in on_chain:
+                    continue
+                origin = joint.origin
+                if joint.type in ("revolute", "continuous", "prismatic"):
+                    if joint.name not in held:
+                        raise InputError(f"{path}: joint {joint.name!r} moves link {joint.child!r}, which hangs off the "
+                                         f"chain from {base_link!r} to {tip_link!r}, and its position is not known: record "
+                                         f"it in the session (robot.held_joints) or state it (--hold {joint.name}=VALUE).")
+                    origin = origin @ joint_motion(joint.type, joint.axis, held[joint.name])
+                add(joint, "fixed", origin)
+                queue.append(joint.child)
+        unknown = sorted(set(held) - {name for name, joint in everything.items()
+                                      if joint.name not in on_chain and joint.type != "fixed"})
+        if unknown:
+            raise InputError(f"{path}: held joint {unknown[0]!r} is not a movable joint off the chain from "
+                             f"{base_link!r} to {tip_link!r}.")
+        return cls(links, joints, movable, held)
 
     @property
     def dof(self) -> int:
         return len(self.joint_names)
+
+
+def joint_motion(kind: str, axis: np.ndarray, value: float) -> np.ndarray:
+    """(4, 4) motion of a revolute/continuous (rad) or prismatic (m) joint about/along ``axis``."""
+    motion = np.eye(4)
+    if kind == "prismatic":
+        motion[:3, 3] = value * np.asarray(axis, dtype=float)
+    else:
+        x, y, z = np.asarray(axis, dtype=float)
+        k = np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+        motion[:3, :3] = np.eye(3) + np.sin(value) * k + (1 - np.cos(value)) * (k @ k)
+    return motion
 
 
 def check_joint_names(spec: ChainSpec, expected: list[str], where: str) -> None:

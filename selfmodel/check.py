@@ -27,7 +27,7 @@ from scipy.spatial import cKDTree
 
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
-from selfmodel.link_meshes import link_meshes, posed_union
+from rigs.link_meshes import link_meshes, posed_union
 from selfmodel.meshing import link_meshes_of
 from selfmodel.model_io import surface_samples
 

@@ -75,7 +75,7 @@ def free_link_sources(model, rng: np.random.Generator, where: str, free_configur
     """A free model knows no links: a link's body is what stays occupied in that link's frame
     (URDF kinematics) across many configurations; elsewhere the other links come and go."""
     from selfmodel.chain import ChainSpec, link_poses_numpy
-    from selfmodel.link_meshes import link_meshes
+    from rigs.link_meshes import link_meshes
 
     urdf_path = getattr(model, "urdf_path", None)
     base_link, tip_link = getattr(model, "base_link", None), getattr(model, "tip_link", None)

@@ -25,7 +25,7 @@ import trimesh
 from capture.session import Session
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, link_poses_numpy
-from selfmodel.link_meshes import link_meshes
+from rigs.link_meshes import link_meshes
 from selfmodel.meshing import arm_mesh, link_meshes_of
 
 HIDDEN_OFFSET = 0.002  # m: a true surface sample whose outward neighbour is inside the arm is a hidden face
@@ -52,13 +52,9 @@ def _board_mesh(parameters: dict, manifest: dict) -> trimesh.Trimesh | None:
     board = (manifest.get("sensors") or {}).get("board")
     if not board or "tip_T_board" not in parameters:
         return None
-    from rigs.simulator import BOARD_MARGIN_SQUARES, BOARD_TEXTURE_PX_PER_SQUARE
+    from rigs.simulator import board_plate
 
-    square = float(board["square_m"])
-    margin = round(BOARD_MARGIN_SQUARES * BOARD_TEXTURE_PX_PER_SQUARE) / BOARD_TEXTURE_PX_PER_SQUARE * square
-    size = [board["squares"][0] * square + 2 * margin, board["squares"][1] * square + 2 * margin, 0.0035]
-    # The printed face lies at board z = 0, the grey backing behind it down to z = -3.5 mm.
-    plate = trimesh.creation.box(size, transform=trimesh.transformations.translation_matrix([0, 0, -0.00175]))
+    plate = board_plate(tuple(board["squares"]), float(board["square_m"]))
     return plate.apply_transform(np.asarray(parameters["tip_T_board"], dtype=float))
 
 

@@ -7,8 +7,16 @@ clock, so how many steps fit depends on the machine's speed (the data, initialis
 order are still fixed by the seed).
 
 The structured model gets one more kind of label: space that no camera ever saw free, in a link's
-own frame, counts as that link's matter. Shell labels alone make a hollow body (a prototype called
-15 % of the inside free), which is the wrong mistake for collision checking.
+own frame, is matter at every configuration. Shell labels alone make a hollow body (a prototype called
+15 % of the inside free), which is the wrong mistake for collision checking. That matter is the
+union's, not necessarily the link's: the core of a joint looks still from both links it joins.
+
+Two links cannot hold the same space at the same moment, and the arm really stood at every training
+pose. So the structured model also pays for overlap: at training configurations, a point's
+probabilities beyond the largest one (``sum - max`` over links) are penalised, on the labelled points
+and on the never-seen-free points. Ownership then goes to the link whose frame the matter moves
+with; without it, a base network happily keeps the part of the shoulder it always saw there, and
+the exported bodies are in collision at every recorded pose.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from selfmodel.depth_labels import LabelSettings, TrainingData, depth_training_d
 from selfmodel.models import FreeSelfModel, StructuredSelfModel
 
 KINDS = ("structured", "free")
+CLEAR, MATTER, OWN = 0.0, 1.0, 2.0  # labels of the never-seen-free prior (see SelfModelTrainer._prior_pool)
 CHECKPOINT = "checkpoint.pt"
 
 
@@ -38,6 +47,18 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
+
+
+def overlap(link_logits: torch.Tensor, owner: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, L) per-link logits at points and configurations -> mean over points of the probability
+    mass beyond the owner's: the link ``owner`` (N,) names (its description holds the point), or,
+    where it is -1 or not given, the most likely link. 0 where only the owner claims a point."""
+    probabilities = torch.sigmoid(link_logits)
+    kept = probabilities.max(dim=1).values
+    if owner is not None:
+        named = owner >= 0
+        kept = torch.where(named, probabilities.gather(1, owner.clamp(min=0)[:, None]).squeeze(1), kept)
+    return (probabilities.sum(dim=1) - kept).mean()
 
 
 @dataclass
@@ -68,6 +89,7 @@ class SelfModelTrainer:
     kinematics_learning_rate: float = 5e-4
     kinematics_start: float = 0.15  # fraction of the run before joint corrections start to move
     kinematics_weight: float = 1.0  # L2 pull of the corrections towards the description
+    overlap_weight: float = 1.0  # exclusive ownership: weight of the mean (sum - max) of link probabilities
     hidden: int | None = None  # network width (kind's default when None)
     layers: int | None = None
     domain_margin: float = 0.05  # m around each link's joint origins and description geometry
@@ -109,7 +131,7 @@ class SelfModelTrainer:
         return self._train(model, data, prior, checkpoint_dir, resume, progress)
 
     def _structured_model(self, spec: ChainSpec, data: TrainingData, urdf_path: Path, session: Session) -> StructuredSelfModel:
-        from selfmodel.link_meshes import link_meshes
+        from rigs.link_meshes import link_meshes
 
         meshes = link_meshes(urdf_path, spec.link_names)
         lo, hi = [], []
@@ -128,8 +150,13 @@ class SelfModelTrainer:
                                    base_link=session.base_link, tip_link=session.tip_link)
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
-                    rng: np.random.Generator, per_link: int = 30_000) -> list[np.ndarray]:
-        """Per link: points (n, 3) in the link frame that no camera ever saw free at any configuration."""
+                    rng: np.random.Generator, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per link: candidate points (n, 3) in the link frame and (n,) labels: ``MATTER`` where no
+        camera ever saw the point free at any configuration (some link's matter), ``OWN`` where it is
+        also inside the link's description (its matter), ``CLEAR`` where some camera saw it clearly
+        free (not this link's, whatever other links do there)."""
+        from rigs.link_meshes import link_meshes
+        from rigs.solids import solid_of
         from selfmodel.depth_labels import never_seen_free
 
         poses = link_poses_numpy(spec, data.q)  # (C, L, 4, 4) description kinematics
@@ -137,12 +164,16 @@ class SelfModelTrainer:
         never, clear = never_seen_free(sessions, poses, candidates, self.labels)
         # The base frame is the workspace's frame: the model answers nothing outside the workspace.
         never[0] &= np.all((candidates[0] >= data.workspace_lo) & (candidates[0] <= data.workspace_hi), axis=1)
-        # A link's own matter is occupied at every configuration: what some camera saw clearly free
-        # in the link's frame is not the link's, whatever other links do there.
+        # Where the data cannot tell two links apart (the core of a joint looks still from both links
+        # it joins), the description says whose matter it is: a prior on ownership only; whether
+        # there is matter at all is still the cameras' word.
+        meshes = link_meshes(Path(model.urdf_path), spec.link_names)
         pools = []
-        for points, occupied, free in zip(candidates, never, clear):
+        for link, points, occupied, free in zip(spec.link_names, candidates, never, clear):
+            described = solid_of(meshes[link], 0.003).contains(points) if link in meshes else False
+            labels = np.where(occupied, np.where(described, OWN, MATTER), CLEAR)
             keep = occupied | free
-            pools.append((points[keep].astype(np.float32), occupied[keep].astype(np.float32)))
+            pools.append((points[keep].astype(np.float32), labels[keep].astype(np.float32)))
         return pools
 
     def _train(self, model, data: TrainingData, prior, checkpoint_dir: Path | None, resume: bool, progress) -> TrainResult:
@@ -213,17 +244,16 @@ class SelfModelTrainer:
             batch_points, batch_labels = points[rows], labels[rows]
             if structured:
                 poses = model.chain.base_T_links(q_all)
-                logits = torch.logsumexp(model.link_logits(batch_points, poses[configs[rows]]), dim=1)
-                loss = bce(logits, batch_labels)
-                prior_terms = []
-                for index, (pool, pool_labels) in enumerate(prior):
-                    if len(pool) == 0:
-                        continue
-                    take = torch.randint(0, len(pool), (max(1, self.prior_batch // len(prior)),), generator=generator)
-                    prior_logits = model.networks[index](pool[take])
-                    prior_terms.append(bce(prior_logits, pool_labels[take]))
+                link_logits = model.link_logits(batch_points, poses[configs[rows]])
+                loss = bce(torch.logsumexp(link_logits, dim=1), batch_labels)
+                prior_terms, matter_logits, matter_owner = self._prior_terms(model, prior, poses.detach(), generator)
                 if prior_terms:
                     loss = loss + 0.25 * torch.stack(prior_terms).mean()
+                owner = torch.full((len(link_logits),), -1, dtype=torch.long)
+                if matter_logits is not None:
+                    link_logits = torch.cat([link_logits, matter_logits])
+                    owner = torch.cat([owner, matter_owner])
+                loss = loss + self.overlap_weight * overlap(link_logits, owner)
                 loss = loss + self.kinematics_weight * (model.chain.deltas ** 2).sum()
             else:
                 logits = model.logits(batch_points, q_all[configs[rows]])
@@ -242,6 +272,38 @@ class SelfModelTrainer:
             if checkpoint is not None and time.perf_counter() - last_save > 60:
                 self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, time.perf_counter() - started, history)
                 last_save = time.perf_counter()
+
+    def _prior_terms(self, model: StructuredSelfModel, prior, poses: torch.Tensor, generator: torch.Generator):
+        """Never-seen-free points are matter at every configuration: the union must be occupied there
+        (at a random training configuration, posed by ``poses`` (C, L, 4, 4)), and the link's own where
+        its description holds them; points some camera saw clearly free in a link's frame are not that
+        link's. Returns the BCE terms, the (M, L) link logits at the matter points and their owners (M,)
+        (the link whose description holds the point, else -1), for the overlap penalty."""
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        terms, matter_points, matter_configs, owners = [], [], [], []
+        per_link = max(1, self.prior_batch // len(prior))
+        for index, (pool, pool_labels) in enumerate(prior):
+            if len(pool) == 0:
+                continue
+            take = torch.randint(0, len(pool), (per_link,), generator=generator)
+            points, labels = pool[take], pool_labels[take]
+            free, own = labels == CLEAR, labels == OWN
+            if free.any() or own.any():
+                mine = free | own
+                terms.append(bce(model.networks[index](points[mine]), own[mine].float()))
+            matter = points[~free]
+            if len(matter):
+                configs = torch.randint(0, len(poses), (len(matter),), generator=generator)
+                pose = poses[configs, index]
+                matter_points.append(torch.einsum("nij,nj->ni", pose[:, :3, :3], matter) + pose[:, :3, 3])
+                matter_configs.append(configs)
+                owners.append(torch.where(own[~free], index, -1))
+        if not matter_points:
+            return terms, None, None
+        configs = torch.cat(matter_configs)
+        logits = model.link_logits(torch.cat(matter_points), poses[configs])
+        terms.append(bce(torch.logsumexp(logits, dim=1), torch.ones(len(logits))))
+        return terms, logits, torch.cat(owners)
 
     @staticmethod
     def _save_checkpoint(path: Path, model, optimizer, generator, step, total, elapsed, history) -> None:

@@ -55,7 +55,7 @@ def test_back_projected_depth_lands_on_the_true_surface(sessions):
     data = depth_training_data([session], LabelSettings(hit_rays_per_image=400, miss_rays_per_image=0),
                                np.random.default_rng(0))
     truth = true_arm(session)
-    from selfmodel.link_meshes import posed_union
+    from rigs.link_meshes import posed_union
     from selfmodel.metrics import _distance, _scene
 
     distances = []
@@ -84,7 +84,7 @@ def test_tiny_model_learns_the_box_and_keeps_free_space_free(trained, sessions):
     box = truth.link_names.index("box")
     centres = np.array([pose[:3, :3] @ [0.1, 0.0, 0.0] + pose[:3, 3] for pose in truth.base_T_links[:, box]])
     assert np.all(model.occupancy(centres, truth.q_commanded) > 0.5)
-    from selfmodel.link_meshes import posed_union
+    from rigs.link_meshes import posed_union
     from selfmodel.metrics import _distance, _occupied, _scene
 
     rng = np.random.default_rng(1)
