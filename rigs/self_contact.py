@@ -75,7 +75,7 @@ class SelfContact:
             meshes[link] = trimesh.util.concatenate([meshes[link], mesh]) if link in meshes else mesh
         self.links = sorted(meshes)
         rng = np.random.default_rng(seed)
-        self.solids: dict[str, Solid] = {link: solid_of(meshes[link], pitch) for link in self.links}
+        self.solids: dict[str, Solid] = {link: solid_of(meshes[link], pitch, pad=clearance + 2 * pitch) for link in self.links}
         self.samples = {link: np.vstack([np.asarray(meshes[link].sample(samples, seed=int(rng.integers(2**31)))),
                                          np.asarray(meshes[link].vertices)[rng.choice(len(meshes[link].vertices),
                                                                                        min(samples, len(meshes[link].vertices)), replace=False)]])
@@ -123,7 +123,7 @@ class SelfContact:
         least = np.inf
         for value in np.linspace(lower, upper, angles):
             a_T_b = np.linalg.inv(self._root_T(a, {joint.name: value})) @ self._root_T(b, {joint.name: value})
-            least = min(least, float(self.solids[a].depth(self.samples[b] @ a_T_b[:3, :3].T + a_T_b[:3, 3]).max()))
+            least = min(least, self._depth(a, self.samples[b] @ a_T_b[:3, :3].T + a_T_b[:3, 3]))
             if least == 0.0:
                 break
         return least
@@ -148,22 +148,25 @@ class SelfContact:
                     break
         return found
 
+    def _depth(self, a: str, points: np.ndarray) -> float:
+        """m: how deep the deepest of ``points`` (a's frame) lies inside a (0: none inside)."""
+        return max(0.0, -float(self.solids[a].signed_distance(points).min())) if len(points) else 0.0
+
     def _check(self, a: str, b: str, a_T_b: np.ndarray, kind: str) -> Contact | None:
         points = self.samples[b] @ a_T_b[:3, :3].T + a_T_b[:3, 3]
-        solid = self.solids[a]
         if kind == "one joint":
-            depth = float(solid.depth(points).max())
+            depth = self._depth(a, points)
             if depth > self.nested[(a, b)] + self.nest_tolerance:
                 return Contact(a, b, "penetration", depth)
             return None
-        lo, hi = solid.origin - self.clearance, solid.origin + solid.pitch * np.array(solid.inside_cells.shape) + self.clearance
+        solid = self.solids[a]
+        lo, hi = solid.origin, solid.origin + solid.pitch * (np.array(solid.inside_cells.shape) - 1)
         near = points[np.all((points >= lo) & (points <= hi), axis=1)]
         if not len(near):
             return None
-        inside = solid.contains(near)
-        if inside.any():
-            return Contact(a, b, "penetration", float(solid.distance_to_surface(near[inside]).max()))
-        distance = solid.distance_to_surface(near)
+        distance = solid.signed_distance(near)
+        if distance.min() < 0:
+            return Contact(a, b, "penetration", float(-distance.min()))
         if distance.min() < self.clearance:
             return Contact(a, b, "clearance", float(distance.min()))
         return None

@@ -108,7 +108,7 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
         raise InputError("check needs a structured model (trained with --kind structured): a free model has no links.")
     rng = rng or np.random.default_rng(0)
     urdf_path = Path(urdf_path)
-    spec = ChainSpec.from_urdf(urdf_path, model.base_link, model.tip_link)
+    spec = ChainSpec.from_urdf(urdf_path, model.base_link, model.tip_link, model.spec.held)
     check_joint_names(spec, model.joint_names, str(urdf_path))
     if spec.link_names != model.link_names:
         raise InputError(f"{urdf_path}: its links from base to tip ({', '.join(spec.link_names)}) are not the model's "

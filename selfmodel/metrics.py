@@ -74,7 +74,7 @@ def true_arm(session: Session, pose_ids: list[str] | None = None) -> TrueArmPose
     missing = [p for p in pose_ids if p not in reached]
     if missing:
         raise InputError(f"{reached_path}: pose {missing[0]!r} has no row.")
-    spec = ChainSpec.from_urdf(urdf, session.base_link, session.tip_link)
+    spec = ChainSpec.from_urdf(urdf, session.base_link, session.tip_link, session.held_joints)
     meshes = link_meshes(urdf, spec.link_names)
     parameters = json.loads((truth / "parameters.json").read_text()) if (truth / "parameters.json").is_file() else {}
     board = _board_mesh(parameters, session.manifest)

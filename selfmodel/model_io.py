@@ -68,6 +68,7 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
         urdf_io.write_urdf(corrected, folder / CORRECTED_URDF)
         config.update({"urdf": "robot.urdf", "corrected_urdf": CORRECTED_URDF, "base_link": model.base_link,
                        "tip_link": model.tip_link, "link_names": model.link_names, "board": board,
+                       "held_joints": dict(model.spec.held),
                        "joint_corrections": model.chain.deltas.detach().numpy().tolist()})
         buffer = io.BytesIO()
         np.savez_compressed(buffer, points_link=result.surface_points_link.astype(np.float32),
@@ -103,7 +104,7 @@ def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
     try:
         if config["kind"] == "structured":
             urdf = folder / config["urdf"]
-            spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"])
+            spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"], config.get("held_joints") or {})
             model = StructuredSelfModel(spec, np.array(network["domains_lo"]), np.array(network["domains_hi"]),
                                         np.array(config["workspace_lo"]), np.array(config["workspace_hi"]),
                                         network["hidden"], network["layers"], network["frequencies"], urdf_path=urdf,

@@ -97,6 +97,7 @@ class SelfModelTrainer:
     prior_voxel: float = 0.015  # m: resolution of the "never seen free" grids
     threads: int | None = None
     labels: LabelSettings = field(default_factory=LabelSettings)
+    hold: dict[str, float] = field(default_factory=dict)  # off-chain joints' positions stated by the user (rad or m)
 
     def __post_init__(self):
         if self.learning_rate is None:
@@ -120,7 +121,7 @@ class SelfModelTrainer:
         data = depth_training_data(sessions, self.labels, rng)
         if self.kind == "structured":
             urdf_path = Path(urdf_path) if urdf_path is not None else first.urdf_path
-            spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link)
+            spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
             check_joint_names(spec, first.joint_names, str(urdf_path))
             model = self._structured_model(spec, data, urdf_path, first)
             prior = self._prior_pool(model, spec, data, sessions, rng)
@@ -129,6 +130,19 @@ class SelfModelTrainer:
                                   data.q.max(axis=0), self.hidden or 256, self.layers or 5)
             prior = None
         return self._train(model, data, prior, checkpoint_dir, resume, progress)
+
+    def held_joints(self, sessions: list[Session]) -> dict[str, float]:
+        """Where the joints off the chain stood: as recorded (``robot.held_joints``), or as stated;
+        sessions that disagree are refused (the links they carry would not be one body)."""
+        held: dict[str, float] = {}
+        for session in sessions:
+            for name, value in session.held_joints.items():
+                if name not in self.hold and name in held and abs(held[name] - value) > 1e-9:
+                    raise InputError(f"{session.path}/session.json: robot.held_joints {name} = {value} differs from "
+                                     f"{held[name]} in another session; state one with --hold {name}=VALUE.")
+                held[name] = value
+        held.update(self.hold)
+        return held
 
     def _structured_model(self, spec: ChainSpec, data: TrainingData, urdf_path: Path, session: Session) -> StructuredSelfModel:
         from rigs.link_meshes import link_meshes
