@@ -22,6 +22,25 @@ def _partial(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def parse_holds(items: list[str]) -> dict[str, float]:
+    """``["joint=0.02", ...]`` -> {joint: 0.02}; InputError naming the item that is not JOINT=NUMBER."""
+    import math
+
+    from rigs.errors import InputError
+
+    held = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not name.strip() or not math.isfinite(number):
+            raise InputError(f"--hold {item!r}: expected JOINT=VALUE with the joint's position in rad or m.")
+        held[name.strip()] = number
+    return held
+
+
 @selfmodel_app.command("train")
 def train(
     sessions: List[Path] = typer.Argument(..., help="Session folder(s) with depth images and camera poses."),
@@ -32,6 +51,7 @@ def train(
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="A (calibrated) URDF to use instead of the session's."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: every core this process may use)."),
+    hold: List[str] = typer.Option([], "--hold", help="JOINT=VALUE (rad or m): where a joint off the chain (a gripper finger) stood, when the session does not record it; repeat for each."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
 ) -> None:
@@ -45,10 +65,11 @@ def train(
 
         check_new_output(out)
         loaded = [load_session(path) for path in sessions]
-        trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads)
+        trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
+                                   hold=parse_holds(hold))
         partial = _partial(out)
         run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-               "urdf": None if urdf is None else str(urdf)}
+               "urdf": None if urdf is None else str(urdf), **({"hold": list(hold)} if hold else {})}
         if resume:
             import json
 

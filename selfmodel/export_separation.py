@@ -74,6 +74,13 @@ def pair_kinds(spec, links: list[str]) -> dict[tuple[str, str], str]:
     return kinds
 
 
+def _boundary_cells(body: LinkBody) -> np.ndarray:
+    """(n, 3) centres of the body's cells that have an empty neighbour, link frame."""
+    solid = np.pad(body.solid, 1)
+    edge = solid & ~ndimage.binary_erosion(solid)
+    return body.origin + body.voxel * (np.argwhere(edge[1:-1, 1:-1, 1:-1]))
+
+
 def _edt(body: LinkBody) -> np.ndarray:
     return ndimage.distance_transform_edt(np.pad(body.solid, 1))[1:-1, 1:-1, 1:-1] * body.voxel
 
@@ -83,13 +90,21 @@ def check_bodies(bodies: dict[str, LinkBody], poses: dict[str, np.ndarray], kind
     """InputError naming links, poses and depth when two checked links' bodies overlap by more than
     ``tolerance`` m at a recorded configuration; ``poses``: link -> (C, 4, 4) base frame."""
     depth_grids = {link: _edt(body) for link, body in bodies.items()}
+    # Where one body enters another, its boundary cells enter too: they are enough to find the depth.
+    boundary = {link: _boundary_cells(body) for link, body in bodies.items()}
+    balls = {link: (cells.mean(axis=0), float(np.linalg.norm(cells - cells.mean(axis=0), axis=1).max()))
+             for link, cells in boundary.items()}
     for (a, b), kind in kinds.items():
         if kind != "checked":
             continue
         worst, where_worst = 0.0, []
+        (ca, ra), (cb, rb) = balls[a], balls[b]
         for c in range(len(pose_ids)):
-            b_T_a = np.linalg.inv(poses[b][c]) @ poses[a][c]
-            points = bodies[a].inside @ b_T_a[:3, :3].T + b_T_a[:3, 3]
+            pa, pb = poses[a][c], poses[b][c]
+            if np.linalg.norm(pa[:3, :3] @ ca + pa[:3, 3] - pb[:3, :3] @ cb - pb[:3, 3]) > ra + rb:
+                continue
+            b_T_a = np.linalg.inv(pb) @ pa
+            points = boundary[a] @ b_T_a[:3, :3].T + b_T_a[:3, 3]
             index = np.round((points - bodies[b].origin) / bodies[b].voxel).astype(int)
             valid = np.all((index >= 0) & (index < bodies[b].solid.shape), axis=1)
             if not valid.any():

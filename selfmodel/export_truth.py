@@ -349,3 +349,74 @@ def truth_at_random_configurations(session_path: Path, count: int, rng: np.rando
     columns = [spec.link_names.index(link) for link in links]
     return TruthAtPoses([f"random{k:03d}" for k in range(count)], links, arm.meshes, poses[:, columns], q,
                         list(session.joint_names))
+
+
+class TrueWorld:
+    """The true arm of a simulated session among box obstacles, asked as a planner's world is
+    (``collides(q)`` at commanded joint values): its meshes (and the board on the tip) touch an
+    obstacle, or two of its links joined by more than one moving joint touch (the pairs a real arm
+    can bring into contact; rigid and one-joint pairs are the arm's own build). Meshes are triangle
+    soups for coal, so a box wholly inside a link (or a link inside a box) is caught by testing points
+    of one inside the other's solid. Evaluation only: reads ``truth/``."""
+
+    def __init__(self, session_path: Path, obstacles=(), samples: int = 1500, seed: int = 0):
+        import json
+
+        from capture.session import load_session
+        from rigs.self_contact import MOVING
+        from rigs.simulator import board_plate
+        from selfmodel.collision_world import CollisionWorld
+        from selfmodel.srdf import LinkTree
+
+        session = load_session(session_path)
+        urdf = session.path / "truth" / "robot.urdf"
+        extra = {}
+        board = (session.manifest.get("sensors") or {}).get("board")
+        parameters = json.loads((session.path / "truth" / "parameters.json").read_text())
+        if board and "tip_T_board" in parameters:
+            extra[session.tip_link] = board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
+                np.asarray(parameters["tip_T_board"], dtype=float))
+        from rigs.link_meshes import link_meshes
+
+        meshes = link_meshes(urdf, fold_fixed=False)
+        for link, mesh in extra.items():
+            meshes[link] = trimesh.util.concatenate([meshes[link], mesh]) if link in meshes else mesh
+        tree = LinkTree(urdf)
+        moving = set(session.joint_names)
+        names = sorted(meshes)
+        self.self_pairs = {tuple(sorted((a, b))) for i, a in enumerate(names) for b in names[i + 1:]
+                           if sum(1 for joint in tree.path(a, b) if joint.type in MOVING and joint.name in moving) >= 2}
+        self.world = CollisionWorld(urdf, session.joint_names, session.base_link, held=session.held_joints,
+                                    obstacles=list(obstacles), convex=False, geometry="visual", extra=extra,
+                                    pairs=self.self_pairs)
+        self.obstacles = list(obstacles)
+        rng = np.random.default_rng(seed)
+        self.links = names
+        self.samples = {link: np.asarray(meshes[link].sample(samples, seed=int(rng.integers(2**31)))) for link in names}
+        self.balls = {link: (meshes[link].bounding_sphere.primitive.center, meshes[link].bounding_sphere.primitive.radius)
+                      for link in names}
+        self.solids = {link: solid_of(meshes[link], 0.002) for link in names}
+        self.joint_names = list(session.joint_names)
+
+    def collides(self, q: np.ndarray) -> bool:
+        if self.world.collides(q):
+            return True
+        return self._contained(q)
+
+    def _contained(self, q: np.ndarray) -> bool:
+        if not self.obstacles:
+            return False
+        for link in self.links:
+            pose = self.world.link_pose(link, q)
+            centre, radius = self.balls[link]
+            centre = pose[:3, :3] @ centre + pose[:3, 3]
+            for box in self.obstacles:
+                local = box.base_T_box[:3, :3].T @ (centre - box.base_T_box[:3, 3])
+                if np.any(np.abs(local) - box.size / 2 > radius):
+                    continue
+                if box.contains(self.samples[link] @ pose[:3, :3].T + pose[:3, 3]).any():
+                    return True
+                inside_link = np.linalg.inv(pose) @ box.base_T_box
+                if self.solids[link].signed_distance(inside_link[None, :3, 3]).min() < 0:
+                    return True
+        return False

@@ -38,6 +38,7 @@ from selfmodel.models import FreeSelfModel, StructuredSelfModel
 
 KINDS = ("structured", "free")
 CLEAR, MATTER, OWN = 0.0, 1.0, 2.0  # labels of the never-seen-free prior (see SelfModelTrainer._prior_pool)
+DESCRIBED_PITCH = 0.003  # m: grid of the description's solids (the ownership prior)
 CHECKPOINT = "checkpoint.pt"
 
 
@@ -47,6 +48,48 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
+
+
+def described_solids(spec: ChainSpec, urdf_path: Path, tip: str, board: dict | None) -> dict:
+    """Link -> the solid its description (URDF visual meshes, and a board the session declares on the
+    tip) encloses, link frame: the prior on which link owns matter the data cannot assign."""
+    import trimesh
+
+    from rigs.link_meshes import link_meshes
+    from rigs.simulator import board_plate
+    from rigs.solids import solid_of
+
+    meshes = link_meshes(Path(urdf_path), spec.link_names)
+    if board:
+        plate = board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
+            np.asarray(board["tip_T_board_nominal"], dtype=float))
+        meshes[tip] = trimesh.util.concatenate([meshes[tip], plate]) if tip in meshes else plate
+    return {link: solid_of(mesh, DESCRIBED_PITCH) for link, mesh in meshes.items()}
+
+
+def described_owners(spec: ChainSpec, data: TrainingData, described: dict) -> np.ndarray:
+    """(M,) for every labelled point: the link whose description alone holds it at its configuration
+    (description kinematics), else -1. Only points labelled occupied get an owner."""
+    poses = link_poses_numpy(spec, data.q)
+    owners = np.full(len(data.points), -1, dtype=np.int8)
+    counts = np.zeros(len(data.points), dtype=np.int8)
+    occupied = np.flatnonzero(data.occupied > 0.5)
+    order = occupied[np.argsort(data.config[occupied], kind="stable")]
+    bounds = np.searchsorted(data.config[order], np.arange(len(data.q) + 1))
+    for c in range(len(data.q)):
+        rows = order[bounds[c]:bounds[c + 1]]
+        if not len(rows):
+            continue
+        for index, link in enumerate(spec.link_names):
+            if link not in described:
+                continue
+            link_T_base = np.linalg.inv(poses[c, index])
+            local = data.points[rows] @ link_T_base[:3, :3].T + link_T_base[:3, 3]
+            inside = described[link].signed_distance(local) < 0
+            owners[rows[inside]] = index
+            counts[rows[inside]] += 1
+    owners[counts > 1] = -1
+    return owners
 
 
 def overlap(link_logits: torch.Tensor, owner: torch.Tensor | None = None) -> torch.Tensor:
@@ -124,12 +167,14 @@ class SelfModelTrainer:
             spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
             check_joint_names(spec, first.joint_names, str(urdf_path))
             model = self._structured_model(spec, data, urdf_path, first)
-            prior = self._prior_pool(model, spec, data, sessions, rng)
+            described = described_solids(spec, urdf_path, first.tip_link, (first.manifest.get("sensors") or {}).get("board"))
+            prior = self._prior_pool(model, spec, data, sessions, rng, described)
+            owners = described_owners(spec, data, described)
         else:
             model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, data.q.min(axis=0),
                                   data.q.max(axis=0), self.hidden or 256, self.layers or 5)
-            prior = None
-        return self._train(model, data, prior, checkpoint_dir, resume, progress)
+            prior, owners = None, None
+        return self._train(model, data, prior, owners, checkpoint_dir, resume, progress)
 
     def held_joints(self, sessions: list[Session]) -> dict[str, float]:
         """Where the joints off the chain stood: as recorded (``robot.held_joints``), or as stated;
@@ -164,13 +209,11 @@ class SelfModelTrainer:
                                    base_link=session.base_link, tip_link=session.tip_link)
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
-                    rng: np.random.Generator, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
+                    rng: np.random.Generator, described: dict, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per link: candidate points (n, 3) in the link frame and (n,) labels: ``MATTER`` where no
         camera ever saw the point free at any configuration (some link's matter), ``OWN`` where it is
         also inside the link's description (its matter), ``CLEAR`` where some camera saw it clearly
         free (not this link's, whatever other links do there)."""
-        from rigs.link_meshes import link_meshes
-        from rigs.solids import solid_of
         from selfmodel.depth_labels import never_seen_free
 
         poses = link_poses_numpy(spec, data.q)  # (C, L, 4, 4) description kinematics
@@ -181,18 +224,19 @@ class SelfModelTrainer:
         # Where the data cannot tell two links apart (the core of a joint looks still from both links
         # it joins), the description says whose matter it is: a prior on ownership only; whether
         # there is matter at all is still the cameras' word.
-        meshes = link_meshes(Path(model.urdf_path), spec.link_names)
         pools = []
         for link, points, occupied, free in zip(spec.link_names, candidates, never, clear):
-            described = solid_of(meshes[link], 0.003).contains(points) if link in meshes else False
-            labels = np.where(occupied, np.where(described, OWN, MATTER), CLEAR)
+            inside = described[link].signed_distance(points) < 0 if link in described else False
+            labels = np.where(occupied, np.where(inside, OWN, MATTER), CLEAR)
             keep = occupied | free
             pools.append((points[keep].astype(np.float32), labels[keep].astype(np.float32)))
         return pools
 
-    def _train(self, model, data: TrainingData, prior, checkpoint_dir: Path | None, resume: bool, progress) -> TrainResult:
+    def _train(self, model, data: TrainingData, prior, owners: np.ndarray | None, checkpoint_dir: Path | None,
+               resume: bool, progress) -> TrainResult:
         points = torch.from_numpy(data.points)
         labels = torch.from_numpy(data.occupied)
+        owners = torch.from_numpy(owners.astype(np.int64)) if owners is not None else None
         if prior is not None:
             prior = [(torch.from_numpy(p), torch.from_numpy(l)) for p, l in prior]
         configs = torch.from_numpy(data.config.astype(np.int64))
@@ -221,8 +265,8 @@ class SelfModelTrainer:
         started = time.perf_counter() - elapsed
         run = {"step": step, "loss": float("nan"), "history": history}
         try:
-            self._loop(model, optimizer, generator, points, labels, configs, q_all, prior, structured, run, total,
-                       budget, started, checkpoint, progress)
+            self._loop(model, optimizer, generator, points, labels, owners, configs, q_all, prior, structured, run,
+                       total, budget, started, checkpoint, progress)
         except BaseException:
             # Interrupted (Ctrl-C, a crash): keep what was learned so --resume can continue from here.
             if checkpoint is not None:
@@ -238,8 +282,8 @@ class SelfModelTrainer:
             self._surface_owners(result, data)
         return result
 
-    def _loop(self, model, optimizer, generator, points, labels, configs, q_all, prior, structured, run: dict, total,
-              budget, started, checkpoint, progress) -> None:
+    def _loop(self, model, optimizer, generator, points, labels, owners, configs, q_all, prior, structured, run: dict,
+              total, budget, started, checkpoint, progress) -> None:
         """Steps until done; ``run`` (step, loss, history) is kept current after every step."""
         bce = torch.nn.functional.binary_cross_entropy_with_logits
         last_save = time.perf_counter()
@@ -263,7 +307,7 @@ class SelfModelTrainer:
                 prior_terms, matter_logits, matter_owner = self._prior_terms(model, prior, poses.detach(), generator)
                 if prior_terms:
                     loss = loss + 0.25 * torch.stack(prior_terms).mean()
-                owner = torch.full((len(link_logits),), -1, dtype=torch.long)
+                owner = owners[rows]
                 if matter_logits is not None:
                     link_logits = torch.cat([link_logits, matter_logits])
                     owner = torch.cat([owner, matter_owner])
