@@ -8,7 +8,9 @@ Along a ray that hit the arm at measured depth d (noise sigma):
 - a band ``d +- band`` gets samples at EQUAL density on both sides, labelled by the side they fall
   on (occupied behind d, free in front), so the learned boundary sits at the median of the noise
   instead of a sigma in front of the surface;
-- a thin shell behind the band is occupied;
+- a thin shell behind the band is occupied, unless another camera saw that spot free at the same
+  moment (in front of its own measured surface by two sigmas): the shell is an assumption (matter
+  goes on behind a surface), and a board 3.5 mm thick would otherwise be learned 3 cm thick;
 - the segment from where the ray enters the workspace to ``d - band`` is free;
 - what lies further behind is unknown and gets no label.
 
@@ -118,8 +120,9 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
         for row, pose in enumerate(session.pose_ids):
             config = len(q_all)
             q_all.append(session.q[row])
+            images = {name: session.image(name, pose, "depth") for name in session.cameras}
             for name, camera in session.cameras.items():
-                depth = session.image(name, pose, "depth")
+                depth = images[name]
                 height, width = depth.shape
                 flat = depth.ravel()
                 hit = np.flatnonzero(flat > 0)
@@ -131,11 +134,14 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
                 directions = pixel_rays(camera.info.K, u, v) @ camera.base_T_camera[:3, :3].T
                 noise = camera.depth_noise if camera.depth_noise is not None else DEFAULT_DEPTH_NOISE
                 d = flat[chosen].astype(float)
-                rays.append((config, camera.base_T_camera[:3, 3].copy(), directions, d, noise * d))
+                band = np.maximum(settings.band_sigmas * noise * d, settings.band_min)
+                shell_end = _shell_ends(camera.base_T_camera[:3, 3], directions, d, band, settings.shell, name,
+                                        session, images)
+                rays.append((config, camera.base_T_camera[:3, 3].copy(), directions, d, noise * d, shell_end))
             done += 1
             if progress is not None:
                 progress(done, total)
-    surface_list = [origin + d[d > 0, None] * directions[d > 0] for _, origin, directions, d, _ in rays]
+    surface_list = [origin + d[d > 0, None] * directions[d > 0] for _, origin, directions, d, _, _ in rays]
     surface = np.concatenate(surface_list)
     surface_config = np.concatenate([np.full(int((r[3] > 0).sum()), r[0], dtype=np.int32) for r in rays])
     if len(surface) < 100:
@@ -146,7 +152,7 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
 
     points, labels, configs = [], [], []
     free_rays = {"config": [], "origin": [], "direction": [], "start": [], "end": []}
-    for config, origin, directions, d, sigma in rays:
+    for config, origin, directions, d, sigma, shell_end in rays:
         entry, exit_ = _ray_box(origin, directions, lo, hi)
         hit = d > 0
         band = np.maximum(settings.band_sigmas * sigma, settings.band_min)
@@ -163,9 +169,11 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
         # Band: equal density both sides of d, labelled by side.
         t = d[hit, None] + band[hit, None] * rng.uniform(-1.0, 1.0, (int(hit.sum()), settings.band_samples))
         samples_t.append((np.flatnonzero(hit), t, (t > d[hit, None]).astype(np.float32)))
-        # Shell behind the band: occupied.
+        # Shell behind the band: occupied, as far as no other camera saw it free.
         t = d[hit, None] + band[hit, None] + settings.shell * rng.uniform(0.0, 1.0, (int(hit.sum()), settings.shell_samples))
-        samples_t.append((np.flatnonzero(hit), t, np.ones_like(t, dtype=np.float32)))
+        kept = t <= shell_end[hit, None]
+        rows = np.repeat(np.flatnonzero(hit)[:, None], t.shape[1], axis=1)
+        samples_t.append((rows[kept], t[kept][:, None], np.ones((int(kept.sum()), 1), dtype=np.float32)))
         # In front of the band, inside the workspace: free.
         start, stop = entry[hit], d[hit] - band[hit]
         keep = stop > start
@@ -189,6 +197,43 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
                         np.concatenate(free_rays["config"]), np.concatenate(free_rays["origin"]),
                         np.concatenate(free_rays["direction"]), np.concatenate(free_rays["start"]),
                         np.concatenate(free_rays["end"]))
+
+
+def _shell_ends(origin: np.ndarray, directions: np.ndarray, d: np.ndarray, band: np.ndarray, shell: float, name: str,
+                session: Session, images: dict[str, np.ndarray], probes: int = 4) -> np.ndarray:
+    """(n,) for each ray of camera ``name``: how far along it (same units as ``d``) its occupied shell
+    may reach, d + band + shell unless another camera of the same pose saw a point of the shell in
+    front of its own measured surface (by two sigmas of its noise): then up to the last probe before."""
+    ends = d + band + shell
+    hit = np.flatnonzero(d > 0)
+    if not len(hit) or len(images) < 2:
+        return ends
+    fractions = np.linspace(0.0, 1.0, probes)
+    seen_free = np.zeros((len(hit), probes), dtype=bool)
+    for other, camera in session.cameras.items():
+        if other == name:
+            continue
+        depth = images[other]
+        height, width = depth.shape
+        camera_T_base = np.linalg.inv(camera.base_T_camera)
+        noise = camera.depth_noise if camera.depth_noise is not None else DEFAULT_DEPTH_NOISE
+        for k, fraction in enumerate(fractions):
+            t = d[hit] + band[hit] + fraction * shell
+            points = origin + t[:, None] * directions[hit]
+            local = points @ camera_T_base[:3, :3].T + camera_T_base[:3, 3]
+            z = local[:, 2]
+            front = z > 1e-3
+            u = np.rint(camera.info.K[0, 0] * local[:, 0] / np.where(front, z, 1) + camera.info.K[0, 2]).astype(int)
+            v = np.rint(camera.info.K[1, 1] * local[:, 1] / np.where(front, z, 1) + camera.info.K[1, 2]).astype(int)
+            inside = front & (u >= 0) & (u < width) & (v >= 0) & (v < height)
+            measured = np.zeros(len(points))
+            measured[inside] = depth[v[inside], u[inside]]
+            seen_free[:, k] |= inside & (measured > 0) & (z < measured * (1.0 - 2.0 * noise))
+    first = np.where(seen_free.any(axis=1), np.argmax(seen_free, axis=1), probes)
+    limit = np.where(first == 0, d[hit] + band[hit] - 1e-9,
+                     d[hit] + band[hit] + fractions[np.maximum(first - 1, 0)] * shell)
+    ends[hit] = np.where(first == probes, ends[hit], limit)
+    return ends
 
 
 def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidates: list[np.ndarray],

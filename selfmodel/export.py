@@ -36,7 +36,8 @@ from selfmodel.collision import (ConvexPiece, LinkBody, conservative_hull, conve
                                  pieces_outside_distance)
 from selfmodel.export_margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
                                      own_level_set)
-from selfmodel.export_separation import Separation, check_bodies, pair_kinds, separate_pieces, separate_spheres
+from selfmodel.export_separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
+                                         without_cells)
 from selfmodel.export_sources import less_parent, link_sources, prepare_free_model, training_session_paths
 from selfmodel.spheres import SphereCover, SphereTarget, fit_sphere_covers
 from selfmodel.srdf import CollisionMatrix, collision_matrix, write_srdf
@@ -118,7 +119,8 @@ class CollisionExporter:
 
     ``max_spheres``: the sphere budget for the whole body. ``margin``: metres, or None for the
     automatic margin. ``voxel``: grid spacing of the bodies (m). ``overlap_tolerance``: how deep (m)
-    two links' learned bodies may overlap at a recorded configuration before the model is refused.
+    inside both of two links' learned bodies space they both claim at a recorded configuration may
+    lie before the model is refused (shallower overlap is settled: see selfmodel.export_separation).
     ``free_configurations``: how many configurations define a free model's link bodies, and
     ``free_consistency`` the mean occupancy across them that counts as the link's body.
     """
@@ -126,7 +128,7 @@ class CollisionExporter:
     def __init__(self, max_spheres: int = 64, max_pieces: int = 8, margin: float | None = None,
                  voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
                  margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
-                 free_consistency: float = 0.8, overlap_tolerance: float = 0.006, seed: int = 0):
+                 free_consistency: float = 0.8, overlap_tolerance: float = 0.015, seed: int = 0):
         self.max_spheres = max_spheres
         self.max_pieces = max_pieces
         self.margin = margin
@@ -183,7 +185,13 @@ class CollisionExporter:
             poses = self._recorded_poses(model, spec, recorded, list(bodies))
             separation.configurations = len(recorded.q)
             start = time.perf_counter()
-            check_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
+            lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
+            for source in sources:
+                if len(lost[source.link]):
+                    occupancies[source.link] = without_cells(occupancies[source.link], bodies[source.link],
+                                                             lost[source.link])
+                    bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
+                                                    self.voxel, source.level, where=where)
             seconds["separation"] += time.perf_counter() - start
         links: dict[str, LinkCollision] = {}
         for done, source in enumerate(sources):
@@ -212,15 +220,17 @@ class CollisionExporter:
             link.pieces = [_inflate(piece, margin, self.max_piece_vertices, rng) for piece in link.pieces]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
-        covers = fit_sphere_covers([sphere_target(link, body, margin, rng) for link, body in bodies.items()],
-                                   self.max_spheres, rng=rng)
+        targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
+        if poses is not None:
+            limit_spheres(targets, bodies, poses, kinds)
+        covers = fit_sphere_covers(targets, self.max_spheres, rng=rng)
         for name, cover in covers.items():
             links[name].spheres = cover
         seconds["spheres"] += time.perf_counter() - start
         if poses is not None:
             start = time.perf_counter()
             cut = separate_pieces({name: link.pieces for name, link in links.items()}, bodies, poses, kinds,
-                                  recorded.pose_ids, self.max_pieces, self.max_piece_vertices, self.overlap_tolerance,
+                                  recorded.pose_ids, self.max_pieces, self.max_piece_vertices, self.voxel,
                                   rng, where, separation)
             shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation)
             for name, link in links.items():
@@ -268,6 +278,35 @@ class CollisionExporter:
             poses = link_poses_numpy(spec, recorded.q)
             names = list(spec.link_names)
         return {link: poses[:, names.index(link)] for link in links}
+
+
+def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
+                  kinds: dict[tuple[str, str], str]) -> None:
+    """Each candidate sphere may not reach the body of a checked neighbour at any recorded pose (one
+    grid cell to spare): its radius is capped at the distance to the nearest such cell."""
+    from scipy.spatial import cKDTree
+
+    from selfmodel.export_separation import _boundary_cells
+
+    boundary = {link: _boundary_cells(body) for link, body in bodies.items()}
+    for target in targets:
+        reach = float(np.max(target.clearance)) + 0.05
+        centre = target.centres.mean(axis=0)
+        span = float(np.linalg.norm(target.centres - centre, axis=1).max()) + reach
+        near = []
+        for (a, b), kind in kinds.items():
+            if kind != "checked" or target.link not in (a, b):
+                continue
+            other = b if a == target.link else a
+            for c in range(len(poses[other])):
+                own_T_other = np.linalg.inv(poses[target.link][c]) @ poses[other][c]
+                points = boundary[other] @ own_T_other[:3, :3].T + own_T_other[:3, 3]
+                near.append(points[np.linalg.norm(points - centre, axis=1) < span])
+        near = [points for points in near if len(points)]
+        if not near:
+            continue
+        distance, _ = cKDTree(np.vstack(near)).query(target.centres)
+        target.limit = np.maximum(distance - bodies[target.link].voxel, 1e-4)
 
 
 def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Generator, surface_count: int = 4000,

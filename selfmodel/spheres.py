@@ -60,13 +60,19 @@ class SphereCover:
 class SphereTarget:
     """One link's body for the sphere fit (link frame, m): ``surface`` (S, 3) points to hold, each
     worth ``area`` m^2 of surface; candidate centres ``centres`` (C, 3) inside the body with
-    ``clearance`` (C,), their distance to the body's surface."""
+    ``clearance`` (C,), their distance to the body's surface; ``limit`` (C,): the largest radius a
+    sphere there may have (it must not reach other links where the arm really stood)."""
 
     link: str
     surface: np.ndarray
     area: float
     centres: np.ndarray
     clearance: np.ndarray
+    limit: np.ndarray | None = None
+
+    def radii(self, bulge: float) -> np.ndarray:
+        radii = self.clearance + bulge
+        return radii if self.limit is None else np.minimum(radii, self.limit)
 
 
 def fit_sphere_covers(targets: list[SphereTarget], budget: int, bulges: tuple[float, ...] = (0.004, 0.008, 0.012,
@@ -98,7 +104,7 @@ def fit_sphere_covers(targets: list[SphereTarget], budget: int, bulges: tuple[fl
 
 
 def _greedy(targets: list[SphereTarget], distances: list[np.ndarray], bulge: float, budget: int) -> list[list[int]]:
-    covers = [(d <= (t.clearance[:, None] + bulge)).astype(np.float32) for t, d in zip(targets, distances)]
+    covers = [(d <= t.radii(bulge)[:, None]).astype(np.float32) for t, d in zip(targets, distances)]
     gains = [matrix.sum(axis=1) * t.area for t, matrix in zip(targets, covers)]  # area each would add now
     covered = [np.zeros(len(t.surface), dtype=bool) for t in targets]
     chosen: list[list[int]] = [[] for _ in targets]
@@ -119,14 +125,18 @@ def _greedy(targets: list[SphereTarget], distances: list[np.ndarray], bulge: flo
 
 def _hold_all(target: SphereTarget, distances: np.ndarray, picks: list[int], bulge: float) -> SphereCover:
     centres = target.centres[picks]
-    radii = target.clearance[picks] + bulge
+    radii = target.radii(bulge)[picks]
+    limit = np.full(len(picks), np.inf) if target.limit is None else target.limit[picks]
     gaps = distances[picks].T - radii[None]  # (S, k)
+    # Points the chosen spheres miss go to the nearest sphere that may grow enough to take them.
+    room = limit[None] - radii[None] - gaps
+    gaps = np.where(room >= 0, gaps, np.inf)
     nearest = np.argmin(gaps, axis=1)
     need = gaps[np.arange(len(gaps)), nearest]
     for k in range(len(radii)):
-        mine = need[(nearest == k)]
+        mine = need[(nearest == k) & np.isfinite(need)]
         if len(mine) and mine.max() > 0:
-            radii[k] += float(mine.max())
+            radii[k] = min(radii[k] + float(mine.max()), limit[k])
     return SphereCover(centres.astype(float), radii.astype(float) + 1e-6)
 
 

@@ -241,3 +241,22 @@ def test_open_meshes_are_read_as_the_solid_they_enclose():
     assert not solid.contains(np.array([[0.06, 0.0, 0.0], [0.0, 0.0, 0.025]])).any()
     assert solid.contains(np.array([[0.0, 0.0, 0.0], [0.045, 0.025, 0.0]])).all()
     assert np.all(np.abs(solid.signed_distance(np.array([[0.0, 0.0, 0.0]])) + 0.02) < 0.0015)
+
+
+def test_a_pair_the_real_arm_can_bring_into_contact_is_never_disabled(tmp_path):
+    """The export's link2 came out 15 cm short: on its own geometry link2 never reaches the base, but
+    the description's meshes (the real arm) do, so the pair stays enabled and the report says why."""
+    from selfmodel.srdf import collision_matrix
+
+    text = URDF.read_text().replace('lower="-2.8" upper="2.8"', 'lower="-1.7" upper="1.7"')
+    (tmp_path / "description.urdf").write_text(text)
+    short = text.replace('<collision><origin xyz="0.175 0 0"/><geometry><box size="0.35 0.06 0.05"/>',
+                         '<collision><origin xyz="0.1 0 0"/><geometry><box size="0.2 0.06 0.05"/>')
+    assert short != text
+    (tmp_path / "short.urdf").write_text(short)
+    alone = collision_matrix(tmp_path / "short.urdf", JOINTS, "base", 3000, np.random.default_rng(0))
+    assert alone.reasons[("base", "link2")] == "Never"
+    checked = collision_matrix(tmp_path / "short.urdf", JOINTS, "base", 3000, np.random.default_rng(0),
+                               description=tmp_path / "description.urdf")
+    assert checked.reasons[("base", "link2")] is None
+    assert "description's meshes touch in" in checked.kept[("base", "link2")]
