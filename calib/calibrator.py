@@ -1,179 +1,68 @@
-"""The tracker calibration estimator: configure, ``fit(sessions)``, predict, save, load.
+"""One calibrator for every measurement: ``Calibrator(...).fit(sessions) -> Calibration``.
 
-    calibration = KinematicCalibrator(model="full", holdout=0.2, seed=0).fit([session])
-    calibration.predict(q)                    # {target: (N, 3)} m in the tracker frame
-    calibration.save("cal/")                  # robot.urdf + meshes, calibration.yaml, report.html
-    Calibration.load("cal/").predict(q, "smr1")
+    calibration = Calibrator(deflection="auto").fit([session_a, session_b])
+    calibration.save("cal/")
 
-A fit reads joints.csv, tracker.csv, session.json and robot.urdf only, never ``truth/``.
+The sessions' files decide what is fitted, never a code path per kind: every sensor a session holds
+(``calib.sensors.registry``: tracker points, 6-DoF probe poses, board corners in camera images)
+becomes observation blocks; the groups the blocks read (tracker frame per session, reflector
+offsets, probe mount, camera poses, board pose) join the arm's own (joint placements, zero
+offsets, and joint compliance when asked) in one error model; one robust solver fits them, one
+identifiability analysis and one outlier rule apply. Deflection works the same with any sensor:
+the compliance group acts on the joint readings every block reads, a learned residual on the tip
+every block sees.
+
+Held-out evidence: with ``holdout`` > 0 a random fraction of the poses is kept out of the fit and
+the delivered calibration is fitted on the rest; with ``holdout`` = 0 the delivered calibration is
+fitted on every (inlier) pose and its held-out error comes from k-fold cross-validation by pose
+(``folds``; leave-one-pose-out below 40 poses, else 5). ``deflection="auto"`` compares its four
+models on the same evidence and delivers the simplest that is within 2 % of the best.
+A fit reads the session's measurement files, session.json and robot.urdf, never ``truth/``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pinocchio as pin
-from threadpoolctl import threadpool_limits
 
-from calib.error_model import ErrorModel
-from calib.identifiability import analyse
-from calib.initialise import initial_frame_and_targets
-from calib.observations import TrackerObservations, stack, tracker_sqrt_information
-from calib.solver import RobustSolver, SolveResult
+from calib.calibration import Calibration
+from calib.deflection import modes
+from calib.deflection.learned import corrected, training_set
+from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble
+from calib.deflection.torques import GravityTorques
+from calib.fit.checks import check_pose_set, spread_poses, structural_identifiability
+from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
+from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
+from calib.model.chain import SerialChain
+from calib.model.error_model import ErrorModel
+from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
+                                Reflectors, TrackerFrames)
+from calib.model.parameters import FrameGroup
+from calib.model.poses import PoseSet
+from calib.sensors.blocks import evaluate, keep_units, stack, unit_count, without_labels
+from calib.sensors.registry import BY_NAME, SENSORS
+from calib.sensors.sensor import Prepared, StartValues, join_errors
 from capture.session import Session, load_session
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
-from rigs.transforms import exp6, transform_points
+from rigs.transforms import invert
 
-MIN_RESIDUALS_PER_PARAMETER = 2  # fewer leaves too little redundancy to estimate noise and spot outliers
-STRUCTURAL_POSES = 60
-# A pose set whose condition number is this many times that of poses spread over the joint ranges
-# determines the arm only near where it was measured.
-DEGENERATE_CONDITION_RATIO = 100.0
-
-
-@dataclass
-class ErrorStats:
-    """Statistics of 3D point errors, in millimetres."""
-
-    n: int
-    mean_mm: float
-    rms_mm: float
-    max_mm: float
-    p95_mm: float
-
-    @classmethod
-    def of(cls, errors_m: np.ndarray) -> "ErrorStats":
-        e = np.asarray(errors_m, float) * 1000.0
-        if e.size == 0:
-            return cls(0, float("nan"), float("nan"), float("nan"), float("nan"))
-        return cls(int(e.size), float(e.mean()), float(np.sqrt(np.mean(e ** 2))), float(e.max()), float(np.percentile(e, 95)))
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
+NOISE_ROUNDS = 2  # estimate-and-refit rounds for noise the data does not state (the second changes < 1 %)
+# A joint whose torque never reaches this fraction of the largest joint torque in the data (a vertical
+# first axis, a wrist turning about the payload's axis) cannot show its compliance: it stays 0.
+TORQUELESS_FRACTION = 1e-3
+MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold evidence is possible
 
 
-def fold_placement(placement: pin.SE3, delta: np.ndarray, zero: float, subspace: np.ndarray) -> pin.SE3:
-    """nominal placement -> placement @ exp6(delta) @ exp6(subspace * zero): the zero offset written in."""
-    return placement * pin.exp6(pin.Motion(np.asarray(delta, float))) * pin.exp6(pin.Motion(subspace * float(zero)))
-
-
-@dataclass
-class Calibration:
-    """A fitted calibration. Learned values are plain attributes (SI units, chain order).
-
-    ``chain``: the calibrated :class:`ChainModel` (zero offsets folded into the placements, so it is
-    evaluated at the joint readings); ``tracker_T_base``: sensor name -> (4, 4) (the first is the
-    default); ``targets``: name -> (3,) m in the tip frame; ``deltas`` (dof, 6) and ``zero_offsets``
-    (dof,) with their standard deviations; ``summary``: identifiability, residual statistics,
-    outliers, hashes (what calibration.yaml holds).
-    """
-
-    chain: ChainModel
-    joint_names: list[str]
-    tracker_T_base: dict[str, np.ndarray]
-    targets: dict[str, np.ndarray]
-    deltas: np.ndarray
-    delta_std: np.ndarray
-    zero_offsets: np.ndarray
-    zero_std: np.ndarray
-    target_std: dict[str, np.ndarray]
-    summary: dict
-    source_urdf: Path | None = None  # the nominal URDF the deltas apply to (for export)
-    solve: SolveResult | None = field(default=None, repr=False)
-    error_model: ErrorModel | None = field(default=None, repr=False)
-    history: dict = field(default_factory=dict, repr=False)  # per-point errors for the report
-    tip_T_probe: dict[str, np.ndarray] = field(default_factory=dict)  # 6-DoF probe name -> (4, 4) in the tip frame (issue 9)
-    # Deflection (issue 4, calib/deflection.py): joints sit at q - compliance * tau(q, payload); a learned
-    # residual model adds a base-frame tip shift. None: rigid. robot.urdf always holds the rigid geometry.
-    compliance: np.ndarray | None = None  # (dof,) rad/(N m)
-    compliance_std: np.ndarray | None = None  # (dof,)
-    residual_model: object | None = field(default=None, repr=False)  # calib.residual_model.ResidualModel
-    payload_com: np.ndarray | None = None  # (3,) m, tip frame: where a payload's mass sits
-    deflection: dict | None = None  # mode, comparison table (what calibration.yaml holds)
-
-    # -- prediction -------------------------------------------------------------------------------
-    def base_T_tip(self, q: np.ndarray, payload_kg: np.ndarray | float | None = None) -> np.ndarray:
-        """(N, dof) joint readings -> (N, 4, 4) tip poses in the base frame (with the joints' sag
-        under ``payload_kg`` (N,) or scalar kg when the calibration holds compliances)."""
-        q = np.atleast_2d(q)
-        if self.compliance is not None:
-            from calib.compliance import gravity_torques
-
-            q = q - self.compliance * gravity_torques(self.chain, q, payload_kg, self.payload_com)
-        return self.chain.base_T_tip_batch(q)
-
-    def tip_shift(self, q: np.ndarray, payload_kg: np.ndarray | float | None = None) -> np.ndarray:
-        """(N, 3) m base-frame correction of the learned residual model (zeros without one)."""
-        q = np.atleast_2d(q)
-        if self.residual_model is None:
-            return np.zeros((len(q), 3))
-        return self.residual_model.correct(self.chain, q, payload_kg, self.payload_com)
-
-    def predict(self, q: np.ndarray, target: str | None = None, sensor: str | None = None,
-                payload_kg: np.ndarray | float | None = None):
-        """Reflector positions in the tracker frame, m: (N, 3) for ``target``, else {name: (N, 3)}.
-
-        ``payload_kg`` (N,) or scalar: the payload at each pose (0 when None), for deflection."""
-        sensor = sensor or next(iter(self.tracker_T_base))
-        if sensor not in self.tracker_T_base:
-            raise InputError(f"sensor {sensor!r} is not in the calibration (has {', '.join(self.tracker_T_base)}).")
-        poses = self.base_T_tip(q, payload_kg)
-        shift = self.tip_shift(q, payload_kg)
-        frame = self.tracker_T_base[sensor]
-        names = [target] if target is not None else list(self.targets)
-        out = {}
-        for name in names:
-            if name not in self.targets:
-                raise InputError(f"target {name!r} is not a reflector of the calibration (has {', '.join(self.targets)}).")
-            base_points = np.einsum("nij,j->ni", poses[:, :3, :3], self.targets[name]) + poses[:, :3, 3] + shift
-            out[name] = transform_points(frame, base_points)
-        return out[target] if target is not None else out
-
-    def predict_probe(self, q: np.ndarray, probe: str | None = None, sensor: str | None = None,
-                      payload_kg: np.ndarray | float | None = None) -> np.ndarray:
-        """Poses (N, 4, 4) of a 6-DoF probe in the tracker frame (issue 9), m."""
-        if not self.tip_T_probe:
-            raise InputError("the calibration has no 6-DoF probe (it was fitted from reflector points only).")
-        probe = probe or next(iter(self.tip_T_probe))
-        sensor = sensor or next(iter(self.tracker_T_base))
-        if probe not in self.tip_T_probe or sensor not in self.tracker_T_base:
-            raise InputError(f"probe {probe!r} or sensor {sensor!r} is not in the calibration "
-                             f"(probes {', '.join(self.tip_T_probe)}; sensors {', '.join(self.tracker_T_base)}).")
-        poses = self.base_T_tip(q, payload_kg) @ self.tip_T_probe[probe]
-        poses[:, :3, 3] += self.tip_shift(q, payload_kg)
-        return self.tracker_T_base[sensor] @ poses
-
-    # -- files ------------------------------------------------------------------------------------
-    def save(self, folder: Path, report: bool = True) -> None:
-        """Write robot.urdf (+ meshes), calibration.yaml and report.html into an existing folder."""
-        from calib.export import write_calibration_yaml, write_urdf
-
-        folder = Path(folder)
-        write_urdf(self, folder)
-        write_calibration_yaml(self, folder / "calibration.yaml")
-        from calib.deflection import write_deflection_files
-
-        write_deflection_files(self, folder)  # parameter covariance for `selfcal predict`, a learned residual
-        if report:
-            from calib.report import write_report
-
-            write_report(self, folder / "report.html")
-
-    @classmethod
-    def load(cls, folder: Path) -> "Calibration":
-        from calib.export import read_calibration
-
-        return read_calibration(Path(folder))
-
-
-def _same_robot(sessions: list[Session]) -> None:
+def same_robot(sessions: list[Session]) -> None:
+    if len(sessions) < 2:
+        return
     first = sessions[0]
     first_joints = urdf_io.joints(urdf_io.parse_urdf(first.urdf_path), first.urdf_path)
     for other in sessions[1:]:
@@ -189,266 +78,637 @@ def _same_robot(sessions: list[Session]) -> None:
                                  f"calibrate sessions of one robot together.")
 
 
-def holdout_rows(counts: list[int], holdout: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(fit rows, held rows) per session: a random fraction of all poses across sessions, by pose,
-    never by point (a pose's reflectors stay together)."""
-    rng = np.random.default_rng(seed)
-    total = sum(counts)
-    held = set(rng.permutation(total)[: int(round(holdout * total))].tolist())
-    fit_rows, held_rows, offset = [], [], 0
-    for count in counts:
-        rows = np.arange(count)
-        mask = np.array([offset + r in held for r in rows], bool)
-        fit_rows.append(rows[~mask])
-        held_rows.append(rows[mask])
-        offset += count
-    return fit_rows, held_rows
-
-
-def check_pose_set(model: ErrorModel, theta0: np.ndarray, blocks, structural, residuals: int, poses: int,
-                   rows_per_pose: int, holdout: float, sessions: list[Session]) -> float:
-    """Enough measurements, and poses varied enough, for what the arm's structure can identify.
-
-    ``structural`` is the identifiability of well spread poses of this arm; ``residuals`` and
-    ``poses`` count the data, ``rows_per_pose`` the measurements one pose gives. Returns the data's
-    condition number over the structural one; InputError when too few or degenerate.
-    """
-    needed = MIN_RESIDUALS_PER_PARAMETER * structural.rank
-    if residuals < needed:
-        held = f" after holding out {holdout:.0%}" if holdout else ""
-        raise InputError(f"too few poses: {poses} calibration poses{held} give {residuals} measurements for "
-                         f"{structural.rank} identifiable parameters; at least {math.ceil(needed / rows_per_pose)} "
-                         f"calibration poses are needed.")
-    _, jac, _ = stack(blocks, model, theta0)
-    seen = analyse(jac, model.free, model.names)
-    values = seen.singular_values[:structural.rank]
-    condition = values[0] / values[-1] if values[-1] > 0 else np.inf
-    ratio = float(condition / structural.condition_number)
-    if seen.rank < structural.rank or ratio > DEGENERATE_CONDITION_RATIO:
-        spread = np.degrees(np.concatenate([s.q for s in sessions]).std(axis=0))
-        raise InputError(f"degenerate pose set: the poses barely separate the {structural.rank} parameter "
-                         f"combinations this arm allows (condition number {condition:.3g}, {ratio:.0f} times that of "
-                         f"poses spread over the joint ranges; joint spread {np.round(spread, 1).tolist()} deg); "
-                         f"record poses spread over each joint's range.")
-    return ratio
-
-
-def seed_from_previous(previous: Calibration, model: ErrorModel, theta0: np.ndarray, session: Session) -> np.ndarray:
-    """theta0 with the previous calibration's deltas, zero offsets and reflector offsets written in.
-
-    The solver moves only along the combinations the new data identifies, so what the new data
-    cannot see keeps its previous value and the change is the smallest the data asks for.
-    """
-    if list(previous.joint_names) != list(model.chain.joint_names):
-        raise InputError(f"the previous calibration is of another robot (joints {list(previous.joint_names)}), "
-                         f"{session.path} records {list(model.chain.joint_names)}.")
-    theta = theta0.copy()
-    theta[model.delta_slice] = np.asarray(previous.deltas, float).ravel()
-    theta[model.zero_slice] = np.asarray(previous.zero_offsets, float)
-    for name, sl in model.target_slices.items():
-        if name in previous.targets:
-            theta[sl] = previous.targets[name]
-    return theta
-
-
 def data_hash(sessions: list[Session]) -> str:
-    """sha256 over the measurement files of the sessions, in order (truth/ excluded)."""
+    """sha256 over the files a fit reads, session by session (truth/ excluded)."""
     digest = hashlib.sha256()
     for session in sessions:
-        for name in ("session.json", "robot.urdf", "joints.csv", "tracker.csv"):
-            path = session.path / name
+        paths = [session.path / name for name in ("session.json", "robot.urdf", "joints.csv")]
+        for sensor in SENSORS:
+            if sensor.present(session):
+                paths += sensor.files(session)
+        for path in paths:
             if path.is_file():
-                digest.update(name.encode())
+                digest.update(path.relative_to(session.path).as_posix().encode())
                 digest.update(path.read_bytes())
     return "sha256:" + digest.hexdigest()
 
 
-def tracker_blocks(session: Session, sensor: str, poses: np.ndarray | None = None) -> TrackerObservations:
-    """The tracker points of ``session`` (only those of pose rows ``poses`` when given)."""
-    tracker = session.tracker
-    if tracker is None or not len(tracker.targets):
-        raise InputError(f"{session.path}: has no tracker points (tracker.csv); nothing to calibrate against.")
-    keep = np.ones(len(tracker.targets), bool) if poses is None else np.isin(tracker.pose_index, poses)
-    sensors = session.manifest.get("sensors", {}).get("tracker") or {}
-    distance = sensors.get("distance_mpe_m")
-    transverse = sensors.get("transverse_mpe_m")
-    information = tracker_sqrt_information(tracker.xyz, distance, transverse, tracker.sigma)
-    labels = [f"{session.pose_ids[p]}/{t}" if sensor == "s0" else f"{sensor}:{session.pose_ids[p]}/{t}"
-              for p, t in zip(tracker.pose_index, tracker.targets)]
-    return TrackerObservations(sensor, session.q, tracker.pose_index[keep], [t for t, k in zip(tracker.targets, keep) if k],
-                               tracker.xyz[keep], information[keep], [l for l, k in zip(labels, keep) if k])
+def calibrated_chain(chain: ChainModel, model: ErrorModel, deltas: np.ndarray, zeros: np.ndarray) -> ChainModel:
+    """The chain with ``nominal @ exp6(delta) @ exp6(S * zero)`` written into every placement."""
+    out = chain.copy()
+    for i, joint_id in enumerate(out.joint_ids):
+        nominal = chain.model.jointPlacements[joint_id]
+        out.model.jointPlacements[joint_id] = (nominal * pin.exp6(pin.Motion(np.asarray(deltas[i], float)))
+                                               * pin.exp6(pin.Motion(model.serial.subspace[i] * float(zeros[i]))))
+    return out
 
 
-class KinematicCalibrator:
-    """Kinematic calibration from laser-tracker points.
+@dataclass
+class Problem:
+    """What a fit prepares once: the sessions, the nominal chain, their pose sets, the split, the
+    sensors' prepared data (per sensor name: one per session holding it)."""
+
+    sessions: list[Session]
+    chain: ChainModel
+    poses: list[PoseSet]
+    fit_rows: list[np.ndarray]
+    held_rows: list[np.ndarray]
+    prepared: dict[str, list[Prepared]]
+    start_chain: ChainModel
+    start_targets: dict[str, np.ndarray]
+    # Start values, the frames-first fit and the pose-set check do not depend on the deflection
+    # model: the first geometric fit keeps them for the second.
+    start: tuple | None = None
+
+    @property
+    def sensor_names(self) -> list[str]:
+        return [name for name in BY_NAME if name in self.prepared]
+
+    @property
+    def primary(self) -> str:
+        return self.sensor_names[0]
+
+    def blocks(self, rows: list[np.ndarray] | None) -> dict[str, list]:
+        """Per sensor: blocks of pose rows ``rows`` per session (all rows when None)."""
+        out = {}
+        for name in self.sensor_names:
+            sensor = BY_NAME[name]
+            out[name] = [b for item in self.prepared[name]
+                         for b in sensor.blocks(item, None if rows is None else rows[item.index])]
+        return out
+
+
+@dataclass
+class GeometryFit:
+    """One geometric fit (rigid or compliant): its model, start, solution, and the blocks of the
+    fit poses (all units, before outliers) and of the held-out poses, per sensor."""
+
+    model: ErrorModel
+    theta0: np.ndarray
+    result: SolveResult
+    fit_blocks: dict[str, list]
+    held_blocks: dict[str, list]
+    condition_ratio: float | None
+    noise: dict[str, dict] = field(default_factory=dict)
+    hand_eye_rms_px: float | None = None
+
+    @property
+    def theta(self) -> np.ndarray:
+        return self.result.theta
+
+    @property
+    def outlier_labels(self) -> set[str]:
+        return {o.label for o in self.result.outliers}
+
+    def inliers(self, blocks: dict[str, list]) -> dict[str, list]:
+        return {name: without_labels(items, self.outlier_labels) for name, items in blocks.items()}
+
+
+@dataclass
+class Evidence:
+    """Held-out errors of one candidate model: per sensor the pooled errors (tuple of arrays), and
+    the primary sensor's RMS per fold."""
+
+    errors: dict[str, tuple]
+    fold_rms: list[float]
+    fold_poses: list[int]
+
+
+class Calibrator:
+    """Kinematic calibration from any mix of tracker points, 6-DoF probe poses and board images.
 
     ``model``: "full" (6-DoF placement errors and zero offsets of every chain joint) or "offsets"
-    (zero offsets only); both fit the tracker pose and reflector offsets. ``holdout``: fraction of
-    poses kept out of the fit and reported (0 uses all). ``seed``: the hold-out draw.
-    ``outlier_threshold``: points beyond this many robust standard deviations are flagged.
-    ``tip_link``: override the sessions' tip link.
+    (zero offsets only); both fit the sensors' frames. ``deflection``: none, compliance, learned,
+    both or auto. ``holdout``: fraction of poses kept out of the fit (0: fit every pose and
+    cross-validate); ``folds``: cross-validation folds (None: leave-one-pose-out below 40 poses,
+    else 5); ``seed``: the hold-out draw and the folds. ``outlier_threshold``: units beyond this
+    many robust standard deviations are flagged. ``tip_link`` overrides the sessions' tip link;
+    ``pixel_sigma`` the board corners' noise (px; default from per-image PnP). ``residual``: the
+    learned ensemble's settings. ``previous``: recalibration, start from this calibration's arm
+    and reflectors and move only along what the new data identifies.
     """
 
-    def __init__(self, model: str = "full", holdout: float = 0.2, seed: int = 0, outlier_threshold: float = 5.0,
-                 tip_link: str | None = None, jacobian: str = "analytic",
-                 progress: Callable[[str], None] | None = None, previous: "Calibration | None" = None):
+    def __init__(self, model: str = "full", deflection: str = "auto", holdout: float = 0.0, folds: int | None = None,
+                 seed: int = 0, outlier_threshold: float = 5.0, tip_link: str | None = None,
+                 pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
+                 progress: Callable[[str], None] | None = None, previous: Calibration | None = None):
         self.model = model
+        self.deflection = deflection
         self.holdout = holdout
+        self.folds = folds
         self.seed = seed
         self.outlier_threshold = outlier_threshold
         self.tip_link = tip_link
+        self.pixel_sigma = pixel_sigma
+        self.residual = residual
         self.jacobian = jacobian
-        self.progress = progress
-        self.previous = previous  # recalibration: start from these deltas, zeros and reflectors
+        self.progress = progress or (lambda message: None)
+        self.previous = previous
 
+    # -- the fit ------------------------------------------------------------------------------------
     def fit(self, sessions: list[Session | Path]) -> Calibration:
-        """Fit from tracker sessions (folders or loaded :class:`Session`) of one robot."""
+        """Fit from sessions (folders or loaded :class:`Session`) of one robot."""
+        self._check_options()
+        problem = self._problem(sessions)
+        auto = self.deflection == "auto"
+        wanted = modes.MODES if auto else (self.deflection,)
+        geometries = {}
+        for geometry in dict.fromkeys(modes.geometry_of(m) for m in wanted):
+            self.progress(f"{'compliance' if geometry == 'compliance' else 'rigid'} fit")
+            geometries[geometry] = self._geometry(problem, compliance=geometry == "compliance")
+        notes = {}
+        if auto and self.holdout == 0 and self._inlier_poses(geometries["none"]) < MIN_LEARNED_POSES:
+            for mode in ("learned", "both"):  # too few poses to learn a residual honestly
+                notes[mode] = f"not tried: a learned residual needs at least {MIN_LEARNED_POSES} poses"
+            wanted = ("none", "compliance")
+        fits = {mode: self._calibration(problem, geometries[modes.geometry_of(mode)]) for mode in wanted}
+        # A fixed hold-out judges the delivered ensembles themselves, and so does the screening
+        # below; folds train their own.
+        self._learn(problem, geometries, fits, [mode for mode in wanted if modes.uses_residual(mode)
+                                                and (self.holdout > 0 or auto or mode == self.deflection)])
+        judged = wanted
+        if auto and self.holdout == 0:
+            judged, screened = self._screen(fits, wanted)
+            notes.update(screened)
+        evidence = self._evidence(problem, geometries, fits, judged)
+        primary = BY_NAME[problem.primary]
+        rms = {mode: _rms(evidence[mode].errors.get(problem.primary)) for mode in judged}
+        rms = {mode: value for mode, value in rms.items() if value is not None}
+        chosen = modes.choose(rms) if auto and rms else wanted[0]
+        if modes.uses_residual(chosen) and fits[chosen].residual_model is None:
+            self._learn(problem, geometries, fits, [chosen])
+        self.candidates_ = fits  # every model fitted for the choice (benchmarks compare them)
+        calibration = fits[chosen]
+        self._held_out_figures(problem, geometries[modes.geometry_of(chosen)], calibration, evidence[chosen])
+        table = {}
+        for mode in modes.MODES:
+            if mode in rms:
+                spread = evidence[mode].fold_rms
+                table[mode] = dict(primary.figures_from(evidence[mode].errors[problem.primary]),
+                                   fold_rms_spread=float(np.std(spread)) if len(spread) > 1 else None)
+            elif mode in notes:
+                table[mode] = {"note": notes[mode]}
+        calibration.deflection = {"mode": chosen, "requested": self.deflection, "heldout_comparison": table,
+                                  "auto_tolerance": modes.AUTO_TOLERANCE if auto else None,
+                                  "evidence": calibration.summary["residuals"]["validation"]["description"],
+                                  "unit": primary.unit}
+        return calibration
+
+    @staticmethod
+    def _screen(fits: dict[str, Calibration], wanted: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The candidates worth cross-validating, and a note for the others.
+
+        A learned residual that does not improve its base model by the choice's tolerance even on
+        the poses it was trained on cannot earn its place on poses it has not seen (a model's
+        error on its own training data is the optimistic one), so it is not cross-validated; its
+        in-sample figures say why."""
+        judged, notes = [], {}
+        limit = modes.AUTO_TOLERANCE / (1.0 + modes.AUTO_TOLERANCE)
+        for mode in wanted:
+            if modes.uses_residual(mode):
+                unit = fits[mode].summary["residuals"]["unit"]
+                learned = fits[mode].summary["residuals"]["fit"][f"rms_{unit}"]
+                base = fits[modes.geometry_of(mode)].summary["residuals"]["fit"][f"rms_{unit}"]
+                gain = 1.0 - learned / base
+                if gain < limit:
+                    notes[mode] = (f"not cross-validated: on its own training poses it improves "
+                                   f"{modes.geometry_of(mode)} by {100 * gain:.2f} % ({base:.4g} -> {learned:.4g} "
+                                   f"{unit}), less than the {100 * modes.AUTO_TOLERANCE:g} % it would need")
+                    continue
+            judged.append(mode)
+        return tuple(judged), notes
+
+    def _check_options(self) -> None:
         if self.model not in ("full", "offsets"):
             raise InputError(f"--model must be 'full' or 'offsets', got {self.model!r}.")
+        modes.check_mode(self.deflection)
         if not 0.0 <= self.holdout < 1.0:
             raise InputError(f"--holdout must be in [0, 1), got {self.holdout}.")
+        if self.folds is not None and int(self.folds) < 2:
+            raise InputError(f"--folds must be at least 2, got {self.folds}.")
+        if self.pixel_sigma is not None and not self.pixel_sigma > 0:
+            raise InputError(f"--pixel-sigma must be positive, got {self.pixel_sigma}.")
+
+    def _problem(self, sessions) -> Problem:
         if not sessions:
             raise InputError("give at least one session to calibrate from.")
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
-        _same_robot(sessions)
+        same_robot(sessions)
         first = sessions[0]
         tip_link = self.tip_link or first.tip_link
         chain = ChainModel.from_urdf(first.urdf_path, first.base_link, tip_link)
         if chain.joint_names != first.joint_names:
             raise InputError(f"tip_link {tip_link!r}: its chain from {first.base_link!r} moves joints {chain.joint_names}, "
-                             f"but {first.path} records {first.joint_names}; the reflectors sit on the recorded tip "
+                             f"but {first.path} records {first.joint_names}; the sensors sit on the recorded tip "
                              f"{first.tip_link!r}, so calibrate to that link.")
-        sensors = [f"s{i}" for i in range(len(sessions))]
-        if any(s.tracker_poses is not None for s in sessions):
-            from calib.pose_fit import fit_with_poses  # issue 9: 6-DoF probe poses, with or without points
-
-            return fit_with_poses(self, sessions, chain, sensors)
-        for session in sessions:
-            if session.tracker is None or not len(session.tracker.targets):
-                raise InputError(f"{session.path}: has no tracker points (tracker.csv); nothing to calibrate against.")
-
+        previous = self.previous
+        if previous is not None and list(previous.joint_names) != list(chain.joint_names):
+            raise InputError(f"the previous calibration is of another robot (joints {list(previous.joint_names)}), "
+                             f"{first.path} records {list(chain.joint_names)}.")
+        start_chain = previous.chain if previous is not None else chain
         fit_rows, held_rows = holdout_rows([len(s.pose_ids) for s in sessions], self.holdout, self.seed)
+        poses = []
+        for i, session in enumerate(sessions):
+            torques = GravityTorques(chain, session.payload_com)(session.q, session.payload_kg)
+            poses.append(PoseSet(session.q, session.pose_ids, session.payload_kg, f"s{i}", torques=torques))
+        prepared: dict[str, list[Prepared]] = {}
+        for i, session in enumerate(sessions):
+            present = [sensor for sensor in SENSORS if sensor.present(session)]
+            if not present:
+                raise InputError(f"{session.path}: has no tracker points (tracker.csv), tracker poses "
+                                 f"(tracker_poses.csv) or board images; nothing to calibrate against.")
+            for sensor in present:
+                if sensor.name == "board_corners":
+                    self.progress("detecting the board")
+                prepared.setdefault(sensor.name, []).append(sensor.prepare(session, i, poses[i], fit_rows[i], start_chain, self))
+        if "board_corners" in prepared:
+            items = prepared["board_corners"]
+            BY_NAME["board_corners"].finish(items, [fit_rows[p.index] for p in items],
+                                            [SerialChain(start_chain).base_T_tip(p.session.q) for p in items],
+                                            self.pixel_sigma, np.random.default_rng(self.seed))
+        start_targets = dict(previous.targets) if previous is not None else {}
+        return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets)
 
-        fit_blocks = [tracker_blocks(s, name, rows) for s, name, rows in zip(sessions, sensors, fit_rows)]
-        targets_seen = sorted(set().union(*[set(b.targets) for b in fit_blocks]))
+    def _groups(self, problem: Problem, start: StartValues, compliance: bool) -> list:
+        chain, previous = problem.chain, self.previous
+        groups = [JointPlacements(chain.joint_names, None if previous is None else np.asarray(previous.deltas).ravel()),
+                  JointZeros(chain.joint_names, ErrorModel.for_sensors(chain).serial.prismatic,
+                             None if previous is None else previous.zero_offsets)]
+        if start.tracker_T_base:
+            groups.append(TrackerFrames(start.tracker_T_base))
+        if start.targets:
+            groups.append(Reflectors({name: start.targets[name] for name in sorted(start.targets)}))
+        if start.tip_T_probe:
+            groups.append(ProbeFrames(start.tip_T_probe))
+        if start.camera_T_base:
+            groups.append(CameraPoses({name: start.camera_T_base[name] for name in sorted(start.camera_T_base)}))
+        if start.tip_T_board is not None:
+            groups.append(BoardPose(start.tip_T_board))
+        if compliance:
+            groups.append(JointCompliance(chain.joint_names, fixed=self._torqueless(problem)))
+        return groups
 
-        # Initial values: nominal tip poses registered to the points, reflectors by a linear solve.
-        references, offsets = {}, {}
-        for session, name, block in zip(sessions, sensors, fit_blocks):
-            if not len(block.targets):
-                raise InputError(f"{session.path}: no tracker points left for the fit after the hold-out.")
-            # A recalibration registers the tracker with the previous model, so the frame agrees
-            # with the seeded parameters and only the arm's real change is left to fit.
-            start_chain = self.previous.chain if self.previous is not None else chain
-            start_targets = dict(session.nominal_targets, **self.previous.targets) if self.previous is not None \
-                else session.nominal_targets
-            poses = start_chain.base_T_tip_batch(session.q)
-            frame, block_offsets = initial_frame_and_targets(poses[block.pose_row], block.targets, block.xyz,
-                                                             start_targets)
-            references[name] = frame
-            for target, xyz in block_offsets.items():
-                offsets.setdefault(target, xyz)
-        model = ErrorModel(chain, sensors, targets_seen, references, self.model)
-        theta0 = model.initial_vector(offsets)
-        if self.previous is not None:
-            theta0 = seed_from_previous(self.previous, model, theta0, first)
-        with threadpool_limits(limits=1, user_api="blas"):  # tall, thin matrices: threads only contend
-            condition_ratio = self._check_data(model, theta0, fit_blocks, sessions)
-        model, theta0, fit_blocks = self._extend_model(model, theta0, fit_blocks, sessions)
+    @staticmethod
+    def _torqueless(problem: Problem) -> np.ndarray:
+        """(dof,) bool: joints that hold no torque to speak of at the fit poses."""
+        torques = np.concatenate([poses.torques[rows] for poses, rows in zip(problem.poses, problem.fit_rows)])
+        largest = np.abs(torques).max(axis=0) if len(torques) else np.zeros(problem.chain.dof)
+        return largest <= TORQUELESS_FRACTION * max(largest.max(), 1e-300)
 
+    def _start_values(self, problem: Problem, fit_blocks: dict[str, list]) -> StartValues:
+        start = StartValues()
+        serial = SerialChain(problem.start_chain)
+        for i, session in enumerate(problem.sessions):
+            tips = serial.base_T_tip(session.q)
+            for name in problem.sensor_names:
+                for item in problem.prepared[name]:
+                    if item.index == i:
+                        mine = [b for b in fit_blocks[name] if b.poses is problem.poses[i]]
+                        BY_NAME[name].initialise(item, mine, tips, start, problem.start_targets)
+        for name, xyz in problem.start_targets.items():
+            if name in start.targets:  # a recalibration starts from the previous reflectors
+                start.targets[name] = np.asarray(xyz, float)
+        return start
+
+    def _geometry(self, problem: Problem, compliance: bool) -> GeometryFit:
+        fit_blocks = problem.blocks(problem.fit_rows)
+        flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
+        if problem.start is None:
+            problem.start = self._start(problem, fit_blocks)
+        start, hand_eye_rms, condition_ratio, seen = problem.start
+        model = ErrorModel(problem.chain, self._groups(problem, start, compliance), self.model)
+        theta0 = model.initial_vector()
         solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self.progress)
-        result = solver.solve(fit_blocks, model, theta0)
-        calibration = self._calibration(model, result, sessions, first)
-        calibration.summary["identifiability"]["condition_ratio_to_spread_poses"] = condition_ratio
-        self._statistics(calibration, model, result, sessions, sensors, fit_rows, held_rows, theta0, fit_blocks)
+        result = solver.solve(flat, model, theta0, None if compliance else seen)
+        noise = {}
+        for name in problem.sensor_names:
+            for _ in range(NOISE_ROUNDS):
+                estimated = BY_NAME[name].reweight(problem.prepared[name], result.blocks, model, result.theta,
+                                                   result.identifiability.rank)
+                if estimated is None:
+                    break
+                noise[name] = estimated
+                fit_blocks = problem.blocks(problem.fit_rows)
+                flat = [b for n in problem.sensor_names for b in fit_blocks[n]]
+                result = solver.solve(flat, model, theta0)
+        return GeometryFit(model, theta0, result, fit_blocks, problem.blocks(problem.held_rows), condition_ratio,
+                           noise, hand_eye_rms)
+
+    def _start(self, problem: Problem, fit_blocks: dict[str, list]) -> tuple:
+        """(start values, hand-eye RMS px or None, condition ratio, identifiability at the start)."""
+        start = self._start_values(problem, fit_blocks)
+        flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
+        hand_eye_rms = None
+        if any(BY_NAME[name].frames_first for name in problem.sensor_names):
+            # Gauge: what no measurement can see (where the base is behind the cameras, where the tip
+            # frame is along the last axis behind the board) stays as the starting arm says. So the
+            # frames alone are fitted to the starting arm first, then everything starts from there;
+            # the solver moves only along identifiable combinations, so unseen directions keep that split.
+            self.progress("fitting the sensor frames to the starting arm")
+            frames = ErrorModel(problem.chain, self._groups(problem, start, False), self.model, frames_only=True)
+            theta = frames.initial_vector()
+            corners = fit_blocks.get("board_corners", [])
+            if corners:
+                errors = np.concatenate([b.errors(frames, theta) for b in corners])
+                hand_eye_rms = float(np.sqrt(np.mean(errors ** 2)))
+            solved = RobustSolver(self.outlier_threshold).solve(flat, frames, theta).theta
+            start = self._restart(frames, solved)
+        rigid = ErrorModel(problem.chain, self._groups(problem, start, False), self.model)
+        with blas_single_thread():
+            condition_ratio, seen = self._check_data(problem, rigid, rigid.initial_vector(), fit_blocks)
+        return start, hand_eye_rms, condition_ratio, seen
+
+    @staticmethod
+    def _restart(frames: ErrorModel, theta: np.ndarray) -> StartValues:
+        """Start values from a frames-only fit: every frame at its fitted pose, reflectors at their offsets."""
+        start = StartValues()
+        for key, group in frames.groups.items():
+            if isinstance(group, FrameGroup):
+                values = {owner: group.transform(theta, owner) for owner in group.owners}
+                if key == "sensor":
+                    start.tracker_T_base = values
+                elif key == "probe":
+                    start.tip_T_probe = values
+                elif key == "camera":
+                    start.camera_T_base = values
+                elif key == "board":
+                    start.tip_T_board = values["board"]
+            elif key == "target":
+                start.targets = {owner: group.offset(theta, owner) for owner in group.owners}
+        return start
+
+    def _check_data(self, problem: Problem, model: ErrorModel, theta0: np.ndarray, fit_blocks: dict[str, list]):
+        flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
+        structural = None
+        if all(BY_NAME[name].can_probe_structure for name in problem.sensor_names):
+            points = [b for b in fit_blocks.get("tracker_points", []) if len(b.targets)]
+            reference = {"point_scale": float(np.median([np.median(b.sqrt_information[:, 0, 0]) for b in points]))
+                         if points else 1.0}
+            spread = spread_poses(model)
+            probes = [b for name in problem.sensor_names
+                      for b in BY_NAME[name].structural_blocks(fit_blocks[name], spread, reference)]
+            structural = structural_identifiability(model, theta0, probes)
+        poses = len({(id(b.poses), int(r)) for b in flat for r in b.unit_pose})
+        rows = sum(len(b.unit_index) for b in flat)
+        return check_pose_set(model, theta0, flat, structural, poses, rows / max(poses, 1), self.holdout,
+                              np.concatenate([s.q for s in problem.sessions]))
+
+    # -- the result -----------------------------------------------------------------------------------
+    def _calibration(self, problem: Problem, fit: GeometryFit) -> Calibration:
+        model, result = fit.model, fit.result
+        theta, std = result.theta, result.standard_deviations
+        deltas = theta[model.delta_slice].reshape(-1, 6).copy()
+        zeros = theta[model.zero_slice].copy()
+        first = problem.sessions[0]
+        chain = calibrated_chain(problem.chain, model, deltas, zeros)
+        frames = model.group("sensor")
+        reflectors = model.group("target")
+        identifiability = result.identifiability.summary()
+        identifiability["condition_ratio_to_spread_poses"] = fit.condition_ratio
+        if model.has("compliance"):
+            group = model.group("compliance")
+            identifiability["directions"] = list(identifiability["directions"]) + [
+                f"the compliance of {joint} is held at 0: the joint holds no torque at these poses."
+                for joint, fixed in zip(group.owners, group.fixed) if fixed]
+        summary = {"model": self.model, "sensors": problem.sensor_names, "sessions": [str(s.path) for s in problem.sessions],
+                   "data_hash": data_hash(problem.sessions), "base_link": first.base_link,
+                   "tip_link": chain.model.frames[chain.tip_frame].name, "identifiability": identifiability,
+                   "variance_factor": result.variance_factor, "solve_seconds": result.seconds,
+                   "evaluations": result.evaluations,
+                   "outliers": [{"point": o.label, "residual_sigma": round(o.residual_sigma, 2)} for o in result.outliers],
+                   "sensor_std": {s: std[frames.owner_slice(s)].tolist() for s in frames.owners} if frames else {},
+                   "probe_std": {p: std[sl].tolist() for p, sl in model.probe_slices.items()}}
+        if "tracker_poses" in problem.prepared:
+            summary["pose_noise"] = fit.noise.get("tracker_poses", {"source": "stated"})
+        calibration = Calibration(
+            chain=chain, joint_names=list(chain.joint_names),
+            tracker_T_base={s: model.tracker_T_base(theta, s) for s in (frames.owners if frames else [])},
+            targets={t: reflectors.offset(theta, t).copy() for t in (reflectors.owners if reflectors else [])},
+            deltas=deltas, delta_std=std[model.delta_slice].reshape(-1, 6), zero_offsets=zeros,
+            zero_std=std[model.zero_slice], target_std={t: std[sl] for t, sl in model.target_slices.items()},
+            summary=summary, source_urdf=first.urdf_path, solve=result, error_model=model,
+            tip_T_probe={p: model.tip_T_probe(theta, p) for p in model.probe_slices},
+            payload_com=first.payload_com)
+        if model.has("camera"):
+            calibration.base_T_camera = {k: invert(model.camera_T_base(theta, k)) for k in model.cameras}
+            calibration.camera_std = {k: std[sl] for k, sl in model.camera_slices.items()}
+        if model.has("board"):
+            items = problem.prepared["board_corners"]
+            calibration.tip_T_board = model.tip_T_board(theta)
+            calibration.board_std = std[model.board_slice]
+            calibration.board = items[0].data.detections.board
+            calibration.pixel_sigma = items[0].data.sigma_px
+            calibration.intrinsics = BY_NAME["board_corners"].intrinsics(items)
+        if model.has("compliance"):
+            calibration.compliance = theta[model.compliance_slice].copy()
+            calibration.compliance_std = std[model.compliance_slice].copy()
+        self._fit_figures(problem, fit, calibration)
         return calibration
 
-    def _extend_model(self, model: ErrorModel, theta0: np.ndarray, blocks: list, sessions: list[Session]):
-        """Hook for extra parameters (calib/compliance.py): (model, theta0, blocks) after the data check."""
-        return model, theta0, blocks
+    def _learn(self, problem: Problem, geometries: dict[str, GeometryFit], fits: dict[str, Calibration],
+               learned: list[str]) -> None:
+        """Train the residual ensembles of ``learned`` modes on their geometry's inlier fit poses, in
+        one batched run, and put them (and the fit figures they change) into their calibrations."""
+        if not learned:
+            return
+        self.progress(f"residual ensembles ({', '.join(learned)})")
+        datasets = []
+        for mode in learned:
+            fit = geometries[modes.geometry_of(mode)]
+            datasets.append(training_set(fit.result.blocks, fit.model, fit.theta, fits[mode].featurizer()))
+        for mode, residual in zip(learned, ResidualEnsemble(self._residual_config()).fit_many(datasets)):
+            fits[mode].residual_model = residual
+            self._fit_figures(problem, geometries[modes.geometry_of(mode)], fits[mode])
 
-    def _blocks(self, session: Session, sensor: str, rows: np.ndarray):
-        """The observation blocks of ``session``'s pose rows for the statistics (hook, as _extend_model)."""
-        return tracker_blocks(session, sensor, rows)
+    def _residual_config(self) -> ResidualConfig:
+        return self.residual or ResidualConfig(seed=self.seed)
 
-    def _check_data(self, model: ErrorModel, theta0: np.ndarray, blocks, sessions) -> float:
-        """Enough poses, and poses varied enough, for what the arm's structure can identify.
+    @staticmethod
+    def _inlier_poses(fit: GeometryFit) -> int:
+        return len({(id(b.poses), int(r)) for items in fit.inliers(fit.fit_blocks).values() for b in items
+                    for r in b.unit_pose})
 
-        Returns the data's condition number over that of random poses spread over the joint ranges.
-        """
-        # Structural rank: what a well spread pose set of this arm determines.
-        rng = np.random.default_rng(12345)
-        chain = model.chain
-        low = np.where(np.isfinite(chain.lower), chain.lower, -np.pi)
-        high = np.where(np.isfinite(chain.upper), chain.upper, np.pi)
-        q = rng.uniform(low, high, (STRUCTURAL_POSES, chain.dof))
-        targets = sorted(set().union(*[set(b.targets) for b in blocks]))
-        probes = []
-        for block in blocks:
-            rows = np.repeat(np.arange(STRUCTURAL_POSES), len(targets))
-            names = targets * STRUCTURAL_POSES
-            fake = np.zeros((len(rows), 3))
-            fake[:, 2] = 3.0  # any point a few metres away: only the Jacobian's structure matters here
-            probes.append(TrackerObservations(block.sensor, q, rows, names, fake,
-                                              np.repeat(np.eye(3)[None], len(rows), 0), [""] * len(rows)))
-        _, jac, _ = stack(probes, model, theta0)
-        structural = analyse(jac, model.free, model.names)
-        residuals = sum(3 * len(b.targets) for b in blocks)
-        poses = sum(len(np.unique(b.pose_row)) for b in blocks)
-        return check_pose_set(model, theta0, blocks, structural, residuals, poses, 3 * max(len(targets), 1),
-                              self.holdout, sessions)
-
-    def _calibration(self, model: ErrorModel, result: SolveResult, sessions, first: Session) -> Calibration:
-        state = model.state(result.theta)
-        std = result.standard_deviations
-        chain = model.chain.copy()
-        for i, joint_id in enumerate(chain.joint_ids):
-            chain.model.jointPlacements[joint_id] = fold_placement(model.chain.model.jointPlacements[joint_id],
-                                                                   state.deltas[i], state.zero_offsets[i],
-                                                                   model._motion_subspace[i])
-        return Calibration(
-            chain=chain, joint_names=list(chain.joint_names), tracker_T_base=dict(state.tracker_T_base),
-            targets=state.targets, deltas=state.deltas, delta_std=std[model.delta_slice].reshape(-1, 6),
-            zero_offsets=state.zero_offsets, zero_std=std[model.zero_slice],
-            target_std={t: std[sl] for t, sl in model.target_slices.items()},
-            summary={"model": self.model, "sessions": [str(s.path) for s in sessions], "data_hash": data_hash(sessions),
-                     "base_link": first.base_link, "tip_link": chain.model.frames[chain.tip_frame].name,
-                     "identifiability": result.identifiability.summary(),
-                     "variance_factor": result.variance_factor, "solve_seconds": result.seconds,
-                     "evaluations": result.evaluations,
-                     "outliers": [{"point": o.label, "residual_sigma": round(o.residual_sigma, 2)} for o in result.outliers],
-                     "sensor_std": {s: std[sl].tolist() for s, sl in model.sensor_slices.items()}},
-            source_urdf=first.urdf_path, solve=result, error_model=model)
-
-    def _statistics(self, calibration, model, result, sessions, sensors, fit_rows, held_rows, theta0, fit_blocks) -> None:
-        """Residual statistics for the fit, the hold-out and the nominal model (for the report)."""
-        outlier_labels = {o.label for o in result.outliers}
-        history = {"fit_before": [], "fit_after": [], "held_before": [], "held_after": [], "fit_pose_labels": [],
-                   "fit_pose_errors": []}
-        for session, sensor, fit, held in zip(sessions, sensors, fit_rows, held_rows):
-            for kind, rows in (("fit", fit), ("held", held)):
-                if not len(rows):
-                    continue
-                block = self._blocks(session, sensor, rows)
-                keep = np.array([l not in outlier_labels for l in block.labels], bool)
-                block = block.subset(keep)
-                before = np.linalg.norm(block.predict(model, theta0) - block.xyz, axis=1)
-                after = np.linalg.norm(block.predict(model, result.theta) - block.xyz, axis=1)
-                history[f"{kind}_before"].append(before)
-                history[f"{kind}_after"].append(after)
-                if kind == "fit":
-                    history["fit_pose_labels"] += [label.rsplit("/", 1)[0] for label in block.labels]
-                    history["fit_pose_errors"].append(after)
-        history = {k: (np.concatenate(v) if v and isinstance(v[0], np.ndarray) else v) for k, v in history.items()}
-        history["fit_rows"], history["held_rows"] = fit_rows, held_rows  # per session (deflection's selection)
+    def _fit_figures(self, problem: Problem, fit: GeometryFit, calibration: Calibration) -> None:
+        """Fit and nominal figures per sensor; the primary sensor's lead the summary."""
+        model, theta, theta0 = fit.model, fit.theta, fit.theta0
+        blocks = fit.inliers(fit.fit_blocks)
+        by_sensor, history = {}, {}
+        for name in problem.sensor_names:
+            sensor = BY_NAME[name]
+            items = [b.on(calibration_poses(b.poses, calibration)) for b in blocks[name]]
+            after, before = sensor.errors(items, model, theta), sensor.errors(blocks[name], model, theta0)
+            by_sensor[name] = {"fit": sensor.figures_from(after), "fit_nominal": sensor.figures_from(before)}
+            labels = [label.rsplit("/", 1 if name != "board_corners" else 2)[0] for b in blocks[name] for label in b.unit_labels]
+            history[name] = {"fit_after": after[0], "fit_before": before[0], "fit_pose_labels": labels}
+        primary = problem.primary
+        residuals = {"unit": BY_NAME[primary].unit, **by_sensor[primary], "holdout": None,
+                     "holdout_fraction": self.holdout,
+                     "poses": {"fit": int(sum(len(r) for r in problem.fit_rows)),
+                               "holdout": int(sum(len(r) for r in problem.held_rows))},
+                     "by_sensor": by_sensor}
+        calibration.summary["residuals"] = residuals
         calibration.history = history
-        stats = {"fit": ErrorStats.of(history["fit_after"]).as_dict(),
-                 "fit_nominal": ErrorStats.of(history["fit_before"]).as_dict()}
-        if len(history.get("held_after", [])):
-            stats["holdout"] = ErrorStats.of(history["held_after"]).as_dict()
-            stats["holdout_nominal"] = ErrorStats.of(history["held_before"]).as_dict()
+
+    def _held_out_figures(self, problem: Problem, fit: GeometryFit, calibration: Calibration, evidence: Evidence) -> None:
+        """The held-out figures of the delivered model, and how they were obtained."""
+        residuals = calibration.summary["residuals"]
+        total = int(sum(len(r) for r in problem.fit_rows) + sum(len(r) for r in problem.held_rows))
+        nominal_blocks = fit.inliers(fit.held_blocks if self.holdout > 0 else fit.fit_blocks)
+        for name in problem.sensor_names:
+            sensor = BY_NAME[name]
+            entry = residuals["by_sensor"][name]
+            errors = evidence.errors.get(name)
+            if errors is None or not len(errors[0]):
+                entry["holdout"] = None
+                continue
+            entry["holdout"] = sensor.figures_from(errors)
+            nominal = sensor.errors(nominal_blocks[name], fit.model, fit.theta0)
+            entry["holdout_nominal"] = sensor.figures_from(nominal)
+            calibration.history[name].update(held_after=errors[0], held_before=nominal[0])
+        calibration.summary["holdout_outliers"] = self._held_out_outliers(problem, fit, calibration) if self.holdout > 0 else []
+        primary = residuals["by_sensor"][problem.primary]
+        residuals["holdout"] = primary.get("holdout")
+        if primary.get("holdout_nominal") is not None:
+            residuals["holdout_nominal"] = primary["holdout_nominal"]
+        unit = BY_NAME[problem.primary].unit
+        if self.holdout > 0:
+            held = residuals["poses"]["holdout"]
+            validation = {"method": "holdout", "fraction": self.holdout, "poses": held,
+                          "description": f"a fixed hold-out of {held} of {total} poses ({self.holdout:.0%}), left out of "
+                                         f"the delivered calibration, which was fitted on the other "
+                                         f"{residuals['poses']['fit']}: --holdout reduces the data the calibration uses"}
         else:
-            stats["holdout"] = None
-        stats["holdout_fraction"] = self.holdout
-        stats["poses"] = {"fit": int(sum(len(r) for r in fit_rows)), "holdout": int(sum(len(r) for r in held_rows))}
-        calibration.summary["residuals"] = stats
+            folds = len(evidence.fold_rms)
+            validation = {"method": "cross-validation", "folds": folds, "poses_per_fold": evidence.fold_poses,
+                          "fold_rms": evidence.fold_rms, "unit": unit,
+                          "rms_spread": float(np.std(evidence.fold_rms)) if folds > 1 else None,
+                          "rms_min": min(evidence.fold_rms) if folds else None,
+                          "rms_max": max(evidence.fold_rms) if folds else None,
+                          "description": f"{describe_folds(folds, total)}: each fold refitted on the other poses "
+                                         f"and predicted on its own; the delivered calibration is fitted on every "
+                                         f"inlier pose",
+                          "folds_detail": [{"fold": k, "poses": p, "rms": r} for k, (p, r) in
+                                           enumerate(zip(evidence.fold_poses, evidence.fold_rms))]
+                          if folds <= 20 else []}
+        residuals["validation"] = validation
+        if "tracker_poses" in residuals["by_sensor"]:
+            residuals["tracker_poses"] = dict(residuals["by_sensor"]["tracker_poses"],
+                                              noise=calibration.summary.get("pose_noise", {"source": "stated"}))
+        if "board_corners" in residuals["by_sensor"]:
+            self._camera_summary(problem, fit, calibration, evidence)
+
+    def _held_out_outliers(self, problem: Problem, fit: GeometryFit, calibration: Calibration) -> list[dict]:
+        """Held-out units beyond the outlier threshold, scored by the fit's own robust scale: named,
+        and kept in the held-out figures (they are what unseen data looks like)."""
+        residuals, _, units = stack(fit.result.blocks, fit.model, fit.theta, jacobian=False)
+        scale = robust_sigma(*unit_norms(residuals, units, unit_count(fit.result.blocks)))
+        out = []
+        for name, items in fit.held_blocks.items():
+            sensor = BY_NAME[name]
+            for block in items:
+                block = block.on(calibration_poses(block.poses, calibration))
+                whitened, _ = evaluate(block, fit.model, fit.theta, False)
+                squared, _ = unit_norms(whitened, block.unit_index, len(block.unit_labels))
+                score = np.sqrt(squared) / scale
+                errors = sensor.errors([block], fit.model, fit.theta)[0] * (1e3 if sensor.unit == "mm" else 1.0)
+                out += [{"point": block.unit_labels[i], "residual_sigma": round(float(score[i]), 2),
+                         f"error_{sensor.unit}": round(float(errors[i]), 4)}
+                        for i in np.flatnonzero(score > self.outlier_threshold)]
+        return sorted(out, key=lambda o: -o["residual_sigma"])
+
+    def _camera_summary(self, problem: Problem, fit: GeometryFit, calibration: Calibration, evidence: Evidence) -> None:
+        blocks = fit.inliers(fit.fit_blocks)["board_corners"]
+        held = fit.inliers(fit.held_blocks)["board_corners"] if self.holdout > 0 else []
+        summary, _ = BY_NAME["board_corners"].summary(problem.prepared["board_corners"], blocks, held, fit.model,
+                                                       fit.theta, fit.theta0, fit.hand_eye_rms_px)
+        errors = evidence.errors.get("board_corners")
+        if self.holdout == 0 and errors is not None and len(errors[0]):
+            summary["holdout_rms_px"] = float(np.sqrt(np.mean(errors[0] ** 2)))
+            summary["corners"]["holdout"] = int(len(errors[0]))
+        calibration.summary["residuals"]["camera"] = summary
+
+    # -- held-out evidence ---------------------------------------------------------------------------
+    def _evidence(self, problem: Problem, geometries: dict[str, GeometryFit], fits: dict[str, Calibration],
+                  wanted: tuple[str, ...]) -> dict[str, Evidence]:
+        if self.holdout > 0:
+            out = {}
+            for mode in wanted:
+                fit = geometries[modes.geometry_of(mode)]
+                held = fit.inliers(fit.held_blocks)
+                errors = {name: BY_NAME[name].errors([b.on(calibration_poses(b.poses, fits[mode])) for b in items],
+                                                     fit.model, fit.theta)
+                          for name, items in held.items()}
+                primary = errors[problem.primary][0]
+                out[mode] = Evidence(errors, [_quoted_rms(problem, errors[problem.primary])] if len(primary) else [],
+                                     [int(sum(len(r) for r in problem.held_rows))])
+            return out
+        return self._cross_validation(problem, geometries, fits, wanted)
+
+    def _cross_validation(self, problem: Problem, geometries: dict[str, GeometryFit], fits: dict[str, Calibration],
+                          wanted: tuple[str, ...]) -> dict[str, Evidence]:
+        """Every candidate refitted without each fold and judged on it (the same folds for all)."""
+        counts = [len(s.pose_ids) for s in problem.sessions]
+        folds = fold_rows(counts, fold_count(sum(counts), self.folds), self.seed)
+        leaves = [_leaves(problem, rows) for rows in folds]
+        self.progress(f"cross-validation: {len(folds)} folds")
+        thetas = {geometry: fold_solutions(fit.result.blocks, fit.model, fit.theta, fit.result.identifiability.basis, leaves)
+                  for geometry, fit in geometries.items()}
+        # The learned candidates' ensembles, one per fold and mode, trained in one batched run.
+        datasets, keys = [], []
+        for mode in (m for m in wanted if modes.uses_residual(m)):
+            geometry = modes.geometry_of(mode)
+            fit = geometries[geometry]
+            for k, leaving in enumerate(leaves):
+                train = keep_units(fit.result.blocks, lambda b, leaving=leaving: ~leaving(b))
+                datasets.append(training_set(train, fit.model, thetas[geometry][k], fits[mode].featurizer()))
+                keys.append((mode, k))
+        residuals = {}
+        if datasets:
+            self.progress(f"residual ensembles for {len(datasets)} folds")
+            residuals = dict(zip(keys, ResidualEnsemble(self._residual_config()).fit_many(datasets)))
+        out = {}
+        for mode in wanted:
+            geometry = modes.geometry_of(mode)
+            fit = geometries[geometry]
+            inliers = fit.inliers(fit.fit_blocks)
+            parts = {name: [] for name in inliers}
+            fold_rms, fold_poses = [], []
+            for k, (rows, leaving) in enumerate(zip(folds, leaves)):
+                for name, items in inliers.items():
+                    test = keep_units(items, leaving)
+                    if (mode, k) in residuals:
+                        test = [b.on(corrected(b.poses, residuals[(mode, k)], fits[mode].featurizer())) for b in test]
+                    parts[name].append(BY_NAME[name].errors(test, fit.model, thetas[geometry][k]) if test else None)
+                rms = _quoted_rms(problem, parts[problem.primary][-1])
+                if rms is not None:
+                    fold_rms.append(rms)
+                    fold_poses.append(int(sum(len(r) for r in rows)))
+            out[mode] = Evidence({name: join_errors(p) for name, p in parts.items()}, fold_rms, fold_poses)
+        return out
+
+
+def _leaves(problem: Problem, rows: list[np.ndarray]):
+    """``block -> (units,) bool``: the units a fold holding out pose rows ``rows`` (per session) leaves out."""
+    held = {id(poses): r for poses, r in zip(problem.poses, rows)}
+    return lambda block: np.isin(block.unit_pose, held.get(id(block.poses), np.zeros(0, int)))
+
+
+def _quoted_rms(problem: Problem, errors: tuple | None) -> float | None:
+    """The primary sensor's RMS in the unit its figures are quoted in (mm, px)."""
+    if not errors or not len(errors[0]):
+        return None
+    sensor = BY_NAME[problem.primary]
+    return float(sensor.figures_from(errors)[f"rms_{sensor.unit}"])
+
+
+def _rms(errors: tuple | None) -> float | None:
+    if not errors or not len(errors[0]):
+        return None
+    return float(np.sqrt(np.mean(errors[0] ** 2)))
+
+
+def calibration_poses(poses: PoseSet, calibration: Calibration) -> PoseSet:
+    """``poses`` with the calibration's learned tip shift applied (unchanged without one)."""
+    if calibration.residual_model is None:
+        return poses
+    return corrected(poses, calibration.residual_model, calibration.featurizer())

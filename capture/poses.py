@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from rigs.errors import InputError
+from rigs.limits import ChainJoints, check_joint_values
 
 
 @dataclass
@@ -42,10 +43,14 @@ def random_poses(lower: np.ndarray, upper: np.ndarray, seed: int, is_valid: Call
             raise InputError(f"no valid pose found in {max_tries} random tries; the rig's sensors may not see the arm.")
 
 
-def read_plan(path: Path, joint_names: list[str]) -> Plan:
-    """A plan CSV: ``pose`` plus one column per joint (radians), any order; extra columns kept."""
+def read_plan(path: Path, limits: ChainJoints) -> Plan:
+    """A plan CSV: ``pose`` plus one column per joint (radians), any order; extra columns kept.
+
+    Every pose must lie within the joints' URDF limits (:mod:`rigs.limits` states the tolerance).
+    """
     from capture.session import parse_number, read_csv_rows
 
+    joint_names = limits.names
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: plan file not found.")
@@ -67,4 +72,10 @@ def read_plan(path: Path, joint_names: list[str]) -> Plan:
         raise InputError(f"{path}: pose ids repeat.")
     if not ids:
         raise InputError(f"{path}: the plan has no poses.")
-    return Plan(ids, np.array(q), extra)
+    if any(not pose or "," in pose for pose in ids):
+        raise InputError(f"{path}: row {2 + next(i for i, p in enumerate(ids) if not p or ',' in p)}: a pose id must be "
+                         f"non-empty text without commas.")
+    q = np.array(q, dtype=float)
+    check_joint_values(q, q, joint_names, limits.types, limits.lower, limits.upper,
+                       [f"row {n}" for n in range(2, len(ids) + 2)], path, "rad", flag=None)
+    return Plan(ids, q, extra)

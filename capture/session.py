@@ -20,8 +20,9 @@ flight.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +30,10 @@ import numpy as np
 
 from capture.camera_info import CameraInfo
 from rigs import urdf as urdf_io
+from rigs.documents import as_table
 from rigs.errors import InputError
-from rigs.files import atomic_write_json
+from rigs.files import atomic_write_json, atomic_write_text, inside_folder, read_json, read_text
+from rigs.limits import REACH_SLACK_M, ChainJoints, check_joint_values, check_offset, check_spread
 
 FORMAT = "selfcal-session"
 FORMAT_VERSION = 1
@@ -41,15 +44,33 @@ def pose_id(index: int) -> str:
     return f"p{index:0{POSE_ID_WIDTH}d}"
 
 
+NO_DEPTH = ("free", "unknown")
+DEFAULT_DEPTH_NOISE = 0.002  # relative sigma assumed when a session states nothing about its cameras' noise
+
+
 @dataclass
 class SessionCamera:
-    """A camera of a session: intrinsics, pose of its optical frame in the base frame (or None)."""
+    """A camera of a session: intrinsics, pose of its optical frame in the base frame (or None).
+
+    ``no_depth`` says what a depth pixel of 0 means: ``unknown`` (a hole, a shadow, out of range:
+    what real cameras give) or ``free`` (an ideal simulated camera saw nothing there).
+    """
 
     name: str
     info: CameraInfo
     base_T_camera: np.ndarray | None
     depth_scale: float  # metres per unit of the depth PNG
     depth_noise: float | None  # relative standard deviation, when known
+    depth_sigma_at_1m: float | None = None  # sigma_z = this * z^2 (m), a stereo camera's law, when known
+    no_depth: str = "unknown"
+    frame_id: str | None = None  # the optical frame's name in the recording (ROS header.frame_id)
+
+    def depth_sigma(self, depth: np.ndarray) -> np.ndarray:
+        """Standard deviation (m) of a depth reading of ``depth`` m (any shape)."""
+        depth = np.asarray(depth, dtype=float)
+        if self.depth_sigma_at_1m is not None:
+            return self.depth_sigma_at_1m * depth ** 2
+        return (self.depth_noise if self.depth_noise is not None else DEFAULT_DEPTH_NOISE) * depth
 
 
 @dataclass
@@ -60,6 +81,7 @@ class TrackerPoints:
     targets: list[str]  # (M,)
     xyz: np.ndarray  # (M, 3) m, tracker frame
     sigma: np.ndarray | None = None  # (M,) m, per-point standard deviation when the file gave one
+    rows: list[str] | None = None  # (M,) where each point is in its file ("row 12"), for messages
 
 
 @dataclass
@@ -134,8 +156,32 @@ class Session:
     def is_simulated(self) -> bool:
         return (self.path / "truth").is_dir()
 
+    @property
+    def mount_plane_z(self) -> float | None:
+        """The surface the base is bolted to (m, base frame): nothing below it is the arm; None: unknown."""
+        value = (self.manifest.get("scene") or {}).get("mount_plane_z")
+        return None if value is None else float(value)
+
+    def with_camera_poses(self, base_T_camera: dict[str, np.ndarray], source: str) -> "Session":
+        """A copy whose cameras stand where ``base_T_camera`` (name -> (4, 4), optical frame in the
+        base frame) says, e.g. as a board calibration found them; nothing is written to disk.
+        ``source`` names where the poses come from, for messages."""
+        import dataclasses
+
+        missing = [name for name in self.cameras if name not in base_T_camera]
+        if missing:
+            raise InputError(f"{source}: has no pose for camera {missing[0]!r} of {self.path} (it has "
+                             f"{', '.join(sorted(base_T_camera)) or 'no cameras'}).")
+        cameras = {name: dataclasses.replace(camera, base_T_camera=np.asarray(base_T_camera[name], dtype=float))
+                   for name, camera in self.cameras.items()}
+        return dataclasses.replace(self, cameras=cameras)
+
     def image_path(self, camera: str, pose: str, kind: str) -> Path:
         return self.path / "cameras" / camera / f"{pose}_{kind}.png"
+
+    def has_image(self, camera: str, pose: str, kind: str) -> bool:
+        """Whether ``camera`` recorded a ``kind`` image at ``pose`` (an imported recording may skip some)."""
+        return self.image_path(camera, pose, kind).is_file()
 
     def image(self, camera: str, pose: str, kind: str) -> np.ndarray:
         """``rgb`` (H, W, 3) uint8, ``depth`` (H, W) float32 metres (0 = no reading), ``seg`` (H, W) int."""
@@ -146,6 +192,11 @@ class Session:
         image = cv2.imread(str(path), flags)
         if image is None:
             raise InputError(f"{path}: image missing or unreadable.")
+        info = self.cameras[camera].info
+        if image.shape[:2] != (info.height, info.width) or (kind != "rgb" and image.ndim != 2):
+            raise InputError(f"{path}: a {image.shape[1]} x {image.shape[0]} image with {1 if image.ndim == 2 else image.shape[2]} "
+                             f"channels, but camera {camera!r} gives {info.width} x {info.height}"
+                             + (" colour images." if kind == "rgb" else " single-channel images."))
         if kind == "rgb":
             return image[..., ::-1].copy()
         if kind == "depth":
@@ -160,8 +211,14 @@ class Session:
 # -- reading --------------------------------------------------------------------------------------
 
 def read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    with open(path, newline="") as stream:
-        rows = [row for row in csv.reader(stream) if row and not row[0].startswith("#")]
+    """Header and rows of a CSV file (``#`` comment rows and blank rows skipped); InputError when the
+    file is missing, not UTF-8 or not CSV."""
+    path = Path(path)
+    text = read_text(path, "CSV file")
+    try:
+        rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row and not row[0].startswith("#")]
+    except csv.Error as error:
+        raise InputError(f"{path}: not a readable CSV file ({error}).") from None
     if not rows:
         raise InputError(f"{path}: empty file (expected a header row).")
     return [h.strip() for h in rows[0]], rows[1:]
@@ -177,35 +234,113 @@ def parse_number(text: str, path: Path, row: int, column: str) -> float:
     return value
 
 
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def read_manifest(path: Path) -> dict:
+    """The checked ``session.json`` of session folder ``path`` (types of every key selfcal reads)."""
+    manifest_path = Path(path) / "session.json"
+    manifest = read_json(manifest_path, "session manifest")
+    top = as_table(manifest, manifest_path, "session manifest")
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise InputError(f"{manifest_path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
+                         f"is not a {FORMAT} version {FORMAT_VERSION} this selfcal reads.")
+    robot = top.get("robot", "table")
+    for key in ("urdf", "base_link", "tip_link"):
+        robot.get(key, "str")
+    names = robot.get("joint_names", "names")
+    if not names or len(set(names)) != len(names):
+        raise InputError(f"{robot.where('joint_names')} should name each joint once, got {names!r}.")
+    robot.get("payload_com", "vector", None, length=3)
+    sensors = top.get("sensors", "table", None, nullable=True)
+    if sensors is not None:
+        tracker = sensors.get("tracker", "table", None, nullable=True)
+        if tracker is not None:
+            targets = tracker.get("targets", "table", None, nullable=True)
+            for name in (targets.data if targets is not None else {}):
+                targets.get(name, "vector", length=3)
+            for key in ("distance_mpe_m", "transverse_mpe_m"):
+                values = tracker.get(key, "vector", None, length=2, nullable=True)
+                if values is not None and np.any(values < 0):
+                    raise InputError(f"{tracker.where(key)} should not be negative, got {values.tolist()}.")
+        poses = sensors.get("tracker_poses", "table", None, nullable=True)
+        if poses is not None:
+            for key in ("sigma_pos_m", "sigma_rot_rad"):
+                if poses.get(key, "number", None, nullable=True) is not None and poses.data[key] <= 0:
+                    raise InputError(f"{poses.where(key)} should be positive, got {poses.data[key]!r}.")
+        cameras = sensors.get("cameras", "table", None, nullable=True)
+        for name in (cameras.data if cameras is not None else {}):
+            if not _FOLDER_NAME.match(name):
+                raise InputError(f"{cameras.where(name)}: a camera name must be a plain folder name (letters, digits, "
+                                 f"'_', '-', '.'), got {name!r}.")
+            camera = cameras.get(name, "table")
+            camera.get("base_T_camera", "matrix", None, shape=(4, 4), nullable=True)
+            camera.positive("depth_scale", 0.001)
+            noise = camera.get("depth_noise", "number", None, nullable=True)
+            if noise is not None and noise < 0:
+                raise InputError(f"{camera.where('depth_noise')} should not be negative, got {noise}.")
+            sigma = camera.get("depth_sigma_at_1m", "number", None, nullable=True)
+            if sigma is not None and sigma <= 0:
+                raise InputError(f"{camera.where('depth_sigma_at_1m')} should be positive, got {sigma}.")
+            no_depth = camera.get("no_depth", "str", None, nullable=True)
+            if no_depth is not None and no_depth not in NO_DEPTH:
+                raise InputError(f"{camera.where('no_depth')} should be one of {', '.join(NO_DEPTH)}, got {no_depth!r}.")
+            camera.get("frame_id", "str", None, nullable=True)
+        board = sensors.get("board", "table", None, nullable=True)
+        if board is not None:
+            squares = board.get("squares", "vector", length=2)
+            if np.any(squares != np.round(squares)) or np.any(squares < 2):
+                raise InputError(f"{board.where('squares')} should be two whole numbers of at least 2, got "
+                                 f"{board.data['squares']!r}.")
+            board.positive("square_m")
+            board.positive("marker_m")
+            board.get("dictionary", "str", "DICT_4X4_50")
+            board.get("tip_T_board_nominal", "matrix", None, shape=(4, 4), nullable=True)
+    scene = top.get("scene", "table", None, nullable=True)
+    if scene is not None:
+        scene.get("mount_plane_z", "number", None, nullable=True)
+    source = top.get("source", "table", None, nullable=True)
+    if source is not None:
+        source.get("seed", "int", None, nullable=True)
+        source.get("payload_kg", "number", None, nullable=True)
+    return manifest
+
+
 def load_session(path: Path) -> Session:
-    """Read and check a session folder; InputError naming the file, row or key on any problem."""
+    """Read and check a session folder; InputError naming the file, row or key on any problem.
+
+    Besides the format, the data must be what a real arm can produce (:mod:`rigs.limits`): joints
+    within the URDF's limits, reflector points and probe poses no farther apart than the arm can
+    carry them, reflector offsets no longer than the arm's reach.
+    """
     path = Path(path)
     manifest_path = path / "session.json"
     if not manifest_path.is_file():
         partial = path.with_name(path.name + ".partial")
-        hint = f" (an interrupted capture is in {partial}; resume it with --resume)" if partial.is_dir() else ""
+        hint = (f" (an interrupted capture is in {partial}; run the same `selfcal capture` with --resume)"
+                if partial.is_dir() else "")
         raise InputError(f"{path}: not a session folder, session.json is missing{hint}.")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as error:
-        raise InputError(f"{manifest_path}: not valid JSON ({error}).") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"{manifest_path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
-                         f"is not a {FORMAT} version {FORMAT_VERSION} this selfcal reads.")
-    for key in ("urdf", "base_link", "tip_link", "joint_names"):
-        if key not in manifest.get("robot", {}):
-            raise InputError(f"{manifest_path}: key 'robot.{key}' is missing.")
-    joint_names = list(manifest["robot"]["joint_names"])
-    held = manifest["robot"].get("held_joints") or {}
+    manifest = read_manifest(path)
+    robot = manifest["robot"]
+    joint_names = list(robot["joint_names"])
+    urdf_path = inside_folder(path, robot["urdf"], f"{manifest_path}: key 'robot.urdf'", "URDF path")
+    held = robot.get("held_joints") or {}
     if not isinstance(held, dict) or not all(isinstance(name, str) and isinstance(value, (int, float))
                                              and not isinstance(value, bool) and np.isfinite(value)
                                              for name, value in held.items()):
         raise InputError(f"{manifest_path}: robot.held_joints should map joint names to positions (rad or m), "
                          f"got {held!r}.")
-    urdf_path = path / manifest["robot"]["urdf"]
-    if not urdf_path.resolve().is_relative_to(path.resolve()):
-        raise InputError(f"{manifest_path}: robot.urdf must lie inside the session folder.")
     urdf_io.check_meshes(urdf_path)
+    limits = ChainJoints.from_urdf(urdf_path, robot["base_link"], robot["tip_link"])
+    if limits.names != joint_names:
+        raise InputError(f"{manifest_path}: key 'robot.joint_names' lists {joint_names}, but the chain of {urdf_path.name} "
+                         f"from {robot['base_link']!r} to {robot['tip_link']!r} moves {limits.names}.")
+    targets = (manifest.get("sensors") or {}).get("tracker") or {}
+    offsets = [np.asarray(xyz, float) for xyz in (targets.get("targets") or {}).values()]
+    for name, xyz in (targets.get("targets") or {}).items():
+        check_offset(xyz, limits.reach, f"{manifest_path}: key 'sensors.tracker.targets.{name}'", "reflector offset")
+    if robot.get("payload_com") is not None:
+        check_offset(robot["payload_com"], limits.reach, f"{manifest_path}: key 'robot.payload_com'", "payload centre")
 
     joints_path = path / "joints.csv"
     if not joints_path.is_file():
@@ -214,6 +349,9 @@ def load_session(path: Path) -> Session:
     missing = [name for name in ["pose", *joint_names] if name not in header]
     if missing:
         raise InputError(f"{joints_path}: column {missing[0]!r} is missing.")
+    if len(set(header)) != len(header):
+        duplicate = next(h for h in header if header.count(h) > 1)
+        raise InputError(f"{joints_path}: column {duplicate!r} appears twice in the header.")
     columns = {name: header.index(name) for name in header}
     pose_ids, q, payload = [], [], []
     extra = {name: [] for name in header if name not in ("pose", "payload_kg", *joint_names)}
@@ -225,28 +363,46 @@ def load_session(path: Path) -> Session:
             raise InputError(f"{joints_path}: row {number}: empty pose id.")
         pose_ids.append(pose)
         q.append([parse_number(row[columns[name]], joints_path, number, name) for name in joint_names])
-        payload.append(parse_number(row[columns["payload_kg"]], joints_path, number, "payload_kg") if "payload_kg" in columns else 0.0)
+        kg = parse_number(row[columns["payload_kg"]], joints_path, number, "payload_kg") if "payload_kg" in columns else 0.0
+        if kg < 0:
+            raise InputError(f"{joints_path}: row {number}, column 'payload_kg': {kg:g} kg is negative.")
+        payload.append(kg)
         for name in extra:
             extra[name].append(row[columns[name]])
     if len(set(pose_ids)) != len(pose_ids):
         duplicate = next(p for p in pose_ids if pose_ids.count(p) > 1)
         raise InputError(f"{joints_path}: pose id {duplicate!r} appears twice.")
-    session = Session(path, manifest, joint_names, pose_ids, np.array(q, dtype=float).reshape(-1, len(joint_names)),
-                      np.array(payload, dtype=float), extra)
+    if not pose_ids:
+        raise InputError(f"{joints_path}: no poses (only a header).")
+    q_array = np.array(q, dtype=float).reshape(-1, len(joint_names))
+    check_joint_values(q_array, q_array, joint_names, limits.types, limits.lower, limits.upper,
+                       [f"row {n}" for n in range(2, len(pose_ids) + 2)], joints_path, "rad", flag=None)
+    session = Session(path, manifest, joint_names, pose_ids, q_array, np.array(payload, dtype=float), extra)
 
+    largest_offset = max([float(np.linalg.norm(o)) for o in offsets], default=0.0)
     tracker_path = path / "tracker.csv"
     if tracker_path.is_file():
         session.tracker = read_tracker_csv(tracker_path, {p: i for i, p in enumerate(pose_ids)})
+        check_spread(session.tracker.xyz, limits.reach, largest_offset + REACH_SLACK_M, tracker_path,
+                     session.tracker.rows, "reflector points")
     tracker_poses_path = path / "tracker_poses.csv"
     if tracker_poses_path.is_file():
         session.tracker_poses = read_tracker_poses_csv(tracker_poses_path, {p: i for i, p in enumerate(pose_ids)})
+        check_spread(session.tracker_poses.tracker_T_probe[:, :3, 3], limits.reach, REACH_SLACK_M, tracker_poses_path,
+                     [f"row {n}" for n in range(2, len(session.tracker_poses.pose_index) + 2)], "probe positions")
 
-    for name, camera in (manifest.get("sensors", {}).get("cameras") or {}).items():
+    simulated = (manifest.get("source") or {}).get("kind") == "simulated"
+    for name, camera in ((manifest.get("sensors") or {}).get("cameras") or {}).items():
         info = CameraInfo.load(path / "cameras" / name / "camera_info.yaml")
         pose = camera.get("base_T_camera")
+        # Simulated sessions recorded before cameras stated it had ideal cameras in empty space.
+        no_depth = camera.get("no_depth") or ("free" if simulated else "unknown")
+        if pose is not None:
+            pose = np.asarray(pose, dtype=float).reshape(4, 4)
+        sigma = camera.get("depth_sigma_at_1m")
         session.cameras[name] = SessionCamera(
-            name, info, None if pose is None else np.asarray(pose, dtype=float).reshape(4, 4),
-            float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"))
+            name, info, pose, float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"),
+            None if sigma is None else float(sigma), no_depth, camera.get("frame_id"))
     return session
 
 
@@ -256,10 +412,14 @@ def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:
         if name not in header:
             raise InputError(f"{path}: column {name!r} is missing.")
     columns = {name: header.index(name) for name in header}
-    index, targets, xyz, sigma = [], [], [], []
+    index, targets, xyz, sigma, numbers = [], [], [], [], []
     seen = set()
     for number, row in enumerate(rows, start=2):
+        if len(row) != len(header):
+            raise InputError(f"{path}: row {number} has {len(row)} cells, the header has {len(header)}.")
         pose, target = row[columns["pose"]].strip(), row[columns["target"]].strip()
+        if not target:
+            raise InputError(f"{path}: row {number}: empty target name.")
         if pose not in pose_rows:
             raise InputError(f"{path}: row {number}: pose {pose!r} has no row in joints.csv.")
         if (pose, target) in seen:
@@ -270,8 +430,11 @@ def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:
         xyz.append([parse_number(row[columns[a]], path, number, a) for a in "xyz"])
         if "sigma" in columns:
             sigma.append(parse_number(row[columns["sigma"]], path, number, "sigma"))
+            if sigma[-1] <= 0:
+                raise InputError(f"{path}: row {number}, column 'sigma': {sigma[-1]:g} m; a standard deviation must be positive.")
+        numbers.append(f"row {number}")
     return TrackerPoints(np.array(index, dtype=int), targets, np.array(xyz, dtype=float).reshape(-1, 3),
-                         np.array(sigma) if sigma else None)
+                         np.array(sigma) if sigma else None, numbers)
 
 
 def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoses:
@@ -286,6 +449,8 @@ def read_tracker_poses_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPose
     sigmas = [name for name in ("sigma_pos", "sigma_rot") if name in columns]
     index, transforms, sigma = [], [], {name: [] for name in sigmas}
     for number, row in enumerate(rows, start=2):
+        if len(row) != len(header):
+            raise InputError(f"{path}: row {number} has {len(row)} cells, the header has {len(header)}.")
         pose = row[columns["pose"]].strip()
         if pose not in pose_rows:
             raise InputError(f"{path}: row {number}: pose {pose!r} has no row in joints.csv.")
@@ -328,6 +493,14 @@ def write_tracker_poses_csv(path: Path, pose_ids: list[str], tracker_T_probe: np
 
 # -- writing --------------------------------------------------------------------------------------
 
+def _cut_torn_line(path: Path) -> None:
+    """Cut ``path`` back to its last whole line (a line a killed append left without its newline)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as stream:
+            stream.truncate(data.rfind(b"\n") + 1)
+
+
 class SessionWriter:
     """Append-only writer of a session folder, flushed pose by pose.
 
@@ -358,10 +531,22 @@ class SessionWriter:
 
     @classmethod
     def reopen(cls, path: Path) -> tuple["SessionWriter", list[str]]:
-        """Continue an interrupted recording: returns the writer and the pose ids already complete."""
+        """Continue an interrupted recording: returns the writer and the pose ids already complete.
+
+        A run killed outright may have left a torn last line in any file it appends to; those are
+        cut back to the last whole line before anything is read.
+        """
         path = Path(path)
-        manifest = json.loads((path / "session.json").read_text())
-        header, rows = read_csv_rows(path / "joints.csv")
+        try:
+            manifest = read_manifest(path)
+            appended = [name for name in ("joints.csv", "tracker.csv", "tracker_poses.csv", "truth/tracker_clean.csv",
+                                          "truth/joints_reached.csv", "truth/tracker_poses_clean.csv")
+                        if (path / name).is_file()]
+            for name in appended:
+                _cut_torn_line(path / name)
+            header, rows = read_csv_rows(path / "joints.csv")
+        except InputError as error:
+            raise InputError(f"{path}: cannot be resumed ({error}); remove it and record again.") from None
         joint_names = manifest["robot"]["joint_names"]
         extra = [h for h in header if h not in ("pose", "payload_kg", *joint_names)]
         done = [row[0] for row in rows if len(row) == len(header)]
@@ -371,12 +556,8 @@ class SessionWriter:
             tracker_header, _ = read_csv_rows(path / "tracker.csv")
             writer.with_sigma = "sigma" in tracker_header
             writer.tracker_header = tracker_header
-            writer._rewrite_rows("tracker.csv", lambda row: row[0] in done)
-        truth_clean = path / "truth" / "tracker_clean.csv"
-        if truth_clean.is_file():
-            writer._rewrite_rows("truth/tracker_clean.csv", lambda row: row[0] in done)
-        if (path / "truth" / "joints_reached.csv").is_file():
-            writer._rewrite_rows("truth/joints_reached.csv", lambda row: row[0] in done)
+        for name in appended[1:]:
+            writer._rewrite_rows(name, lambda row: row[0] in done)
         for image in (path / "cameras").glob("*/*.png") if (path / "cameras").is_dir() else []:
             if image.name.split("_")[0] not in done:
                 image.unlink()
@@ -391,11 +572,13 @@ class SessionWriter:
             csv.writer(stream).writerow(header)
 
     def _rewrite_rows(self, name: str, keep) -> None:
+        """Keep the header and the rows ``keep`` accepts; atomic, so a kill now loses nothing."""
         with open(self.path / name, newline="") as stream:
             rows = list(csv.reader(stream))
         kept = [rows[0]] + [row for row in rows[1:] if row and keep(row)]
-        with open(self.path / name, "w", newline="") as stream:
-            csv.writer(stream).writerows(kept)
+        buffer = io.StringIO(newline="")
+        csv.writer(buffer).writerows(kept)
+        atomic_write_text(self.path / name, buffer.getvalue())
 
     def _append(self, name: str, rows: list[list]) -> None:
         with open(self.path / name, "a", newline="") as stream:

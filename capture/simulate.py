@@ -8,8 +8,10 @@ one with the same seed, so the result has exactly the poses an uninterrupted run
 
 from __future__ import annotations
 
-import json
+import contextlib
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -21,7 +23,8 @@ from capture.poses import Plan, random_poses
 from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, pose_id
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
-from rigs.files import atomic_write_json
+from rigs.files import (TEMPORARY_TAG, atomic_write_json, current_umask, check_new_output, clean_leftovers, is_locked,
+                        locked_folder, make_parents, remove_empty_folders, rename_no_replace)
 from rigs.simulator import Simulator, true_tip_T_board
 from rigs.spec import Rig
 from rigs.transforms import exp6, invert, quat_xyzw, transform_points
@@ -51,14 +54,17 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
             "info": f"cameras/{camera.name}/camera_info.yaml",
             "base_T_camera": camera.base_T_camera.tolist(),
             "depth_scale": DEPTH_SCALE,
-            "depth_noise": camera.depth_noise,
+            "depth_noise": camera.depth_noise if camera.depth_model.kind == "gaussian" else None,
+            "depth_sigma_at_1m": camera.depth_model.sigma_at_1m(float(camera.K[0, 0])),
+            "no_depth": camera.depth_model.no_depth,
+            "depth_model": camera.depth_model.describe(float(camera.K[0, 0])),
         }
     if rig.board is not None:
         board = rig.board
         sensors["board"] = {"kind": "charuco", "squares": list(board.squares), "square_m": board.square,
                             "marker_m": board.marker, "dictionary": board.dictionary,
                             "tip_T_board_nominal": board.tip_T_board.tolist()}
-    return {
+    manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "units": {"length": "m", "angle": "rad", "mass": "kg", "depth_png": f"{DEPTH_SCALE} m per unit"},
@@ -69,6 +75,10 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
         "source": {"kind": "simulated", "rig": rig.name, "seed": seed, "poses": poses, "payload_kg": payload_kg,
                    "selfcal_version": VERSION},
     }
+    if rig.scene is not None:
+        manifest["scene"] = {"mount_plane_z": rig.scene.mount_plane_z,
+                             "boxes": [box.name for box in rig.scene.boxes]}
+    return manifest
 
 
 def _lay_out(rig: Rig, arm: TrueArm, folder: Path, joint_names: list[str], seed: int, poses: int, payload_kg: float,
@@ -216,59 +226,100 @@ def pose_is_valid(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
 
 def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: float = 0.0, plan: Plan | None = None,
                       resume: bool = False, progress: Callable[[int, int], None] | None = None) -> Path:
-    """Record ``poses`` poses (or the plan's) of the simulated ``rig`` into the session folder ``out``."""
+    """Record ``poses`` poses (or the plan's) of the simulated ``rig`` into the session folder ``out``.
+
+    The recording goes to ``<out>.partial``, laid out complete under a temporary name first (so a
+    run killed in its first milliseconds leaves nothing to resume, only a leftover the next run
+    cleans), locked while recording (so a second run into it stops with a sentence), and renamed to
+    ``out`` when every pose is in.
+    """
     out = Path(out)
     partial = partial_path(out)
-    if out.exists():
+    if os.path.lexists(out):
         raise InputError(f"{out}: already exists; choose another --out.")
-    if partial.exists() and not resume:
-        raise InputError(f"{partial}: an interrupted capture is there; pass --resume to continue it, or remove it.")
-    if resume and not partial.is_dir():
-        raise InputError(f"{partial}: nothing to resume (no interrupted capture for {out}).")
     if plan is None and poses < 1:
         raise InputError(f"--poses must be at least 1, got {poses}.")
     if payload_kg < 0:
         raise InputError(f"--payload must not be negative, got {payload_kg} kg.")
+    busy = f"{partial}: another capture is recording into it now; wait for it to finish or choose another --out."
+    if is_locked(partial):
+        raise InputError(busy)
+    if partial.exists() and not resume:
+        raise InputError(f"{partial}: an interrupted capture is there; run the same command with --resume to continue "
+                         f"it, or remove {partial} to start over.")
+    if resume and not partial.is_dir():
+        raise InputError(f"{partial}: nothing to resume (no interrupted capture for {out}); run without --resume.")
+    clean_leftovers(partial)  # a layout a killed run left half done
+    check_new_output(out)
 
     arm = draw_truth(rig)
-    if resume:
-        writer, done = SessionWriter.reopen(partial)
-        source = writer.manifest["source"]
-        if source.get("rig") != rig.name or source.get("seed") != seed:
-            raise InputError(f"{partial}: was recorded from rig {source.get('rig')!r} with seed {source.get('seed')}; "
-                             f"resume with the same --rig and --seed.")
-        payload_kg = float(source.get("payload_kg", payload_kg))
-        true_urdf = partial / "truth" / "robot.urdf"
-    else:
-        true_urdf = None
-        done = []
     total = len(plan.pose_ids) if plan is not None else poses
+    if resume:
+        with locked_folder(partial, busy):
+            writer, done = SessionWriter.reopen(partial)
+            _check_same_run(writer.manifest, partial, rig, seed, total)
+            payload_kg = float(writer.manifest["source"].get("payload_kg", payload_kg))
+            with Simulator(rig, arm, partial / "truth" / "robot.urdf") as sim:
+                _record(sim, rig, writer, seed, total, payload_kg, plan, done, progress)
+            _finish(partial, out)
+        return out
 
-    scratch = None
-    if true_urdf is None:
-        import tempfile
-
-        scratch = Path(tempfile.mkdtemp(prefix="selfcal-truth-"))
-        true_urdf = urdf_io.copy_self_contained(true_urdf_tree(rig, arm), rig.robot.urdf.parent, scratch,
-                                                rig.robot.package_dirs)
+    scratch = Path(tempfile.mkdtemp(prefix="selfcal-truth-"))
+    layout = None
+    recording = False
+    created: list[Path] = []
     try:
-        with Simulator(rig, arm, true_urdf) as sim:
+        with contextlib.ExitStack() as stack:
+            true_urdf = urdf_io.copy_self_contained(true_urdf_tree(rig, arm), rig.robot.urdf.parent, scratch,
+                                                    rig.robot.package_dirs)
+            sim = stack.enter_context(Simulator(rig, arm, true_urdf))
             joint_names = sim.chain.joint_names
             if plan is not None and len(plan.q[0]) != len(joint_names):
                 raise InputError(f"the plan has {len(plan.q[0])} joints, rig {rig.name!r} has {len(joint_names)}.")
-            if not resume:
-                writer = _lay_out(rig, arm, partial, joint_names, seed, poses if plan is None else total, payload_kg,
-                                  list(plan.extra) if plan is not None else [], sim.link_names)
-            _record(sim, rig, writer, seed, total, payload_kg, plan, done, progress)
+            check_new_output(partial)
+            created = make_parents(partial.parent)
+            layout = Path(tempfile.mkdtemp(dir=partial.parent, prefix=f".{partial.name}{TEMPORARY_TAG}", suffix=".tmp"))
+            stack.enter_context(locked_folder(layout, busy))  # the lock moves with the folder's rename
+            writer = _lay_out(rig, arm, layout, joint_names, seed, poses if plan is None else total, payload_kg,
+                              list(plan.extra) if plan is not None else [], sim.link_names)
+            os.chmod(layout, 0o777 & ~current_umask())
+            try:
+                rename_no_replace(layout, partial)
+            except FileExistsError:
+                raise InputError(busy) from None
+            layout, recording = None, True
+            writer.path = partial
+            _record(sim, rig, writer, seed, total, payload_kg, plan, [], progress)
+            _finish(partial, out)
     except BaseException:
-        if not resume and partial.exists() and not _has_poses(partial):
+        if layout is not None:
+            shutil.rmtree(layout, ignore_errors=True)
+        if recording and partial.exists() and not _has_poses(partial):
             shutil.rmtree(partial, ignore_errors=True)  # nothing worth resuming
+        if not partial.exists():
+            remove_empty_folders(created)
         raise
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-    partial.rename(out)
+        shutil.rmtree(scratch, ignore_errors=True)
     return out
+
+
+def _check_same_run(manifest: dict, partial: Path, rig: Rig, seed: int, total: int) -> None:
+    source = manifest.get("source") or {}
+    if source.get("rig") != rig.name or source.get("seed") != seed:
+        raise InputError(f"{partial}: was recorded from rig {source.get('rig')!r} with seed {source.get('seed')}; "
+                         f"resume with the same --rig and --seed.")
+    if source.get("poses") != total:
+        raise InputError(f"{partial}: was started for {source.get('poses')} poses, this run asks for {total}; resume "
+                         f"with the same --poses (or --plan).")
+
+
+def _finish(partial: Path, out: Path) -> None:
+    try:
+        rename_no_replace(partial, out)
+    except FileExistsError:
+        raise InputError(f"{out}: appeared while this capture ran, so it was left as it is; the complete recording "
+                         f"is in {partial}.") from None
 
 
 def _has_poses(folder: Path) -> bool:

@@ -35,9 +35,8 @@ class ChainModel:
         chain = urdf_io.movable(urdf_io.chain(tree, base_link, tip_link, path))
         if not chain:
             raise InputError(f"{path}: no movable joint between {base_link!r} and {tip_link!r}.")
-        text = Path(path).read_text()
-        try:
-            model = pin.buildModelFromXML(text)
+        try:  # the text that was parsed safely, not the file again
+            model = pin.buildModelFromXML(urdf_io.xml_text(tree))
         except (RuntimeError, ValueError) as error:
             raise InputError(f"{path}: Pinocchio cannot read this URDF ({error}).") from None
         return cls.from_model(model, [j.name for j in chain], base_link, tip_link,

@@ -38,7 +38,10 @@ def link_meshes(urdf_path: Path, links: list[str] | None = None, package_dirs: l
                 continue
             shape = geometry[0]
             if shape.tag == "mesh":
-                path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf_path.parent, list(package_dirs), confine=False)
+                try:  # only meshes beside the URDF (or in package_dirs) are ever read
+                    path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf_path.parent, list(package_dirs))
+                except InputError as error:
+                    raise InputError(f"{urdf_path}: {error}") from None
                 try:
                     mesh = trimesh.load(str(path), force="mesh")
                 except Exception as error:  # trimesh raises many kinds on a bad file
@@ -46,12 +49,17 @@ def link_meshes(urdf_path: Path, links: list[str] | None = None, package_dirs: l
                 mesh = mesh.copy()
                 mesh.apply_scale(1.0) if shape.get("scale") is None else mesh.apply_transform(
                     np.diag([*_floats(shape.get("scale"), [1, 1, 1]), 1.0]))
-            elif shape.tag == "box":
-                mesh = trimesh.creation.box(_floats(shape.get("size"), [0, 0, 0]))
-            elif shape.tag == "cylinder":
-                mesh = trimesh.creation.cylinder(float(shape.get("radius")), float(shape.get("length")), sections=48)
-            elif shape.tag == "sphere":
-                mesh = trimesh.creation.icosphere(subdivisions=3, radius=float(shape.get("radius")))
+            elif shape.tag in ("box", "cylinder", "sphere"):
+                try:
+                    if shape.tag == "box":
+                        mesh = trimesh.creation.box(_floats(shape.get("size"), [0, 0, 0]).reshape(3))
+                    elif shape.tag == "cylinder":
+                        mesh = trimesh.creation.cylinder(float(shape.get("radius")), float(shape.get("length")), sections=48)
+                    else:
+                        mesh = trimesh.creation.icosphere(subdivisions=3, radius=float(shape.get("radius")))
+                except (TypeError, ValueError):
+                    raise InputError(f"{urdf_path}: link {name}: a <{shape.tag}> lacks its size or has one that is not "
+                                     f"a number.") from None
             else:
                 continue
             mesh.apply_transform(urdf_io.element_origin(visual))

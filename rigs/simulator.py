@@ -106,6 +106,7 @@ class Simulator:
         if rig.board is not None:
             self.tip_T_board = true_tip_T_board(rig)
             self._add_board(rig.board)
+        self.scene_bodies = add_scene_bodies(self.client, rig, self.world_T_link(self.base_index))
 
     def _add_board(self, board: BoardSpec) -> None:
         self.board_bodies = add_board_bodies(self.client, board)
@@ -220,7 +221,13 @@ class Simulator:
         return direction * rng.normal(0, radial) + e1 * rng.normal(0, transverse) + e2 * rng.normal(0, transverse)
 
     def render(self, camera: CameraSpec, q_reached: np.ndarray, rng: np.random.Generator) -> Rendering:
-        """RGB, metric depth (with relative noise ``camera.depth_noise``) and link segmentation."""
+        """RGB, metric depth (as ``camera.depth_model`` measures it) and link segmentation (scene: 0)."""
+        clean = self.render_true(camera, q_reached)
+        depth = camera.depth_model.measure(clean.depth, clean.rgb, camera.K, camera.near, camera.far, rng)
+        return Rendering(clean.rgb, depth, clean.segmentation)
+
+    def render_true(self, camera: CameraSpec, q_reached: np.ndarray) -> Rendering:
+        """As :meth:`render`, with the true depth (m along the optical axis, 0 where nothing was hit)."""
         self.set_q(q_reached)
         world_T_base = self.world_T_link(self.base_index)
         view, projection = _gl_matrices(camera, world_T_base @ camera.base_T_camera)
@@ -233,18 +240,21 @@ class Simulator:
         seg = np.asarray(seg, dtype=np.int64).reshape(H, W)
         hit = buffer < 1.0 - 1e-7
         depth = np.where(hit, far * near / (far - (far - near) * buffer), 0.0)
-        depth = np.where(hit, depth * (1.0 + camera.depth_noise * rng.standard_normal(depth.shape)), 0.0)
-        link = np.where(seg >= 0, (seg >> 24) - 1, -2)  # -1 is the base, -2 nothing
-        on_board = np.isin(seg & ((1 << 24) - 1), self.board_bodies) & (seg >= 0)
+        rgb = rgba[..., :3].copy()
+        body = np.where(seg >= 0, seg & ((1 << 24) - 1), -1)
+        link = np.where(body == self.body, (seg >> 24) - 1, -2)  # -1 is the base, -2 nothing or the scene
+        on_board = np.isin(body, self.board_bodies) & (seg >= 0)
         link = np.where(on_board, self.tip_index, link)  # the board is bolted to the tip link
-        segmentation = np.where(seg >= 0, link + 2, 0).astype(np.int16)
-        return Rendering(rgba[..., :3].copy(), depth.astype(np.float32), segmentation)
+        segmentation = np.where(link > -2, link + 2, 0).astype(np.int16)
+        return Rendering(rgb, depth, segmentation)
 
 
 def nominal_world(rig: Rig) -> Simulator:
     """A pybullet world of the robot as described (no hidden errors): for planning and checks."""
     from rigs.truth import nominal_arm
+    from rigs.urdf import check_meshes
 
+    check_meshes(rig.robot.urdf, rig.robot.package_dirs)  # pybullet would read a mesh from anywhere
     return Simulator(rig, nominal_arm(rig), rig.robot.urdf)
 
 
@@ -276,6 +286,22 @@ def add_board_bodies(client: int, board: BoardSpec) -> list[int]:
         p.changeVisualShape(bodies[0], -1, textureUniqueId=texture, rgbaColor=[1, 1, 1, 1], physicsClientId=client)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    return bodies
+
+
+def add_scene_bodies(client: int, rig: Rig, world_T_base: np.ndarray) -> list[int]:
+    """The rig's scene boxes (table, walls) as visual-only bodies; returns their body ids."""
+    if rig.scene is None:
+        return []
+    bodies = []
+    with c_output_silenced():
+        for box in rig.scene.boxes:
+            shape = p.createVisualShape(p.GEOM_BOX, halfExtents=(np.asarray(box.size) / 2).tolist(),
+                                        rgbaColor=list(box.rgba), physicsClientId=client)
+            world_T_box = world_T_base @ box.base_T_box
+            bodies.append(p.createMultiBody(0, -1, shape, basePosition=world_T_box[:3, 3].tolist(),
+                                            baseOrientation=quat_xyzw(world_T_box[:3, :3]).tolist(),
+                                            physicsClientId=client))
     return bodies
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rigs.depth_model import DepthModel, parse_depth_model
+from rigs.documents import Table as _Table
 from rigs.errors import InputError
 from rigs.transforms import look_at, make_transform
 
@@ -68,9 +70,29 @@ class CameraSpec:
     height: int
     K: np.ndarray  # (3, 3)
     base_T_camera: np.ndarray  # (4, 4)
-    depth_noise: float  # relative standard deviation of depth
+    depth_noise: float  # relative standard deviation of depth (the gaussian depth model's)
     near: float
     far: float
+    depth_model: DepthModel = field(default_factory=DepthModel)  # how depth is measured (rigs.depth_model)
+
+
+@dataclass(frozen=True)
+class SceneBoxSpec:
+    """A box the cameras see besides the arm (a table top, a wall): visual only, never collides."""
+
+    name: str
+    size: np.ndarray  # (3,) full side lengths, m
+    base_T_box: np.ndarray  # (4, 4) box centre in the base frame
+    rgba: tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class SceneSpec:
+    """What stands around the arm. ``mount_plane_z``: the surface the base is bolted to (m, base
+    frame); below it nothing is the arm. None: the arm hangs in empty space."""
+
+    boxes: tuple[SceneBoxSpec, ...] = ()
+    mount_plane_z: float | None = None
 
 
 @dataclass(frozen=True)
@@ -124,63 +146,7 @@ class Rig:
     cameras: tuple[CameraSpec, ...]
     board: BoardSpec | None
     truth: TruthSpec | None
-
-
-class _Table:
-    """A TOML table that remembers where it came from, so an error can name file and key."""
-
-    def __init__(self, data: dict, path: Path, prefix: str):
-        self.data, self.path, self.prefix = data, path, prefix
-        self.used: set[str] = set()
-
-    def where(self, key: str) -> str:
-        return f"{self.path}: key '{self.prefix}{key}'"
-
-    def get(self, key: str, kind: str, default=..., length: int | None = None):
-        self.used.add(key)
-        if key not in self.data:
-            if default is ...:
-                raise InputError(f"{self.where(key)} is missing (expected {kind}).")
-            return default
-        value = self.data[key]
-        if kind == "str":
-            if not isinstance(value, str) or not value:
-                raise InputError(f"{self.where(key)} should be a non-empty string, got {value!r}.")
-            return value
-        if kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{self.where(key)} should be an integer, got {value!r}.")
-            return value
-        if kind == "number":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise InputError(f"{self.where(key)} should be a number, got {value!r}.")
-            return float(value)
-        if kind == "vector":
-            ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-            if not ok or (length is not None and len(value) != length):
-                raise InputError(f"{self.where(key)} should be a list of {length or 'some'} numbers, got {value!r}.")
-            return np.asarray(value, dtype=float)
-        if kind == "table":
-            if not isinstance(value, dict):
-                raise InputError(f"{self.where(key)} should be a table, got {value!r}.")
-            return _Table(value, self.path, f"{self.prefix}{key}.")
-        if kind == "tables":
-            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                raise InputError(f"{self.where(key)} should be an array of tables ([[{self.prefix}{key}]]).")
-            return [_Table(v, self.path, f"{self.prefix}{key}[{i}].") for i, v in enumerate(value)]
-        raise AssertionError(kind)
-
-    def positive(self, key: str, default=...) -> float:
-        value = self.get(key, "number", default)
-        if value is not None and value <= 0:
-            raise InputError(f"{self.where(key)} should be positive, got {value}.")
-        return value
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise InputError(f"{self.where(unknown[0])} is not a known key here "
-                             f"(expected one of: {', '.join(sorted(self.used))}).")
+    scene: SceneSpec | None = None
 
 
 def _pose(table: _Table, default_xyz=None) -> np.ndarray:
@@ -295,9 +261,10 @@ def load_rig(name_or_path: str | Path) -> Rig:
         fov = np.radians(table.positive("fov_deg", 58.0))
         focal = (height / 2) / np.tan(fov / 2)
         K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
-        cameras.append(CameraSpec(table.get("name", "str"), width, height, K, _pose(table),
-                                  table.get("depth_noise", "number", 0.005), table.positive("near", 0.1),
-                                  table.positive("far", 4.0)))
+        noise = table.get("depth_noise", "number", 0.005)
+        model = parse_depth_model(table.get("depth", "table", None), noise)
+        cameras.append(CameraSpec(table.get("name", "str"), width, height, K, _pose(table), noise,
+                                  table.positive("near", 0.1), table.positive("far", 4.0), model))
         table.done()
     if len({c.name for c in cameras}) != len(cameras):
         raise InputError(f"{path}: two [[cameras]] share a name.")
@@ -308,6 +275,22 @@ def load_rig(name_or_path: str | Path) -> Rig:
         squares = table.get("squares", "vector", length=2)
         board = BoardSpec((int(squares[0]), int(squares[1])), table.positive("square_m"), table.positive("marker_m"),
                           table.get("dictionary", "str", "DICT_4X4_50"), _pose(table, np.zeros(3)))
+        table.done()
+
+    scene = None
+    if "scene" in data:
+        table = top.get("scene", "table")
+        boxes = []
+        for box in table.get("boxes", "tables", []):
+            rgba = box.get("rgba", "vector", np.array([0.6, 0.6, 0.6, 1.0]), length=4)
+            if np.any(rgba < 0) or np.any(rgba > 1):
+                raise InputError(f"{box.where('rgba')} should hold four numbers in [0, 1], got {rgba.tolist()}.")
+            size = box.get("size", "vector", length=3)
+            if np.any(size <= 0):
+                raise InputError(f"{box.where('size')} should be three positive side lengths in m, got {size.tolist()}.")
+            boxes.append(SceneBoxSpec(box.get("name", "str"), size, _pose(box), tuple(float(v) for v in rgba)))
+            box.done()
+        scene = SceneSpec(tuple(boxes), table.get("mount_plane_z", "number", None))
         table.done()
 
     truth = None
@@ -335,7 +318,7 @@ def load_rig(name_or_path: str | Path) -> Rig:
             stiffness=stiffness, bends=tuple(bends), added_bodies=tuple(bodies))
         table.done()
     top.done()
-    return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth)
+    return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth, scene)
 
 
 def builtin_rigs() -> list[str]:

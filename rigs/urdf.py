@@ -1,8 +1,10 @@
 """Reading, editing and writing URDF files without losing what we do not touch.
 
 URDFs may come from untrusted places (a colleague's session folder), so the XML is parsed with
-entity declarations refused, and mesh paths must resolve inside the file's own folder unless the
-caller names package folders it trusts.
+defusedxml and any document type declaration refused: no entity is ever expanded, whatever the
+file's encoding (a UTF-16 file hides ``<!ENTITY`` from a byte search, not from the parser). Mesh
+paths must resolve inside the file's own folder or a package folder the caller names; ``../``,
+absolute paths, ``file://`` and symbolic links that lead elsewhere are refused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+import defusedxml
+import defusedxml.ElementTree as safe_xml
 import numpy as np
 
 from rigs.errors import InputError
@@ -21,23 +25,47 @@ from rigs.transforms import make_transform, matrix_to_rpy
 
 
 def parse_xml(path: Path) -> ET.ElementTree:
-    """Parse an XML file, refusing entity declarations (no billion laughs, no external entities)."""
+    """Parse an XML file, refusing DOCTYPE and entity declarations (no billion laughs, no external entities)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found.")
-    data = path.read_bytes()
-    if b"<!ENTITY" in data:
-        raise InputError(f"{path}: declares XML entities, which selfcal refuses to expand.")
     try:
-        return ET.ElementTree(ET.fromstring(data))
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read this file ({error.strerror}).") from None
+    try:
+        return ET.ElementTree(safe_xml.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True))
+    except (defusedxml.DTDForbidden, defusedxml.EntitiesForbidden, defusedxml.ExternalReferenceForbidden):
+        raise InputError(f"{path}: declares a document type or XML entities, which selfcal refuses to expand.") from None
     except ET.ParseError as error:
         raise InputError(f"{path}: not a readable XML file ({error}).") from None
+    except (ValueError, LookupError) as error:  # an unknown or impossible declared encoding
+        raise InputError(f"{path}: not a readable XML file ({error}).") from None
+
+
+def xml_text(tree: ET.ElementTree) -> str:
+    """The parsed document as text: what other parsers (Pinocchio's) get, so they read what was checked."""
+    return '<?xml version="1.0"?>\n' + ET.tostring(tree.getroot(), encoding="unicode")
+
+
+# Number-valued attributes of URDF elements and how many numbers each holds. Pinocchio's parser
+# prints a complaint about a bad one and goes on, so they are checked here, once, with the file named.
+_NUMBERS = {"origin": {"xyz": 3, "rpy": 3}, "axis": {"xyz": 3}, "mass": {"value": 1},
+            "inertia": {k: 1 for k in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")},
+            "limit": {k: 1 for k in ("lower", "upper", "effort", "velocity")}, "dynamics": {"damping": 1, "friction": 1},
+            "box": {"size": 3}, "cylinder": {"radius": 1, "length": 1}, "sphere": {"radius": 1}, "mesh": {"scale": 3}}
 
 
 def parse_urdf(path: Path) -> ET.ElementTree:
     tree = parse_xml(path)
     if tree.getroot().tag != "robot":
         raise InputError(f"{path}: not a URDF (the root element is <{tree.getroot().tag}>, expected <robot>).")
+    for tag, attributes in _NUMBERS.items():
+        for element in tree.getroot().iter(tag):
+            for attribute, count in attributes.items():
+                text = element.get(attribute)
+                if text is not None:
+                    _floats(text, count, 0.0, f"{path}: <{tag} {attribute}=...>")
     return tree
 
 
@@ -64,6 +92,8 @@ def _floats(text: str | None, count: int, default: float, where: str) -> np.ndar
         raise InputError(f"{where}: expected {count} numbers, got {text!r}.") from None
     if values.shape != (count,):
         raise InputError(f"{where}: expected {count} numbers, got {text!r}.")
+    if not np.all(np.isfinite(values)):
+        raise InputError(f"{where}: expected finite numbers, got {text!r}.")
     return values
 
 
@@ -83,8 +113,12 @@ def joints(tree: ET.ElementTree, path: Path | str = "URDF") -> dict[str, JointIn
         if axis_element is None:
             axis = np.array([1.0, 0.0, 0.0])
         limit = element.find("limit")
-        lower = float(limit.get("lower", "-3.14159265")) if limit is not None else -np.pi
-        upper = float(limit.get("upper", "3.14159265")) if limit is not None else np.pi
+        lower = _floats(limit.get("lower") if limit is not None else None, 1, -np.pi, f"{path}: joint {name} limit lower")[0]
+        upper = _floats(limit.get("upper") if limit is not None else None, 1, np.pi, f"{path}: joint {name} limit upper")[0]
+        if not (np.isfinite(lower) and np.isfinite(upper)) or lower > upper:
+            raise InputError(f"{path}: joint {name} has limits [{lower:g}, {upper:g}]; expected finite lower <= upper.")
+        if parent.get("link") is None or child.get("link") is None:
+            raise InputError(f"{path}: joint {name}: <parent> or <child> lacks its link attribute.")
         result[name] = JointInfo(name, element.get("type", ""), parent.get("link"), child.get("link"),
                                  make_transform(xyz, rpy), axis / max(np.linalg.norm(axis), 1e-12), lower, upper)
     return result
@@ -114,6 +148,8 @@ def chain(tree: ET.ElementTree, base_link: str, tip_link: str, path: Path | str 
         if link not in by_child:
             raise InputError(f"{path}: tip_link {tip_link!r} does not descend from base_link {base_link!r}.")
         joint = by_child[link]
+        if any(other.name == joint.name for other in ordered):
+            raise InputError(f"{path}: joint {joint.name!r} closes a loop; a URDF is a tree.")
         ordered.append(joint)
         link = joint.parent
     return ordered[::-1]
@@ -164,28 +200,52 @@ def write_urdf(tree: ET.ElementTree, path: Path) -> None:
     atomic_write_text(Path(path), '<?xml version="1.0"?>\n' + text + "\n")
 
 
-def resolve_mesh(filename: str, urdf_dir: Path, package_dirs: list[Path] = (), confine: bool = True) -> Path:
-    """Where a mesh ``filename`` of a URDF in ``urdf_dir`` lives.
+def _inside(path: Path, folders: list[Path]) -> bool:
+    """Whether ``path``, with every symbolic link followed, lies inside one of ``folders``."""
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(Path(folder).resolve()) for folder in folders)
 
-    ``package://pkg/rest`` is searched in ``package_dirs`` (each may hold ``pkg/`` or be ``pkg`` itself).
-    With ``confine``, a plain path must stay inside ``urdf_dir`` (a session must not point elsewhere).
+
+def resolve_mesh(filename: str, urdf_dir: Path, package_dirs: list[Path] = ()) -> Path:
+    """Where a mesh ``filename`` of a URDF in ``urdf_dir`` lives, confined to trusted folders.
+
+    ``package://pkg/rest`` is searched in ``urdf_dir`` and ``package_dirs`` (each may hold ``pkg/``
+    or be ``pkg`` itself); a plain, absolute or ``file://`` path must resolve inside ``urdf_dir`` or
+    a package folder. Whatever leads outside them (``../``, a symbolic link) is refused.
     """
+    urdf_dir = Path(urdf_dir)
+    folders = [urdf_dir, *map(Path, package_dirs)]
+    if not filename.strip():
+        raise InputError("a <mesh> has no filename.")
     if filename.startswith("package://"):
         package, _, inside = filename[len("package://"):].partition("/")
-        for folder in [Path(urdf_dir), *map(Path, package_dirs)]:
-            for candidate in (folder / package / inside, folder / inside if folder.name == package else None):
-                if candidate is not None and candidate.is_file():
-                    return candidate.resolve()
-        raise InputError(f"mesh {filename!r}: package {package!r} not found next to the URDF or in the package folders given.")
+        outside = None
+        for folder in folders:
+            for root in (folder / package, folder if folder.name == package else None):
+                if root is None:
+                    continue
+                candidate = root / inside
+                if not candidate.is_file():
+                    continue
+                if not _inside(candidate, [root]):
+                    outside = candidate
+                    continue
+                return candidate.resolve()
+        if outside is not None:
+            raise InputError(f"mesh {filename!r} leads outside its package folder (to {outside.resolve()}); "
+                             f"refusing to read it.")
+        raise InputError(f"mesh {filename!r}: package {package!r} not found next to the URDF or in the package "
+                         f"folders given (--package-dir).")
     if filename.startswith("file://"):
         filename = filename[len("file://"):]
     mesh = Path(filename)
-    resolved = (urdf_dir / mesh).resolve() if not mesh.is_absolute() else mesh.resolve()
-    if confine and not resolved.is_relative_to(Path(urdf_dir).resolve()):
-        raise InputError(f"mesh {filename!r} lies outside the URDF's own folder {urdf_dir}; refusing to read it.")
-    if not resolved.is_file():
+    candidate = mesh if mesh.is_absolute() else urdf_dir / mesh
+    if not _inside(candidate, folders):
+        allowed = "the URDF's own folder" + (" or the package folders given" if package_dirs else "")
+        raise InputError(f"mesh {filename!r} lies outside {allowed} ({urdf_dir}); refusing to read it.")
+    if not candidate.is_file():
         raise InputError(f"mesh {filename!r} of {urdf_dir} not found.")
-    return resolved
+    return candidate.resolve()
 
 
 def mesh_elements(tree: ET.ElementTree):
@@ -193,29 +253,42 @@ def mesh_elements(tree: ET.ElementTree):
     return list(tree.getroot().iter("mesh"))
 
 
-def check_meshes(urdf_path: Path) -> None:
-    """Every mesh of a (session) URDF exists inside the URDF's folder; else InputError naming it."""
+def check_meshes(urdf_path: Path, package_dirs: list[Path] = ()) -> None:
+    """Every mesh of a URDF exists inside its folder (or ``package_dirs``); else InputError naming it.
+
+    Textures are refused: a folder selfcal wrote has none (it drops them when copying), so a
+    texture path could only point outside the folder.
+    """
     urdf_path = Path(urdf_path)
     tree = parse_urdf(urdf_path)
     for mesh in mesh_elements(tree):
         try:
-            resolve_mesh(mesh.get("filename", ""), urdf_path.parent, confine=True)
+            resolve_mesh(mesh.get("filename", ""), urdf_path.parent, list(package_dirs))
         except InputError as error:
             raise InputError(f"{urdf_path}: {error}") from None
+    for texture in tree.getroot().iter("texture"):
+        if texture.get("filename"):
+            raise InputError(f"{urdf_path}: <texture filename={texture.get('filename')!r}>: selfcal does not read "
+                             f"textures; remove the element.")
 
 
 def copy_self_contained(tree: ET.ElementTree, source_dir: Path, dest_dir: Path, package_dirs: list[Path] = (),
-                        confine: bool = False, name: str = "robot.urdf") -> Path:
+                        name: str = "robot.urdf") -> Path:
     """Write ``tree`` into ``dest_dir/name`` with every mesh copied under ``dest_dir/meshes/``.
 
     Mesh filenames are rewritten to relative paths, so the folder can be moved and loads in
-    Pinocchio and pybullet alike. ``tree`` is modified in place.
+    Pinocchio and pybullet alike. Only meshes inside ``source_dir`` or ``package_dirs`` are copied
+    (see :func:`resolve_mesh`); ``<texture>`` elements are dropped. ``tree`` is modified in place.
     """
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
+    # Textures matter to neither kinematics nor shape; left in, they would point out of the folder.
+    for material in tree.getroot().iter("material"):
+        for texture in material.findall("texture"):
+            material.remove(texture)
     copied: dict[Path, str] = {}
     for mesh in mesh_elements(tree):
-        source = resolve_mesh(mesh.get("filename", ""), Path(source_dir), list(package_dirs), confine=confine)
+        source = resolve_mesh(mesh.get("filename", ""), Path(source_dir), list(package_dirs))
         if source not in copied:
             # The number keeps same-named meshes from different folders apart; drop an earlier copy's.
             relative = Path("meshes") / f"{len(copied):02d}_{re.sub(r'^[0-9]{2}_', '', source.name)}"
@@ -224,7 +297,7 @@ def copy_self_contained(tree: ET.ElementTree, source_dir: Path, dest_dir: Path, 
             # An .obj may name a material library next to it; bring it along when present.
             if source.suffix.lower() == ".obj":
                 for line in source.read_text(errors="ignore").splitlines():
-                    if line.startswith("mtllib"):
+                    if line.startswith("mtllib") and len(line.split(maxsplit=1)) == 2:
                         library = source.parent / line.split(maxsplit=1)[1].strip()
                         if library.is_file() and library.resolve().is_relative_to(source.parent.resolve()):
                             shutil.copyfile(library, dest_dir / "meshes" / library.name)

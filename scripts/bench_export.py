@@ -16,7 +16,7 @@ simulated poses for a fixed number of steps, exported with ``selfcal selfmodel e
   export; false alarms beside those of the URDF's collision meshes;
 - planning: OMPL RRT-Connect between random configurations that are free for the true arm, around
   box obstacles near the arm, on the export, on the true meshes (the ideal) and on the URDF's
-  collision meshes; every planned path replayed on the true arm at 0.5 degree steps.
+  collision meshes; every planned path replayed on the true arm at 0.25 degree steps.
 
     nice -n 10 .venv/bin/python scripts/bench_export.py [--steps 6000] [--configurations 100000]
         [--queries 100] [--workdir /tmp/bench-export] [--mplib-python /tmp/mplib/bin/python]
@@ -119,8 +119,9 @@ def worlds(export: Path, session: Path, baseline: Path, obstacles=()):
         "export": CollisionWorld(export / "robot.urdf", loaded.joint_names, loaded.base_link, srdf=export / "robot.srdf",
                                  held=held, obstacles=list(obstacles)),
         "true meshes": TrueWorld(session, obstacles),
+        # As MoveIt and mplib read a mesh by default: a triangle soup (V-HACD files hold several parts).
         "URDF collision meshes": CollisionWorld(loaded.urdf_path, loaded.joint_names, loaded.base_link, srdf=baseline,
-                                                held=loaded.held_joints, obstacles=list(obstacles)),
+                                                held=loaded.held_joints, obstacles=list(obstacles), convex=False),
     }
 
 
@@ -400,9 +401,9 @@ def write(results: dict, args) -> None:
               "two of its links joined by two or more moving joints touch:\n\n"
             + table(["rig", "configurations", "true collisions", "missed by the export", "missed by the URDF meshes",
                      "export false alarms %", "URDF false alarms %"], miss_table)
-            + f"\n\nPlanning: OMPL 2.0.1 RRT-Connect ({args.plan_seconds:g} s a query, motions checked at 0.005 of the joint "
-              "space's extent, then simplified) between random configurations free for the true arm, in the same scenes' "
-              "kind; success % (paths that touch the true arm when replayed at 0.5 degree steps):\n\n"
+            + f"\n\nPlanning: OMPL 2.0.1 RRT-Connect ({args.plan_seconds:g} s a query, motions checked every 0.5 degree of "
+              "joint-space distance, then simplified) between random configurations free for the true arm, among boxes "
+              "placed as above; success % (paths that touch the true arm when replayed at 0.25 degree steps):\n\n"
             + table(["rig", "queries", "export", "true meshes (ideal)", "URDF collision meshes"], plan_table)
             + "\n\n" + "\n".join(f"- {note}" for note in notes))
     command = "scripts/bench_export.py " + " ".join(sys.argv[1:])

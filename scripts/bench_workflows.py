@@ -1,4 +1,4 @@
-"""Recalibration after a crash (issue 8's figures).
+"""Recalibration after a crash.
 
     .venv/bin/python scripts/bench_workflows.py [--workdir DIR]
 
@@ -24,10 +24,10 @@ import numpy as np
 import benchlib  # noqa: F401  (puts the checkout on sys.path)
 from benchlib import table, write_section
 
-from calib.calibrator import KinematicCalibrator
-from calib.pose_selection import candidate_jacobians, d_optimal
-from calib.recalibrate import recalibrate
-from calib.validate import validate
+from calib.calibrator import Calibrator
+from calib.workflows.pose_selection import candidate_jacobians, d_optimal
+from calib.workflows.recalibrate import recalibrate
+from calib.workflows.validate import validate
 from capture.poses import Plan, random_poses
 from capture.session import load_session
 from capture.simulate import capture_simulated, pose_is_valid
@@ -74,7 +74,7 @@ def main() -> None:
 
     start = time.perf_counter()
     healthy = session("healthy-100", load_rig("iiwa-tracker"), 100, 11)
-    old = KinematicCalibrator(holdout=0.0).fit([healthy])
+    old = Calibrator(deflection="none", holdout=0.0).fit([healthy])
     if not (work / "old-cal").exists():
         (work / "old-cal").mkdir()
         old.save(work / "old-cal", report=False)
@@ -82,7 +82,7 @@ def main() -> None:
     held = session("crashed-held-300", crashed, 300, 13)
     floor = validate(old, held)["floor_rms_mm"]
     rows = []
-    fresh = KinematicCalibrator(holdout=0.0).fit([session("crashed-random-100", crashed, 100, 12)])
+    fresh = Calibrator(deflection="none", holdout=0.0).fit([session("crashed-random-100", crashed, 100, 12)])
     fresh_rms = validate(fresh, held)["rms_mm"]
     rows.append(["fresh calibration, 100 random poses", 100, fresh_rms, 1.0, ""])
     before = validate(old, held)["rms_mm"]
@@ -114,7 +114,7 @@ def main() -> None:
              f"same 30 D-optimal poses: the damaged joint is named first in **{hits} of 10**.\n\n"
              + table(["seed", "bent link", "angle (deg)", "damaged joint", "named first", "hit", "first sentence"], crash_rows))
     body += f"\n\nTotal time {time.perf_counter() - start:.0f} s."
-    write_section("workflows-recalibration", "Recalibration after a crash (issue 8)", body, COMMAND)
+    write_section("workflows-recalibration", "Recalibration after a crash", body, COMMAND)
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
 

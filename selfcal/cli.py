@@ -11,6 +11,8 @@ import os
 
 import typer
 
+from selfcal.ui import OneLineErrors
+
 # Modules that add commands: each has ``register(app: typer.Typer)``.
 COMMAND_MODULES = [
     "selfcal.cli_capture",
@@ -31,6 +33,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 

@@ -27,6 +27,7 @@ def plan(
     cube: Optional[float] = typer.Option(None, "--cube", help="Side of the ISO test cube in m (default: the largest that fits)."),
     cycles: int = typer.Option(30, "--cycles", help="Cycles P1, P5, P4, P3, P2 (ISO 9283: 30)."),
     seed: int = typer.Option(0, "--seed"),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """Plan an ISO 9283 pose test: cube in the most used workspace, P1..P5 on a diagonal plane, cycles."""
@@ -34,10 +35,12 @@ def plan(
         import csv
         import io
 
-        from calib.audit import plan_audit
+        from calib.workflows.audit import plan_audit
         from capture.simulate import pose_is_valid
-        from rigs.files import atomic_write_text
+        from rigs.files import atomic_write_text, check_new_file
         from rigs.simulator import nominal_world
+
+        check_new_file(out, force)
 
         spec = robot_from_options(rig, urdf, base_link, tip_link)
         with nominal_world(spec) as world:
@@ -68,8 +71,8 @@ def report(
 ) -> None:
     """AP/RP per pose, AD/RD between P2 and P4, nominal and calibrated side by side, HTML report."""
     with user_errors():
-        from calib.audit import audit_report
-        from calib.audit_report import write_audit_html
+        from calib.workflows.audit import audit_report
+        from calib.workflows.audit_report import write_audit_html
         from capture.session import load_session
         from rigs.files import atomic_write_json, output_folder
         from selfcal.ui import to_jsonable

@@ -23,6 +23,24 @@ def _payload(value: Optional[float]) -> float:
     return 0.0 if value is None else float(value)
 
 
+def _limits(calibration_dir: Path, calibration):
+    """The calibrated chain's joint limits and reach (:class:`rigs.limits.ChainJoints`), from its robot.urdf."""
+    from calib.io.document import read_calibration_document
+    from rigs.files import inside_folder
+    from rigs.limits import ChainJoints
+
+    path, document = read_calibration_document(calibration_dir)
+    urdf = inside_folder(Path(calibration_dir), document["robot"].get("urdf", "robot.urdf"), f"{path}: key 'robot.urdf'")
+    return ChainJoints.from_urdf(urdf, calibration.summary["base_link"], calibration.summary["tip_link"])
+
+
+def _check_joints(q, path: Path, limits) -> None:
+    from rigs.limits import check_joint_values
+
+    check_joint_values(q, q, limits.names, limits.types, limits.lower, limits.upper,
+                       [f"row {n}" for n in range(2, len(q) + 2)], path, "rad", flag=None)
+
+
 def predict(
     calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
     joints: Path = typer.Option(..., "--joints", help="CSV: name, one column per chain joint (rad), optional payload_kg."),
@@ -33,13 +51,14 @@ def predict(
     with user_errors():
         import numpy as np
 
-        from calib.calibrator import Calibration
-        from calib.compensate import read_joints
-        from calib.deflection import predict_points
+        from calib.calibration import Calibration
+        from calib.deflection.uncertainty import predict_points
+        from calib.workflows.compensate import read_joints
 
         default = _payload(payload)
         calibration = Calibration.load(calibration_dir)
         names, q, row_payload = read_joints(joints, calibration.joint_names)
+        _check_joints(q, joints, _limits(calibration_dir, calibration))
         row_payload = np.where(np.isnan(row_payload), default, row_payload)
         points = {"tip": np.zeros(3), **calibration.targets}
         predicted = predict_points(calibration, q, row_payload, points)
@@ -74,20 +93,24 @@ def correct(
     with user_errors():
         import numpy as np
 
-        from calib.calibrator import Calibration
-        from calib.compensate import correct as run_correct
-        from calib.compensate import read_targets
+        from calib.calibration import Calibration
+        from calib.workflows.compensate import correct as run_correct
+        from calib.workflows.compensate import read_targets
         from rigs.errors import InputError
-        from rigs.files import atomic_write_text
+        from rigs.files import atomic_write_text, check_new_file
         from rigs.kinematics import ChainModel
+        from rigs.limits import check_reachable
 
         default = _payload(payload)
-        if out is not None and out.exists() and not force:
-            raise InputError(f"{out}: already exists; choose another --out or pass --force.")
-        if out is not None and out.is_dir():
-            raise InputError(f"{out}: is a folder; --out names the CSV file to write.")
+        if out is not None:
+            check_new_file(out, force)
         calibration = Calibration.load(calibration_dir)
         rows = read_targets(targets, calibration.joint_names, list(calibration.targets))
+        limits = _limits(calibration_dir, calibration)
+        offsets = max([float(np.linalg.norm(v)) for v in calibration.targets.values()], default=0.0)
+        check_reachable(rows.xyz, limits.reach, offsets, targets, [f"row {n}" for n in range(2, len(rows.names) + 2)])
+        if rows.seeds is not None:
+            _check_joints(rows.seeds, targets, limits)
         base, tip = calibration.summary["base_link"], calibration.summary["tip_link"]
         nominal = ChainModel.from_urdf(nominal_urdf, base, tip) if nominal_urdf is not None else calibration.chain
         if nominal.joint_names != calibration.joint_names:

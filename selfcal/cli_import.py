@@ -1,4 +1,4 @@
-"""``selfcal import tracker`` and ``selfcal import rosbag``: real measurement files into a session."""
+"""``selfcal import tracker|rosbag|images``: real measurement files into a session."""
 
 from __future__ import annotations
 
@@ -110,6 +110,51 @@ def import_tracker(
         _report(out, json_output)
 
 
+def _board_entry(board: str | None) -> dict | None:
+    """``--board charuco:...`` -> the session manifest's ``sensors.board``."""
+    if board is None:
+        return None
+    import numpy as np
+
+    from calib.sensors.board import parse_board
+
+    spec = parse_board(board)
+    # The board's pose on the flange is found by the calibration (hand-eye, then the fit).
+    return {"kind": "charuco", "squares": list(spec.squares), "square_m": spec.square, "marker_m": spec.marker,
+            "dictionary": spec.dictionary, "tip_T_board_nominal": np.eye(4).tolist()}
+
+
+def _mount_plane(text: str) -> float | None:
+    from rigs.errors import InputError
+
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text) * 1e-3
+    except ValueError:
+        raise InputError(f"--mount-plane {text!r}: expected a height in mm (base frame) or 'none'.") from None
+
+
+def _camera_report(summary: dict, json_output: bool) -> None:
+    if json_output:
+        print_json(summary)
+        return
+    typer.echo(f"{summary['session']}: {summary['poses']} poses in {summary['seconds']:.1f} s")
+    for name, camera in summary["cameras"].items():
+        dropped = ", ".join(f"{n} {reason}" for reason, n in camera["dropped"].items()) or "none"
+        noise = camera["depth_sigma_at_1m"]
+        typer.echo(f"  {name}: {camera['kept']} of {camera['frames']} frames kept (dropped: {dropped}); pose "
+                   f"{'from ' + camera['pose_source'] if camera['pose'] else 'unknown (' + camera['pose_source'] + '): calibrate from the board'}"
+                   + (f"; depth noise {1000 * noise:.2f} mm at 1 m" if noise else ""))
+
+
+DEPTH_SCALE = typer.Option(None, "--depth-scale", help="Metres per unit of 16-bit depth images (default 0.001: millimetres, as RealSense and most drivers).")
+CAMERA_POSES = typer.Option("auto", "--camera-poses", help="auto: camera poses from /tf_static (image folders: pose.yaml) where given, else unknown for a board calibration; tf: required; none: leave them unknown.")
+MOUNT_PLANE = typer.Option("0", "--mount-plane", help="Height in mm (base frame) of the surface the arm stands on: depth below it is not the arm; 'none' if the arm hangs free.")
+DEPTH_NOISE = typer.Option(None, "--depth-noise", help="Depth noise sigma in m at 1 m (sigma = this * z^2, the stereo law); default: measured from still frames (bags).")
+BOARD = typer.Option(None, "--board", help="The ChArUco board on the flange, charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY: lets `selfcal calibrate` find the camera poses.")
+
+
 @import_app.command("rosbag")
 def import_rosbag(
     bag: Path = typer.Argument(..., help="ROS 2 bag folder (sqlite3 or MCAP storage)."),
@@ -120,17 +165,73 @@ def import_rosbag(
     angle_unit: str = typer.Option("deg", "--angle-unit", help="Unit of 6-DoF pose rotations (joint states are always rad)."),
     rotation: Optional[str] = ROTATION, match: str = MATCH,
     tolerance: float = typer.Option(0.05, "--tolerance", help="Largest time gap in seconds between a measurement and its joint state (--match time)."),
-    still: float = typer.Option(1e-4, "--still", help="Joint states within this many rad count as one standing pose (--match time)."),
+    still: float = typer.Option(1e-4, "--still", help="Joint states within this many rad count as one standing pose; camera frames are kept only where no joint moved more within --still-window."),
+    still_window: float = typer.Option(0.1, "--still-window", help="Seconds either side of a camera frame's stamp over which the arm must have stood still."),
     payload: Optional[float] = typer.Option(None, "--payload", help="Payload at the tool in kg during the whole bag."),
+    camera: List[str] = typer.Option([], "--camera", help="NAME=DEPTH_TOPIC[,COLOUR_TOPIC]: the image topics of one camera (repeatable; default: one camera per topic namespace)."),
+    pair_tolerance: float = typer.Option(0.01, "--pair-tolerance", help="Seconds between the stamps of a colour and a depth frame that pair."),
+    frame_convention: str = typer.Option("auto", "--frame-convention", help="auto (by name: *optical* frames are optical), optical or body (x forward, y left, z up): what the images' frame_id is."),
+    depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: str = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
+    depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
     package_dir: List[Path] = PACKAGE, target: List[str] = TARGET, payload_com: Optional[str] = PAYLOAD_COM,
     force: bool = FORCE, json_output: bool = JSON,
 ) -> None:
-    """JointState messages of a ROS 2 bag with tracker points and/or 6-DoF poses -> a session folder."""
+    """A ROS 2 bag -> a session: JointState with tracker points and/or 6-DoF poses, or with camera images."""
     with user_errors():
+        robot = _robot(urdf, base_link, tip_link, package_dir, payload_com, length_unit)
+        if points is None and poses is None:
+            from capture.importers.camera_import import CameraOptions, import_rosbag_cameras
+
+            options = CameraOptions(depth_scale, still, still_window, tolerance, pair_tolerance, camera_poses,
+                                    frame_convention, _mount_plane(mount_plane), depth_noise, _board_entry(board),
+                                    list(camera) or None)
+            with progress_bar("importing images", None) as update:
+                summary = import_rosbag_cameras(robot, bag, topic, options, out, payload, force, update)
+            _camera_report(summary, json_output)
+            return
         from capture.importers.assemble import Measurements, import_rosbag as run
 
-        robot = _robot(urdf, base_link, tip_link, package_dir, payload_com, length_unit)
         measurements = Measurements(points, poses, length_unit, angle_unit, rotation, match, tolerance, _targets(target))
         with progress_bar("importing", None) as update:
             run(robot, bag, topic, measurements, out, still, payload, force, update)
         _report(out, json_output)
+        images = _image_topics(bag)
+        if images:
+            from selfcal.ui import err_console
+
+            err_console.print(f"note: {len(images)} image topics of {bag} ({', '.join(images[:4])}"
+                              f"{', ...' if len(images) > 4 else ''}) are not in this tracker session; import them "
+                              f"into a camera session with `selfcal import rosbag` without --points/--poses.",
+                              highlight=False, soft_wrap=True)
+
+
+def _image_topics(bag: Path) -> list[str]:
+    from rosbags.highlevel import AnyReader
+
+    from capture.importers.ros_images import COMPRESSED, IMAGE
+
+    with AnyReader([Path(bag)]) as reader:
+        return sorted({c.topic for c in reader.connections if c.msgtype in (IMAGE, COMPRESSED)})
+
+
+@import_app.command("images")
+def import_images(
+    folder: Path = typer.Argument(..., help="Image folder: joints.csv and cameras/<name>/ (camera_info.yaml, <pose>_depth.png, <pose>_rgb.png, pose.yaml)."),
+    urdf: Path = URDF, base_link: str = BASE, tip_link: str = TIP, out: Path = OUT,
+    angle_unit: str = typer.Option("deg", "--angle-unit", help="Unit of joint angles in joints.csv: deg or rad."),
+    length_unit: str = typer.Option("mm", "--length-unit", help="Unit of prismatic joints in joints.csv: mm, m, cm or in."),
+    depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: str = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
+    depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
+    package_dir: List[Path] = PACKAGE, force: bool = FORCE, json_output: bool = JSON,
+) -> None:
+    """A folder of depth and colour images taken at the poses of a joints CSV -> a camera session."""
+    with user_errors():
+        from capture.importers.camera_import import CameraOptions
+        from capture.importers.image_folder import import_image_folder
+
+        robot = _robot(urdf, base_link, tip_link, package_dir, None, length_unit)
+        options = CameraOptions(depth_scale, camera_poses=camera_poses, mount_plane_z=_mount_plane(mount_plane),
+                                depth_sigma_at_1m=depth_noise, board=_board_entry(board))
+        with progress_bar("importing images", None) as update:
+            summary = import_image_folder(robot, folder, options, out, angle_unit, length_unit, force, update)
+        _camera_report(summary, json_output)

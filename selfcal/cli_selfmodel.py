@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -41,6 +44,69 @@ def parse_holds(items: list[str]) -> dict[str, float]:
     return held
 
 
+def camera_poses_from_calibration(folder: Path) -> dict:
+    """Camera name -> base_T_camera (4, 4) from a camera calibration folder (read by calib's reader)."""
+    from calib.calibration import Calibration
+
+    return Calibration.load(folder).base_T_camera
+
+
+@contextlib.contextmanager
+def _training_folder(out: Path, run: dict, resume: bool):
+    """``MODEL.partial/`` for a training's checkpoints: yields (folder, whether a checkpoint continues).
+
+    The folder appears whole (run.json in it) and is locked while training, so a second run stops
+    with a sentence; a run refused for bad input removes the folder it made, so nothing blocks the
+    next valid run; an interrupted one leaves it for ``--resume``; a finished one removes it.
+    """
+    from rigs.errors import InputError
+    from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, current_umask, is_locked, locked_folder,
+                            make_parents, read_json, remove_empty_folders, rename_no_replace)
+    from selfmodel.training import CHECKPOINT
+
+    partial = _partial(out)
+    busy = f"{partial}: another training is writing it now; wait for it to finish or choose another --out."
+    if is_locked(partial):
+        raise InputError(busy)
+    if resume:
+        if not (partial / "run.json").is_file():
+            raise InputError(f"{partial}: nothing to resume (no interrupted training for {out}); run without --resume.")
+        previous = read_json(partial / "run.json", "training record")
+        if previous != run:
+            raise InputError(f"{partial}/run.json: the interrupted training used other options ({previous}); "
+                             f"resume with the same ones.")
+    elif partial.exists():
+        raise InputError(f"{partial}: an interrupted training is there; run the same command with --resume to continue "
+                         f"it, or remove {partial} to start over.")
+    clean_leftovers(partial)
+    created = False
+    if not resume:
+        parents = make_parents(partial.parent)
+        layout = Path(tempfile.mkdtemp(dir=partial.parent, prefix=f".{partial.name}{TEMPORARY_TAG}", suffix=".tmp"))
+        try:
+            atomic_write_json(layout / "run.json", run)
+            os.chmod(layout, 0o777 & ~current_umask())  # mkdtemp makes 0700
+            rename_no_replace(layout, partial)
+        except FileExistsError:
+            shutil.rmtree(layout, ignore_errors=True)
+            raise InputError(busy) from None
+        except BaseException:
+            shutil.rmtree(layout, ignore_errors=True)
+            remove_empty_folders(parents)
+            raise
+        created = True
+    with locked_folder(partial, busy):
+        try:
+            # Killed before its first checkpoint, a resumed training starts over: the same run, bit for bit.
+            yield partial, resume and (partial / CHECKPOINT).is_file()
+        except InputError:
+            if created:
+                shutil.rmtree(partial, ignore_errors=True)
+                remove_empty_folders(parents)
+            raise
+    shutil.rmtree(partial, ignore_errors=True)
+
+
 @selfmodel_app.command("train")
 def train(
     sessions: List[Path] = typer.Argument(..., help="Session folder(s) with depth images and camera poses."),
@@ -50,6 +116,7 @@ def train(
     steps: Optional[int] = typer.Option(None, "--steps", help="Exact number of training steps (bit-for-bit repeatable; overrides --minutes)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="A (calibrated) URDF to use instead of the session's."),
+    cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: every core this process may use)."),
     hold: List[str] = typer.Option([], "--hold", help="JOINT=VALUE (rad or m): where a joint off the chain (a gripper finger) stood, when the session does not record it; repeat for each."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
@@ -59,40 +126,35 @@ def train(
     with user_errors():
         from capture.session import load_session
         from rigs.errors import InputError
-        from rigs.files import atomic_write_json, check_new_output, output_folder
+        from rigs.files import check_new_output, output_folder
         from selfmodel.model_io import save_model
         from selfmodel.training import SelfModelTrainer
 
         check_new_output(out)
-        loaded = [load_session(path) for path in sessions]
         trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
                                    hold=parse_holds(hold))
-        partial = _partial(out)
-        run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-               "urdf": None if urdf is None else str(urdf), **({"hold": list(hold)} if hold else {})}
-        if resume:
-            import json
-
-            if not (partial / "run.json").is_file():
-                raise InputError(f"{partial}: nothing to resume (no interrupted training for {out}).")
-            previous = json.loads((partial / "run.json").read_text())
-            if previous != run:
-                raise InputError(f"{partial}/run.json: the interrupted training used other options ({previous}); "
-                                 f"resume with the same ones.")
-        elif partial.exists():
-            raise InputError(f"{partial}: an interrupted training is there; pass --resume to continue it, or remove it.")
         if urdf is not None and not urdf.is_file():
             raise InputError(f"{urdf}: URDF not found.")
         if urdf is not None and kind == "free":
             raise InputError("--urdf gives the structured model its chain; the free model uses no URDF.")
-        partial.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(partial / "run.json", run)
-        with progress_bar(f"training {kind} self-model", steps or 0) as update:
-            result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=resume, progress=update)
-        board = (loaded[0].manifest.get("sensors") or {}).get("board")
-        with output_folder(out) as folder:
-            save_model(result, folder, loaded, run, board)
-        shutil.rmtree(partial, ignore_errors=True)
+        if threads is not None and threads < 1:
+            raise InputError(f"--threads must be at least 1, got {threads}.")
+        loaded = [load_session(path) for path in sessions]
+        if cameras is not None:
+            poses = camera_poses_from_calibration(cameras)
+            loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml")) for session in loaded]
+        from selfmodel.depth_labels import check_depth_sessions
+
+        check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
+        run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
+               "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras),
+               **({"hold": list(hold)} if hold else {})}
+        with _training_folder(out, run, resume) as (partial, continues):
+            with progress_bar(f"training {kind} self-model", steps or 0) as update:
+                result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update)
+            board = (loaded[0].manifest.get("sensors") or {}).get("board")
+            with output_folder(out) as folder:
+                save_model(result, folder, loaded, run, board)
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations}

@@ -27,6 +27,7 @@ def plan(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Plan around this calibration's model and reflectors."),
     candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal."),
     seed: int = typer.Option(0, "--seed"),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """Plan calibration poses: random valid ones, or with --optimal the most informative few."""
@@ -40,15 +41,18 @@ def plan(
         from capture.poses import random_poses
         from capture.simulate import pose_is_valid
         from rigs import InputError
-        from rigs.files import atomic_write_text
+        from rigs.files import atomic_write_text, check_new_file
         from rigs.simulator import nominal_world
 
+        check_new_file(out, force)
         if poses < 1:
             raise InputError(f"--poses must be at least 1, got {poses}.")
+        if optimal and candidates < poses:
+            raise InputError(f"--candidates {candidates}: --optimal chooses {poses} poses among at least as many candidates.")
         spec = robot_from_options(rig, urdf, base_link, tip_link)
         previous = None
         if calibration is not None:
-            from calib.calibrator import Calibration
+            from calib.calibration import Calibration
 
             previous = Calibration.load(calibration)
         with nominal_world(spec) as world:
@@ -64,11 +68,11 @@ def plan(
             q = np.array(q)
             summary = {"plan": str(out), "poses": poses, "optimal": optimal, "candidates": len(q) if optimal else None}
             if optimal:
-                from calib.pose_selection import candidate_jacobians, d_optimal, log_det
+                from calib.workflows.pose_selection import candidate_jacobians, d_optimal, log_det
 
                 chain = previous.chain if previous is not None else world.chain
                 targets = (previous.targets if previous is not None else {t.name: t.xyz for t in spec.targets}) or {"tip": np.zeros(3)}
-                if previous is not None:
+                if previous is not None and previous.tracker_T_base:
                     frame = next(iter(previous.tracker_T_base.values()))
                 elif spec.tracker is not None:
                     frame = np.linalg.inv(spec.tracker.base_T_tracker)
@@ -103,14 +107,15 @@ def recalibrate(
     sessions: list[Path] = typer.Argument(..., help="Session(s) recorded after the event."),
     previous: Path = typer.Option(..., "--previous", help="The calibration folder from before."),
     out: Path = typer.Option(..., "--out", help="New calibration folder."),
-    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of poses kept out of the fit and reported."),
+    holdout: float = typer.Option(0.0, "--holdout", help="Keep this fraction of the poses out of the fit (reduces the "
+                                  "data). Default 0: every pose is fitted, held-out figures by cross-validation."),
     seed: int = typer.Option(0, "--seed"),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """Refit from a previous calibration and name what changed, most significant first."""
     with user_errors():
-        from calib.recalibrate import recalibrate as run
+        from calib.workflows.recalibrate import recalibrate as run
         from rigs.files import atomic_write_json, check_new_output, output_folder
         from selfcal.ui import to_jsonable
 
@@ -126,7 +131,8 @@ def recalibrate(
             typer.echo(f"{out}: recalibrated from {previous}")
             typer.echo(f"  before: {accuracy['before_rms_mm']:.3f} mm RMS on the new data (previous calibration)")
             if accuracy["after_holdout_rms_mm"] is not None:
-                typer.echo(f"  after:  {accuracy['after_holdout_rms_mm']:.3f} mm RMS on held-out poses")
+                typer.echo(f"  after:  {accuracy['after_holdout_rms_mm']:.3f} mm RMS on held-out poses "
+                           f"({accuracy['after_holdout_method']})")
             if comparison["summary"]:
                 typer.echo("what changed, most significant first:")
                 for sentence in comparison["summary"]:

@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -20,6 +21,31 @@ from rigs.errors import InputError
 
 err_console = Console(stderr=True)
 out_console = Console()
+
+
+class OneLineErrors(TyperGroup):
+    """The root command group: a usage mistake (an unknown option, a value of the wrong type, a
+    missing argument) ends like every other bad input, one line on stderr and exit status 2."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:
+            err_console.print("aborted", highlight=False)
+            sys.exit(1)
+        except typer.TyperException as error:  # click's usage errors, vendored by typer
+            context = getattr(error, "ctx", None)
+            where = f"{context.command_path}: " if context is not None else ""
+            hint = f" (see `{context.command_path} --help`)" if context is not None else ""
+            text = error.format_message() if hasattr(error, "format_message") else str(error)
+            if not text.strip():  # "no arguments, so here is the help": already printed
+                sys.exit(getattr(error, "exit_code", 2))
+            err_console.print(f"[bold red]error:[/] {where}{' '.join(text.split())}{hint}", highlight=False,
+                              soft_wrap=True, markup=True)
+            sys.exit(getattr(error, "exit_code", 2))
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 def fail(message: str) -> None:

@@ -3,38 +3,51 @@
 Every depth pixel is a ray from the camera centre. A pixel (u, v) with depth z back-projects to
 ``z * K^-1 [u, v, 1]`` in the camera's optical frame (OpenCV convention, integer pixel = pixel
 centre; see docs/session-format.md) and to the base frame with the camera's ``base_T_camera``.
-Along a ray that hit the arm at measured depth d (noise sigma):
+Along a ray that hit the arm at measured depth d (noise sigma from the camera's noise law):
 
 - a band ``d +- band`` gets samples at EQUAL density on both sides, labelled by the side they fall
   on (occupied behind d, free in front), so the learned boundary sits at the median of the noise
   instead of a sigma in front of the surface;
-- a thin shell behind the band is occupied, unless another camera saw that spot free at the same
-  moment (in front of its own measured surface by two sigmas): the shell is an assumption (matter
+- a thin shell behind the band is occupied, unless another camera of the same pose saw that spot
+  free (in front of where its own reading vouches free space): the shell is an assumption (matter
   goes on behind a surface), and a board 3.5 mm thick would otherwise be learned 3 cm thick;
 - the segment from where the ray enters the workspace to ``d - band`` is free;
 - what lies further behind is unknown and gets no label.
 
-A ray that hit nothing (depth 0) is free across the whole workspace. Segmentation images are never
-read here.
+Real depth images are not that clean, and the labels say only what a pixel can vouch for:
+
+- a pixel with no reading (0) is unknown: a hole, a stereo shadow, a dark or shiny surface, or
+  nothing in range. Only a camera whose session says its zeros are free (``no_depth: free``, the
+  simulator's ideal cameras in empty space) makes such a ray free across the workspace;
+- a pixel on a depth edge whose depth lies between a nearer and a farther neighbour, each more
+  than ``edge_jump`` (or ``edge_sigmas`` sigma) away, may be a flying pixel mixing foreground and
+  background: it labels nothing occupied, and its ray is free only up to the nearest depth among
+  its neighbours (less the band). The foreground's and the background's own pixels along the
+  edge are kept;
+- a hit that cannot be the arm is background (a table, a wall): free up to it, nothing occupied.
+  It cannot be the arm when it lies below the session's mount plane (the surface the base stands
+  on, plus the band) or, given an ``arm_region``, outside every link's domain at that pose.
+
+Segmentation images are never read here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 import numpy as np
 
 from capture.session import Session
 from rigs.errors import InputError
 
 FAR = 100.0  # m: how far a ray that hit nothing counts as free (clipped to each link's domain)
-DEFAULT_DEPTH_NOISE = 0.002  # relative sigma assumed when a session does not state its cameras' noise
+TABLE_SIGMAS = 4.0  # a reading this many (vertical) noise sigmas above the mount plane is still the table
 
 
 @dataclass
 class LabelSettings:
-    hit_rays_per_image: int = 1500
-    miss_rays_per_image: int = 400
+    hit_rays_per_image: int = 1500  # rays that hit the arm
+    miss_rays_per_image: int = 400  # rays that read nothing, from cameras whose zeros are free
+    background_rays_per_image: int = 500  # rays that hit something else (or a depth edge): free space only
     band_samples: int = 4  # per hit ray, uniform in d +- band
     shell_samples: int = 1  # per hit ray, behind the band
     free_samples: int = 2  # per hit ray, in front of the band
@@ -43,6 +56,10 @@ class LabelSettings:
     band_min: float = 0.004  # ... but at least this many metres
     shell: float = 0.012  # m of occupied shell behind the band
     workspace_margin: float = 0.03  # m added around the measured surface's bounds
+    no_depth: str | None = None  # what a 0 pixel means: None as each camera says; "free" or "unknown" for all
+    edge_pixels: str = "drop"  # "drop": edge pixels label nothing occupied (module docstring); "keep": as any
+    edge_jump: float = 0.03  # m: a neighbour this much nearer or farther makes a pixel an edge pixel ...
+    edge_sigmas: float = 4.0  # ... or this many noise sigmas, whichever is larger
 
 
 @dataclass
@@ -68,6 +85,41 @@ class TrainingData:
     ray_free_end: np.ndarray | None = None  # (R,)
 
 
+@dataclass
+class ArmRegion:
+    """Where the arm's matter can be at each configuration: per link a box ``lo``, ``hi`` (L, 3) in
+    its own frame, posed by ``base_T_links`` (C, L, 4, 4) (the description's kinematics)."""
+
+    base_T_links: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.links_T_base = np.linalg.inv(self.base_T_links)
+
+    def contains(self, points: np.ndarray, config: int) -> np.ndarray:
+        """(n,) whether base-frame points (n, 3) lie in some link's box at ``config``."""
+        poses = self.links_T_base[config]
+        local = np.einsum("lij,nj->lni", poses[:, :3, :3], points) + poses[:, None, :3, 3]
+        return np.any(np.all((local >= self.lo[:, None]) & (local <= self.hi[:, None]), axis=2), axis=0)
+
+    def pixel_mask(self, K: np.ndarray, camera_T_base: np.ndarray, width: int, height: int, config: int) -> np.ndarray:
+        """(H, W) pixels whose ray may meet a link's box: the union of each box's projected bounding rectangle."""
+        mask = np.zeros((height, width), dtype=bool)
+        corners = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], dtype=float)
+        for link in range(len(self.lo)):
+            local = self.lo[link] + corners * (self.hi[link] - self.lo[link])
+            camera_T_link = camera_T_base @ self.base_T_links[config, link]
+            points = local @ camera_T_link[:3, :3].T + camera_T_link[:3, 3]
+            if np.any(points[:, 2] <= 1e-3):
+                return np.ones((height, width), dtype=bool)  # the box reaches behind the camera
+            uv = (points[:, :2] / points[:, 2:]) * np.diag(K)[:2] + K[:2, 2]
+            u0, v0 = np.floor(uv.min(axis=0)).astype(int)
+            u1, v1 = np.ceil(uv.max(axis=0)).astype(int)
+            mask[max(v0, 0):max(min(v1 + 1, height), 0), max(u0, 0):max(min(u1 + 1, width), 0)] = True
+        return mask
+
+
 def check_depth_sessions(sessions: list[Session]) -> None:
     """Every session has cameras with poses and depth images; InputError naming the first that lacks one."""
     if not sessions:
@@ -81,13 +133,67 @@ def check_depth_sessions(sessions: list[Session]) -> None:
             raise InputError(f"{session.path}: the session has no cameras, so there are no depth images to learn from.")
         if not session.pose_ids:
             raise InputError(f"{session.path}/joints.csv: the session has no poses.")
-        for name, camera in session.cameras.items():
-            if camera.base_T_camera is None:
-                raise InputError(f"{session.path}/session.json: camera {name!r} has no pose (base_T_camera is null); "
-                                 f"calibrate the cameras first.")
-            depth = session.image_path(name, session.pose_ids[0], "depth")
-            if not depth.is_file():
-                raise InputError(f"{depth}: depth image missing; the self-model learns from depth images.")
+        unknown = [name for name, camera in session.cameras.items() if camera.base_T_camera is None]
+        if unknown:
+            names = ", ".join(repr(n) for n in unknown)
+            what = f"camera {names} has no pose" if len(unknown) == 1 else f"cameras {names} have no pose"
+            raise InputError(f"{session.path}/session.json: {what} (base_T_camera is null); find "
+                             f"the camera poses from the board on the flange with `selfcal calibrate {session.path} "
+                             f"--out CAL` and train with `--cameras CAL`, or import the recording with /tf_static "
+                             f"(bags) or pose.yaml (image folders).")
+        depths = [name for name in session.cameras
+                  if any(session.has_image(name, pose, "depth") for pose in session.pose_ids)]
+        if not depths:
+            raise InputError(f"{session.path}/cameras: no depth images (<pose>_depth.png); the self-model learns from "
+                             f"depth images.")
+
+
+@dataclass
+class Reading:
+    """What one depth image vouches for, per pixel (H, W): ``edge`` (a possible flying pixel),
+    ``table`` (a reading of the mount plane), and ``free_end``: the depth (m along the optical
+    axis) up to which the pixel's ray is free (band subtracted; 0 where nothing is known)."""
+
+    edge: np.ndarray
+    table: np.ndarray
+    free_end: np.ndarray
+
+
+def read_depth(depth: np.ndarray, camera, settings: LabelSettings, mount: float | None) -> Reading:
+    """The module docstring's rules for one image (H, W) m of ``camera`` (a SessionCamera)."""
+    from rigs.depth_model import neighbourhood_range
+
+    valid = depth > 0
+    sigma = camera.depth_sigma(depth)
+    low, high = neighbourhood_range(depth)
+    threshold = np.maximum(settings.edge_jump, settings.edge_sigmas * sigma)
+    # Between a nearer and a farther neighbour, both a jump away: the foreground's and the
+    # background's own pixels along an edge stay, the mixed ones between them go.
+    edge = valid & (depth - low > threshold) & (high - depth > threshold)
+    if settings.edge_pixels == "keep":
+        edge = np.zeros_like(valid)
+    reach = np.where(edge, low, depth)
+    free_end = np.where(valid, reach - np.maximum(settings.band_sigmas * camera.depth_sigma(reach), settings.band_min),
+                        0.0)
+    table = np.zeros_like(valid)
+    if mount is not None:
+        # A reading of the surface the arm stands on is the plane itself: free down to the plane.
+        height, width = depth.shape
+        v, u = np.mgrid[0:height, 0:width]
+        rays = pixel_rays(camera.info.K, u.ravel(), v.ravel()) @ camera.base_T_camera[:3, :3].T
+        down = rays[:, 2].reshape(height, width)
+        origin_z = camera.base_T_camera[2, 3]
+        hit_z = origin_z + depth * down
+        band = np.maximum(TABLE_SIGMAS * sigma * np.abs(down), settings.band_min)
+        table = valid & ~edge & (hit_z < mount + band) & (down < 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            plane = (mount - origin_z) / down
+        free_end = np.where(table, plane, free_end)
+    return Reading(edge, table, np.maximum(free_end, 0.0))
+
+
+def _zeros_free(camera, settings: LabelSettings) -> bool:
+    return (settings.no_depth or camera.no_depth) == "free"
 
 
 def _ray_box(origin: np.ndarray, directions: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,77 +215,119 @@ def pixel_rays(K: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: np.random.Generator,
-                        progress=None) -> TrainingData:
-    """Labelled points from every pose and camera of ``sessions`` (see the module docstring)."""
+                        progress=None, arm_region: ArmRegion | None = None) -> TrainingData:
+    """Labelled points from every pose and camera of ``sessions`` (see the module docstring).
+
+    ``arm_region``: where the arm can be at each configuration (the index into the result's ``q``);
+    None: any reading above the mount plane.
+    """
     check_depth_sessions(sessions)
-    rays = []  # per image: config, origin (3,), directions (n, 3) base frame, depth (n,), sigma (n,)
+    if settings.no_depth not in (None, "free", "unknown"):
+        raise InputError(f"no_depth must be 'free' or 'unknown', got {settings.no_depth!r}.")
+    if settings.edge_pixels not in ("drop", "keep"):
+        raise InputError(f"edge_pixels must be 'drop' or 'keep', got {settings.edge_pixels!r}.")
+    rays = []  # per image: config, origin (3,), directions (n, 3) base frame, depth (n,), sigma (n,), free depth, arm
     q_all = []
     total = sum(len(s.pose_ids) for s in sessions)
     done = 0
     for session in sessions:
+        mount = session.mount_plane_z
         for row, pose in enumerate(session.pose_ids):
             config = len(q_all)
             q_all.append(session.q[row])
-            images = {name: session.image(name, pose, "depth") for name in session.cameras}
+            # An imported recording may lack a camera's frame at a pose.
+            images = {name: session.image(name, pose, "depth") for name in session.cameras
+                      if session.has_image(name, pose, "depth")}
+            readings = {name: read_depth(depth, session.cameras[name], settings, mount) for name, depth in images.items()}
             for name, camera in session.cameras.items():
+                if name not in images:
+                    continue
                 depth = images[name]
                 height, width = depth.shape
+                reading = readings[name]
+                origin = camera.base_T_camera[:3, 3].copy()
+                rotation = camera.base_T_camera[:3, :3]
                 flat = depth.ravel()
-                hit = np.flatnonzero(flat > 0)
-                miss = np.flatnonzero(flat <= 0)
-                hit = rng.choice(hit, min(settings.hit_rays_per_image, hit.size), replace=False) if hit.size else hit
-                miss = rng.choice(miss, min(settings.miss_rays_per_image, miss.size), replace=False) if miss.size else miss
-                chosen = np.concatenate([hit, miss])
+                valid = flat > 0
+                # Which readings are the arm: not an edge, not the table, inside the region.
+                candidate = valid & ~reading.edge.ravel() & ~reading.table.ravel()
+                if arm_region is not None:
+                    candidate &= arm_region.pixel_mask(camera.info.K, np.linalg.inv(camera.base_T_camera), width,
+                                                       height, config).ravel()
+                index = np.flatnonzero(candidate)
+                if arm_region is not None and len(index):
+                    points = origin + flat[index, None] * (pixel_rays(camera.info.K, index % width, index // width)
+                                                           @ rotation.T)
+                    index = index[arm_region.contains(points, config)]
+                is_arm = np.zeros(flat.size, dtype=bool)
+                is_arm[index] = True
+                arm_pixels = np.flatnonzero(is_arm)
+                other_pixels = np.flatnonzero(valid & ~is_arm)
+                miss = np.flatnonzero(~valid) if _zeros_free(camera, settings) else np.zeros(0, dtype=int)
+                picks = [rng.choice(pool, min(count, pool.size), replace=False) if pool.size else pool
+                         for pool, count in ((arm_pixels, settings.hit_rays_per_image),
+                                             (other_pixels, settings.background_rays_per_image),
+                                             (miss, settings.miss_rays_per_image))]
+                chosen = np.concatenate(picks)
                 u, v = chosen % width, chosen // width
-                directions = pixel_rays(camera.info.K, u, v) @ camera.base_T_camera[:3, :3].T
-                noise = camera.depth_noise if camera.depth_noise is not None else DEFAULT_DEPTH_NOISE
+                directions = pixel_rays(camera.info.K, u, v) @ rotation.T
                 d = flat[chosen].astype(float)
-                band = np.maximum(settings.band_sigmas * noise * d, settings.band_min)
-                shell_end = _shell_ends(camera.base_T_camera[:3, 3], directions, d, band, settings.shell, name,
-                                        session, images)
-                rays.append((config, camera.base_T_camera[:3, 3].copy(), directions, d, noise * d, shell_end))
+                sigma = camera.depth_sigma(d)
+                arm = is_arm[chosen]
+                band = np.maximum(settings.band_sigmas * sigma, settings.band_min)
+                shell_end = _shell_ends(origin, directions, d, band, settings.shell, arm, name, session, readings)
+                rays.append((config, origin, directions, d, sigma, reading.free_end.ravel()[chosen].astype(float),
+                             shell_end, arm))
             done += 1
             if progress is not None:
                 progress(done, total)
-    surface_list = [origin + d[d > 0, None] * directions[d > 0] for _, origin, directions, d, _, _ in rays]
-    surface = np.concatenate(surface_list)
-    surface_config = np.concatenate([np.full(int((r[3] > 0).sum()), r[0], dtype=np.int32) for r in rays])
+    surface = np.concatenate([origin + d[arm, None] * directions[arm] for _, origin, directions, d, *_, arm in rays])
+    surface_config = np.concatenate([np.full(int(r[-1].sum()), r[0], dtype=np.int32) for r in rays])
     if len(surface) < 100:
-        raise InputError(f"{sessions[0].path}: the depth images show almost nothing ({len(surface)} points); "
-                         f"is the arm in view of the cameras?")
+        raise InputError(f"{sessions[0].path}: the depth images show almost nothing of the arm ({len(surface)} points); "
+                         f"is the arm in view of the cameras, and are the camera poses right?")
     lo = np.percentile(surface, 0.01, axis=0) - settings.workspace_margin
     hi = np.percentile(surface, 99.99, axis=0) + settings.workspace_margin
+    mounts = [s.mount_plane_z for s in sessions if s.mount_plane_z is not None]
+    if mounts:
+        lo[2] = max(lo[2], min(mounts))  # nothing below the surface the arm stands on is the arm
 
     points, labels, configs = [], [], []
     free_rays = {"config": [], "origin": [], "direction": [], "start": [], "end": []}
-    for config, origin, directions, d, sigma, shell_end in rays:
+    for config, origin, directions, d, sigma, free_end, shell_end, arm in rays:
         entry, exit_ = _ray_box(origin, directions, lo, hi)
         hit = d > 0
         band = np.maximum(settings.band_sigmas * sigma, settings.band_min)
         # A ray is seen free from the camera to the band, outside the workspace too (a missed ray
         # all the way): a link frame's point may lie outside the workspace at some configurations.
-        end = np.where(hit, d - band, FAR)
+        end = np.where(hit, free_end, FAR)
         seen = end > 0
         free_rays["config"].append(np.full(int(seen.sum()), config, dtype=np.int32))
         free_rays["origin"].append(np.broadcast_to(origin, (int(seen.sum()), 3)))
         free_rays["direction"].append(directions[seen])
         free_rays["start"].append(np.zeros(int(seen.sum())))
         free_rays["end"].append(end[seen])
-        samples_t, samples_label = [], []
-        # Band: equal density both sides of d, labelled by side.
-        t = d[hit, None] + band[hit, None] * rng.uniform(-1.0, 1.0, (int(hit.sum()), settings.band_samples))
-        samples_t.append((np.flatnonzero(hit), t, (t > d[hit, None]).astype(np.float32)))
+        samples_t = []
+        # Band: equal density both sides of d, labelled by side (the arm's hits only).
+        t = d[arm, None] + band[arm, None] * rng.uniform(-1.0, 1.0, (int(arm.sum()), settings.band_samples))
+        samples_t.append((np.flatnonzero(arm), t, (t > d[arm, None]).astype(np.float32)))
         # Shell behind the band: occupied, as far as no other camera saw it free.
-        t = d[hit, None] + band[hit, None] + settings.shell * rng.uniform(0.0, 1.0, (int(hit.sum()), settings.shell_samples))
-        kept = t <= shell_end[hit, None]
-        rows = np.repeat(np.flatnonzero(hit)[:, None], t.shape[1], axis=1)
+        t = d[arm, None] + band[arm, None] + settings.shell * rng.uniform(0.0, 1.0, (int(arm.sum()), settings.shell_samples))
+        kept = t <= shell_end[arm, None]
+        rows = np.repeat(np.flatnonzero(arm)[:, None], t.shape[1], axis=1)
         samples_t.append((rows[kept], t[kept][:, None], np.ones((int(kept.sum()), 1), dtype=np.float32)))
-        # In front of the band, inside the workspace: free.
-        start, stop = entry[hit], d[hit] - band[hit]
+        # In front of the band (of the nearest neighbour on an edge), inside the workspace: free.
+        start, stop = entry[hit], free_end[hit]
         keep = stop > start
         t = start[keep, None] + (stop - start)[keep, None] * rng.uniform(0.0, 1.0, (int(keep.sum()), settings.free_samples))
         samples_t.append((np.flatnonzero(hit)[keep], t, np.zeros_like(t, dtype=np.float32)))
-        # Rays that hit nothing: free across the workspace.
+        # Background (the table, a wall, an edge's far side): free right up to where its freedom
+        # ends, at the band's density, so that the space just above a table is as well known as
+        # the space just in front of the arm.
+        other = hit & ~arm & (free_end > 0)
+        t = free_end[other, None] - band[other, None] * rng.uniform(0.0, 1.0, (int(other.sum()), settings.band_samples // 2))
+        samples_t.append((np.flatnonzero(other), t, np.zeros_like(t, dtype=np.float32)))
+        # Rays that hit nothing, from cameras whose zeros are free: free across the workspace.
         miss = ~hit & (exit_ > entry)
         t = entry[miss, None] + (exit_ - entry)[miss, None] * rng.uniform(0.0, 1.0, (int(miss.sum()), settings.miss_samples))
         samples_t.append((np.flatnonzero(miss), t, np.zeros_like(t, dtype=np.float32)))
@@ -199,36 +347,36 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
                         np.concatenate(free_rays["end"]))
 
 
-def _shell_ends(origin: np.ndarray, directions: np.ndarray, d: np.ndarray, band: np.ndarray, shell: float, name: str,
-                session: Session, images: dict[str, np.ndarray], probes: int = 4) -> np.ndarray:
-    """(n,) for each ray of camera ``name``: how far along it (same units as ``d``) its occupied shell
-    may reach, d + band + shell unless another camera of the same pose saw a point of the shell in
-    front of its own measured surface (by two sigmas of its noise): then up to the last probe before."""
+def _shell_ends(origin: np.ndarray, directions: np.ndarray, d: np.ndarray, band: np.ndarray, shell: float,
+                arm: np.ndarray, name: str, session: Session, readings: dict, probes: int = 4) -> np.ndarray:
+    """(n,) for each ray of camera ``name``: how far along it (m) its occupied shell may reach:
+    d + band + shell, unless another camera of the same pose saw a point of the shell free (nearer
+    than where its own reading vouches free space): then up to the last probe before that point."""
     ends = d + band + shell
-    hit = np.flatnonzero(d > 0)
-    if not len(hit) or len(images) < 2:
+    hit = np.flatnonzero(arm)
+    if not len(hit) or len(readings) < 2:
         return ends
     fractions = np.linspace(0.0, 1.0, probes)
     seen_free = np.zeros((len(hit), probes), dtype=bool)
-    for other, camera in session.cameras.items():
+    for other, reading in readings.items():
         if other == name:
             continue
-        depth = images[other]
-        height, width = depth.shape
+        camera = session.cameras[other]
+        free_end = reading.free_end
+        height, width = free_end.shape
         camera_T_base = np.linalg.inv(camera.base_T_camera)
-        noise = camera.depth_noise if camera.depth_noise is not None else DEFAULT_DEPTH_NOISE
+        K = camera.info.K
         for k, fraction in enumerate(fractions):
             t = d[hit] + band[hit] + fraction * shell
-            points = origin + t[:, None] * directions[hit]
-            local = points @ camera_T_base[:3, :3].T + camera_T_base[:3, 3]
+            local = (origin + t[:, None] * directions[hit]) @ camera_T_base[:3, :3].T + camera_T_base[:3, 3]
             z = local[:, 2]
             front = z > 1e-3
-            u = np.rint(camera.info.K[0, 0] * local[:, 0] / np.where(front, z, 1) + camera.info.K[0, 2]).astype(int)
-            v = np.rint(camera.info.K[1, 1] * local[:, 1] / np.where(front, z, 1) + camera.info.K[1, 2]).astype(int)
+            u = np.rint(K[0, 0] * local[:, 0] / np.where(front, z, 1) + K[0, 2]).astype(int)
+            v = np.rint(K[1, 1] * local[:, 1] / np.where(front, z, 1) + K[1, 2]).astype(int)
             inside = front & (u >= 0) & (u < width) & (v >= 0) & (v < height)
-            measured = np.zeros(len(points))
-            measured[inside] = depth[v[inside], u[inside]]
-            seen_free[:, k] |= inside & (measured > 0) & (z < measured * (1.0 - 2.0 * noise))
+            vouched = np.zeros(len(z))
+            vouched[inside] = free_end[v[inside], u[inside]]
+            seen_free[:, k] |= inside & (z < vouched)
     first = np.where(seen_free.any(axis=1), np.argmax(seen_free, axis=1), probes)
     limit = np.where(first == 0, d[hit] + band[hit] - 1e-9,
                      d[hit] + band[hit] + fractions[np.maximum(first - 1, 0)] * shell)
@@ -242,21 +390,35 @@ def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidate
 
     ``base_T_links`` (C, L, 4, 4) poses the links at the sessions' configurations (in the order of
     their poses); ``candidates[l]`` (n, 3) are points in link l's frame. A point is seen free by a
-    camera when it projects into the image in front of the measured depth (less the label band),
-    or onto a pixel that saw nothing. Returns two lists of boolean masks (n,), one per link: never
+    camera when it projects into the image in front of the measured depth (less the label band; on
+    a depth edge, of the nearest neighbour's), or onto a pixel that saw nothing when the camera's
+    zeros are free (a pixel with no reading vouches for nothing otherwise); and below the session's
+    mount plane. Returns two lists of boolean masks (n,), one per link: never
     seen free, and seen free with ``clear_margin`` m to spare (certainly not part of the link).
     """
     never = [np.ones(len(points), dtype=bool) for points in candidates]
     clear = [np.zeros(len(points), dtype=bool) for points in candidates]
     config = 0
     for session in sessions:
+        mount = session.mount_plane_z
         for pose in session.pose_ids:
+            if mount is not None:
+                # The arm never reaches through the surface it stands on: what a link carries below
+                # it at some pose is not the link's matter.
+                for link, points in enumerate(candidates):
+                    height_above = points @ base_T_links[config, link, 2, :3] + base_T_links[config, link, 2, 3] - mount
+                    never[link] &= height_above >= 0
+                    clear[link] |= height_above < -clear_margin
             for name, camera in session.cameras.items():
+                if not session.has_image(name, pose, "depth"):
+                    continue
                 depth = session.image(name, pose, "depth")
                 height, width = depth.shape
+                reading = read_depth(depth, camera, settings, mount)
+                free_end = reading.free_end
+                zeros_free = _zeros_free(camera, settings)
                 camera_T_base = np.linalg.inv(camera.base_T_camera)
                 K = camera.info.K
-                noise = camera.depth_noise if camera.depth_noise is not None else DEFAULT_DEPTH_NOISE
                 for link, points in enumerate(candidates):
                     camera_T_link = camera_T_base @ base_T_links[config, link]
                     local = points @ camera_T_link[:3, :3].T + camera_T_link[:3, 3]
@@ -265,11 +427,23 @@ def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidate
                     u = np.rint(K[0, 0] * local[:, 0] / np.where(front, z, 1) + K[0, 2]).astype(int)
                     v = np.rint(K[1, 1] * local[:, 1] / np.where(front, z, 1) + K[1, 2]).astype(int)
                     inside = front & (u >= 0) & (u < width) & (v >= 0) & (v < height)
+                    reach = np.zeros(len(points))
+                    reach[inside] = free_end[v[inside], u[inside]]
                     measured = np.zeros(len(points))
                     measured[inside] = depth[v[inside], u[inside]]
-                    band = np.maximum(settings.band_sigmas * noise * measured, settings.band_min)
-                    free = inside & ((measured <= 0) | (z < measured - band))
+                    empty = (measured <= 0) if zeros_free else np.zeros(len(points), dtype=bool)
+                    free = inside & (empty | (z < reach))
+                    clearly = inside & (empty | (z < reach - clear_margin))
+                    if mount is not None:
+                        # A pixel that sees the table sees its whole cone free down to the plane
+                        # (a pixel's own ray is only one line of that cone).
+                        table = np.zeros(len(points), dtype=bool)
+                        table[inside] = reading.table[v[inside], u[inside]]
+                        pose_link = base_T_links[config, link]
+                        height_above = points @ pose_link[2, :3] + pose_link[2, 3] - mount
+                        free |= table & (height_above > 0)
+                        clearly |= table & (height_above > clear_margin)
                     never[link] &= ~free
-                    clear[link] |= inside & ((measured <= 0) | (z < measured - band - clear_margin))
+                    clear[link] |= clearly
             config += 1
     return never, clear

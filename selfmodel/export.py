@@ -358,7 +358,7 @@ def write_collision_urdf(model_urdf: Path, export: CollisionExport, folder: Path
     for name in export.links:
         for collision in links[name].findall("collision"):
             links[name].remove(collision)
-    urdf_io.copy_self_contained(tree, model_urdf.parent, folder, confine=True)
+    urdf_io.copy_self_contained(tree, model_urdf.parent, folder)
     (folder / "meshes" / "collision").mkdir(parents=True, exist_ok=True)
     for name, link in export.links.items():
         for k, piece in enumerate(link.pieces):
@@ -508,7 +508,7 @@ def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samp
 
 def load_model_folder(folder: Path):
     """The self-model saved in ``folder`` (by ``selfcal selfmodel train``)."""
-    from selfmodel.models import load_model
+    from selfmodel.model_io import load_model  # torch takes 2 s to load; only a model folder needs it
 
     return load_model(Path(folder))
 

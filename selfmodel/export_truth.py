@@ -297,7 +297,7 @@ def description_pieces(urdf_path: Path, links: list[str]) -> dict[str, list[Conv
                 continue
             shape = geometry[0]
             if shape.tag == "mesh":
-                path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf_path.parent, confine=False)
+                path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf_path.parent)
                 mesh = trimesh.load(str(path), force="mesh")
                 if shape.get("scale"):
                     mesh.apply_scale([float(v) for v in shape.get("scale").split()])

@@ -234,3 +234,37 @@ def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[s
         "false_free_rate": inside_free / inside_total if inside_total else 0.0,
         "queries_per_s": queries_per_second(model, truth.q_commanded, rng),
     }
+
+
+def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int = 4000,
+                 far: float = 0.02, deep: float = 0.01) -> dict:
+    """How wrong a training set's labels are against the true arm of the simulated ``session``
+    (its only session, configurations in pose order): the share of free labels inside the true
+    body (and more than ``deep`` m inside it: beyond what depth noise explains), and of occupied
+    labels more than ``far`` m outside it. Evaluation only: reads truth/."""
+    truth = true_arm(session)
+    if len(truth.pose_ids) != len(data.q):
+        raise InputError(f"{session.path}: {len(truth.pose_ids)} poses, the labels have {len(data.q)} configurations.")
+    scenes = {name: _scene(mesh) for name, mesh in truth.meshes.items()}
+    free_inside = free_deep = free_total = occupied_far = occupied_total = 0
+    for config in range(len(data.q)):
+        rows = np.flatnonzero(data.config == config)
+        if not len(rows):
+            continue
+        rows = rng.choice(rows, min(per_pose, len(rows)), replace=False)
+        points, occupied = data.points[rows].astype(float), data.occupied[rows] > 0.5
+        posed = PosedTruth(scenes, truth.meshes, truth.link_names, truth.base_T_links[config])
+        inside = posed.occupied(points)
+        free_inside += int(np.sum(inside & ~occupied))
+        wrong = inside & ~occupied
+        if wrong.any():
+            free_deep += int(np.sum(posed.distance(points[wrong]) > deep))
+        free_total += int(np.sum(~occupied))
+        if occupied.any():
+            outside = ~inside[occupied]
+            occupied_far += int(np.sum(posed.distance(points[occupied][outside]) > far))
+            occupied_total += int(occupied.sum())
+    return {"free_labels_inside_body": free_inside / max(free_total, 1),
+            "free_labels_deep_inside": free_deep / max(free_total, 1),
+            "occupied_labels_far_outside": occupied_far / max(occupied_total, 1),
+            "free_labels": free_total, "occupied_labels": occupied_total, "labels": len(data.points)}

@@ -18,7 +18,6 @@ one sentence.
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 
@@ -26,8 +25,9 @@ import numpy as np
 import torch
 
 from rigs import urdf as urdf_io
+from rigs.documents import as_table
 from rigs.errors import InputError
-from rigs.files import atomic_write_bytes, atomic_write_json
+from rigs.files import atomic_write_bytes, atomic_write_json, inside_folder, load_npz, load_torch, read_json
 from selfmodel.chain import ChainSpec
 from selfmodel.models import FreeSelfModel, StructuredSelfModel
 
@@ -61,7 +61,7 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
     if isinstance(model, StructuredSelfModel):
         source = Path(model.urdf_path)
         tree = urdf_io.parse_urdf(source)
-        urdf_io.copy_self_contained(tree, source.parent, folder, [source.parent], confine=False, name="robot.urdf")
+        urdf_io.copy_self_contained(tree, source.parent, folder, [source.parent], name="robot.urdf")
         corrected = urdf_io.parse_urdf(folder / "robot.urdf")
         for joint, origin in model.corrected_joint_origins().items():
             urdf_io.set_joint_origin(corrected, joint, origin)
@@ -82,51 +82,83 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
 
 
 def read_config(folder: Path) -> dict:
+    """The checked config.json of a model folder: format, and the type of every key selfcal reads."""
     folder = Path(folder)
     path = folder / CONFIG
     if not path.is_file():
         raise InputError(f"{folder}: not a self-model folder ({CONFIG} is missing).")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: not valid JSON ({error}).") from None
+    config = read_json(path, "model config")
+    top = as_table(config, path, "self-model config")
     if config.get("format") != FORMAT or config.get("format_version") != FORMAT_VERSION:
         raise InputError(f"{path}: format {config.get('format')!r} version {config.get('format_version')!r} is not "
                          f"a {FORMAT} version {FORMAT_VERSION} this selfcal reads; retrain the model with this version.")
+    kind = top.get("kind", "str")
+    if kind not in ("structured", "free"):
+        raise InputError(f"{top.where('kind')}: unknown model kind {kind!r} (expected structured or free).")
+    names = top.get("joint_names", "names")
+    for key in ("workspace_lo", "workspace_hi"):
+        top.get(key, "vector", length=3)
+    network = top.get("network", "table")
+    # Bounds keep a hostile file from asking for a network of billions of weights.
+    for key, largest in (("hidden", 4096), ("layers", 64)):
+        value = network.get(key, "int")
+        if not 1 <= value <= largest:
+            raise InputError(f"{network.where(key)} should be between 1 and {largest}, got {value}.")
+    if kind == "structured":
+        for key in ("urdf", "corrected_urdf", "base_link", "tip_link"):
+            top.get(key, "str")
+        links = top.get("link_names", "names")
+        frequencies = network.get("frequencies", "int")
+        if not 0 <= frequencies <= 32:
+            raise InputError(f"{network.where('frequencies')} should be between 0 and 32, got {frequencies}.")
+        for key in ("domains_lo", "domains_hi"):
+            network.get(key, "matrix", shape=(len(links), 3))
+        top.get("board", "table", None, nullable=True)
+    else:
+        network.get("omega", "number")
+        for key in ("q_lo", "q_hi"):
+            network.get(key, "vector", length=len(names))
     return config
 
 
 def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
-    """The model saved in ``folder``; InputError for a missing, foreign or other-version folder."""
+    """The model saved in ``folder``; InputError for a missing, foreign or other-version folder.
+
+    Every file it names (``urdf``, ``corrected_urdf``) must lie inside the folder.
+    """
     folder = Path(folder)
     config = read_config(folder)
     network = config["network"]
     try:
         if config["kind"] == "structured":
-            urdf = folder / config["urdf"]
+            urdf = inside_folder(folder, config["urdf"], f"{folder / CONFIG}: key 'urdf'", "URDF path")
+            corrected = inside_folder(folder, config["corrected_urdf"], f"{folder / CONFIG}: key 'corrected_urdf'",
+                                      "URDF path")
+            urdf_io.check_meshes(urdf)
             spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"], config.get("held_joints") or {})
+            if spec.link_names != config["link_names"] or spec.joint_names != config["joint_names"]:
+                raise InputError(f"{folder / CONFIG}: its links and joints are not those of the chain of {urdf.name} "
+                                 f"({spec.link_names}; {spec.joint_names}).")
             model = StructuredSelfModel(spec, np.array(network["domains_lo"]), np.array(network["domains_hi"]),
                                         np.array(config["workspace_lo"]), np.array(config["workspace_hi"]),
                                         network["hidden"], network["layers"], network["frequencies"], urdf_path=urdf,
                                         base_link=config["base_link"], tip_link=config["tip_link"])
-            model.corrected_urdf_path = folder / config["corrected_urdf"]
+            model.corrected_urdf_path = corrected
             model.board = config.get("board")
             model.folder = folder
-        elif config["kind"] == "free":
+        else:
             model = FreeSelfModel(config["joint_names"], config["workspace_lo"], config["workspace_hi"], network["q_lo"],
                                   network["q_hi"], network["hidden"], network["layers"], network["omega"])
-        else:
-            raise InputError(f"{folder / CONFIG}: unknown model kind {config['kind']!r}.")
     except KeyError as error:
         raise InputError(f"{folder / CONFIG}: key {error.args[0]!r} is missing.") from None
     weights = folder / WEIGHTS
     if not weights.is_file():
         raise InputError(f"{weights}: file not found.")
+    state = load_torch(weights)  # weights_only=True: a file carrying pickled code is refused, never run
     try:
-        state = torch.load(weights, weights_only=True)
         model.load_state_dict(state)
-    except (RuntimeError, ValueError, OSError) as error:
-        raise InputError(f"{weights}: not weights of this model ({str(error).splitlines()[0]}).") from None
+    except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as error:
+        raise InputError(f"{weights}: not weights of this model ({' '.join(str(error).split())[:200]}).") from None
     model.eval()
     return model
 
@@ -142,8 +174,13 @@ def surface_samples(model_or_folder) -> tuple[dict[str, np.ndarray], dict[str, n
     config = read_config(folder)
     if config["kind"] != "structured":
         raise InputError(f"{folder}: surface samples are kept for structured models only.")
-    with np.load(folder / SURFACE, allow_pickle=False) as data:
-        points, owner, configs, q = data["points_link"], data["link_index"], data["config"], data["q"]
+    arrays = load_npz(folder / SURFACE, ["points_link", "link_index", "config", "q"])
+    points, owner, configs, q = arrays["points_link"], arrays["link_index"], arrays["config"], arrays["q"]
     links = config["link_names"]
+    if points.ndim != 2 or points.shape[1:] != (3,) or owner.shape != (len(points),) or configs.shape != (len(points),) \
+            or q.ndim != 2 or not np.issubdtype(owner.dtype, np.integer) or not np.issubdtype(configs.dtype, np.integer) \
+            or (len(owner) and (owner.min() < 0 or owner.max() >= len(links) or configs.min() < 0 or configs.max() >= len(q))):
+        raise InputError(f"{folder / SURFACE}: its arrays do not fit together (points (S, 3), link_index and config "
+                         f"(S,) indices into the links and q).")
     return ({link: points[owner == i] for i, link in enumerate(links)},
             {link: configs[owner == i] for i, link in enumerate(links)}, q)

@@ -178,10 +178,3 @@ class FreeSelfModel(_Occupancy):
 
     def config(self) -> dict:
         return {"q_lo": self.q_lo.tolist(), "q_hi": self.q_hi.tolist(), **self.hyper}
-
-
-def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
-    """The model saved in a model folder (see :mod:`selfmodel.model_io`)."""
-    from selfmodel.model_io import load_model as load
-
-    return load(folder)

@@ -33,13 +33,20 @@ import torch
 from capture.session import Session
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
-from selfmodel.depth_labels import LabelSettings, TrainingData, depth_training_data
+from selfmodel.depth_labels import ArmRegion, LabelSettings, TrainingData, depth_training_data
 from selfmodel.models import FreeSelfModel, StructuredSelfModel
 
 KINDS = ("structured", "free")
 CLEAR, MATTER, OWN = 0.0, 1.0, 2.0  # labels of the never-seen-free prior (see SelfModelTrainer._prior_pool)
 DESCRIBED_PITCH = 0.003  # m: grid of the description's solids (the ownership prior)
 CHECKPOINT = "checkpoint.pt"
+
+
+def _domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi: np.ndarray) -> ArmRegion:
+    """Where the labels take a reading for the arm: inside some link's domain box at that pose
+    (description kinematics); what lies outside every one is background (a table, a wall)."""
+    q = np.concatenate([session.q for session in sessions])
+    return ArmRegion(link_poses_numpy(spec, q), lo, hi)
 
 
 def default_threads() -> int:
@@ -161,16 +168,22 @@ class SelfModelTrainer:
         rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
         first = sessions[0] if sessions else None
-        data = depth_training_data(sessions, self.labels, rng)
         if self.kind == "structured":
+            if first is None:
+                raise InputError("no session given.")
             urdf_path = Path(urdf_path) if urdf_path is not None else first.urdf_path
             spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
             check_joint_names(spec, first.joint_names, str(urdf_path))
-            model = self._structured_model(spec, data, urdf_path, first)
+            domains = self._domains(spec, urdf_path, first.tip_link)
+            data = depth_training_data(sessions, self.labels, rng, arm_region=_domain_region(spec, sessions, *domains))
+            model = StructuredSelfModel(spec, domains[0], domains[1], data.workspace_lo, data.workspace_hi,
+                                        self.hidden or 64, self.layers or 3, urdf_path=urdf_path,
+                                        base_link=first.base_link, tip_link=first.tip_link)
             described = described_solids(spec, urdf_path, first.tip_link, (first.manifest.get("sensors") or {}).get("board"))
             prior = self._prior_pool(model, spec, data, sessions, rng, described)
             owners = described_owners(spec, data, described)
         else:
+            data = depth_training_data(sessions, self.labels, rng)
             model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, data.q.min(axis=0),
                                   data.q.max(axis=0), self.hidden or 256, self.layers or 5)
             prior, owners = None, None
@@ -189,7 +202,8 @@ class SelfModelTrainer:
         held.update(self.hold)
         return held
 
-    def _structured_model(self, spec: ChainSpec, data: TrainingData, urdf_path: Path, session: Session) -> StructuredSelfModel:
+    def _domains(self, spec: ChainSpec, urdf_path: Path, tip_link: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per link, the box (lo (L, 3), hi (L, 3)) in its frame where its matter can be."""
         from rigs.link_meshes import link_meshes
 
         meshes = link_meshes(urdf_path, spec.link_names)
@@ -201,12 +215,11 @@ class SelfModelTrainer:
             if link in meshes:
                 corners += list(meshes[link].bounds)
             corners = np.array(corners)
-            margin = self.tip_margin if index == len(spec.link_names) - 1 else self.domain_margin
+            # Tools and boards sit on the tip; so do links beyond it (fingers), which follow the chain.
+            margin = self.tip_margin if index >= spec.link_names.index(tip_link) else self.domain_margin
             lo.append(corners.min(axis=0) - margin)
             hi.append(corners.max(axis=0) + margin)
-        return StructuredSelfModel(spec, np.array(lo), np.array(hi), data.workspace_lo, data.workspace_hi,
-                                   self.hidden or 64, self.layers or 3, urdf_path=urdf_path,
-                                   base_link=session.base_link, tip_link=session.tip_link)
+        return np.array(lo), np.array(hi)
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
                     rng: np.random.Generator, described: dict, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -254,29 +267,37 @@ class SelfModelTrainer:
         if resume:
             if checkpoint is None or not checkpoint.is_file():
                 raise InputError(f"{checkpoint_dir}: nothing to resume (no {CHECKPOINT} from an interrupted run).")
-            state = torch.load(checkpoint, weights_only=True)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            generator.set_state(state["generator"])
-            step, elapsed = int(state["step"]), float(state["elapsed"])
-            total = None if int(state["total"]) < 0 else int(state["total"])
-            history = [tuple(row) for row in state["history"].tolist()]
+            from rigs.files import load_torch
+
+            state = load_torch(checkpoint, "training checkpoint")
+            try:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                generator.set_state(state["generator"])
+                step, elapsed = int(state["step"]), float(state["elapsed"])
+                total = None if int(state["total"]) < 0 else int(state["total"])
+                history = [tuple(row) for row in state["history"].tolist()]
+            except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
+                raise InputError(f"{checkpoint}: is not a checkpoint of this training ({type(error).__name__}); "
+                                 f"remove {checkpoint_dir} to start over.") from None
         budget = None if self.steps is not None else self.minutes * 60.0
         started = time.perf_counter() - elapsed
-        run = {"step": step, "loss": float("nan"), "history": history}
+        # The batch generator's state where the last finished step left it: an interruption mid-step has
+        # drawn the next batch already, and a resumed run must draw it again.
+        run = {"step": step, "loss": float("nan"), "history": history, "generator": generator.get_state()}
         try:
             self._loop(model, optimizer, generator, points, labels, owners, configs, q_all, prior, structured, run,
                        total, budget, started, checkpoint, progress)
         except BaseException:
             # Interrupted (Ctrl-C, a crash): keep what was learned so --resume can continue from here.
             if checkpoint is not None:
-                self._save_checkpoint(checkpoint, model, optimizer, generator, run["step"], total,
+                self._save_checkpoint(checkpoint, model, optimizer, run["generator"], run["step"], total,
                                       time.perf_counter() - started, run["history"])
             raise
         step, loss_value, history = run["step"], run["loss"], run["history"]
         seconds = time.perf_counter() - started
         if checkpoint is not None:
-            self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, seconds, history)
+            self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total, seconds, history)
         result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), q=data.q, history=history)
         if structured:
             self._surface_owners(result, data)
@@ -322,13 +343,14 @@ class SelfModelTrainer:
                 model.chain.deltas.grad = None
             optimizer.step()
             step += 1
-            run["step"], run["loss"] = step, float(loss.detach())
+            run["step"], run["loss"], run["generator"] = step, float(loss.detach()), generator.get_state()
             if step % 50 == 0:
                 history.append((step, run["loss"]))
             if progress is not None:
                 progress(step, total) if total is not None else progress(int(1000 * fraction), 1000)
             if checkpoint is not None and time.perf_counter() - last_save > 60:
-                self._save_checkpoint(checkpoint, model, optimizer, generator, step, total, time.perf_counter() - started, history)
+                self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total,
+                                      time.perf_counter() - started, history)
                 last_save = time.perf_counter()
 
     def _prior_terms(self, model: StructuredSelfModel, prior, poses: torch.Tensor, generator: torch.Generator):
@@ -364,12 +386,12 @@ class SelfModelTrainer:
         return terms, logits, torch.cat(owners)
 
     @staticmethod
-    def _save_checkpoint(path: Path, model, optimizer, generator, step, total, elapsed, history) -> None:
+    def _save_checkpoint(path: Path, model, optimizer, generator_state, step, total, elapsed, history) -> None:
         from rigs.files import atomic_write_bytes
         import io
 
         buffer = io.BytesIO()
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "generator": generator_state,
                     "step": step, "total": -1 if total is None else total, "elapsed": elapsed,
                     "history": torch.tensor(history if history else np.zeros((0, 2)), dtype=torch.float64)}, buffer)
         atomic_write_bytes(path, buffer.getvalue())

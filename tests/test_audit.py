@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from calib import iso9283
+from calib.workflows import iso9283
 from selfcal.cli import app
 
 runner = CliRunner()
@@ -125,3 +125,19 @@ def test_cube_that_does_not_fit_is_refused(tmp_path):
     assert result.exit_code == 2
     assert "does not fit the workspace" in result.output
     assert not (tmp_path / "a.csv").exists()
+
+
+def test_an_audit_takes_a_calibration_fitted_from_probe_poses(audit_session, capture_session, tmp_path):
+    """A calibration with no reflectors (a 6-DoF probe's, the same arm) commands the audit's poses;
+    the audit's own reflectors are registered to it."""
+    cal = tmp_path / "cal"
+    probe = capture_session("iiwa-tracker6d", 40, 1)
+    result = runner.invoke(app, ["calibrate", str(probe), "--out", str(cal), "--deflection", "none", "--holdout", "0"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--calibration", str(cal),
+                                 "--out", str(tmp_path / "r"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    nominal = max(e["AP_mm"] for e in report["models"]["nominal"]["poses"])
+    calibrated = max(e["AP_mm"] for e in report["models"]["calibrated"]["poses"])
+    assert calibrated < 0.3 * nominal

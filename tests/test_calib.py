@@ -12,12 +12,14 @@ import pinocchio as pin
 import pytest
 from typer.testing import CliRunner
 
-from calib.calibrator import Calibration, KinematicCalibrator
-from calib.error_model import ErrorModel
-from calib.evaluation import combination_z_scores
-from calib.observations import TrackerObservations, tracker_sqrt_information
-from calib.solver import RobustSolver
-from calib.validate import validate
+from calib.calibration import Calibration
+from calib.calibrator import Calibrator
+from calib.fit.solver import RobustSolver
+from calib.model.error_model import ErrorModel
+from calib.model.poses import PoseSet
+from calib.sensors.tracker_points import PointObservations, tracker_blocks, tracker_sqrt_information
+from calib.workflows.evaluation import combination_z_scores
+from calib.workflows.validate import validate
 from capture.session import load_session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
@@ -36,17 +38,26 @@ def check_session(capture_session) -> Path:
 
 @pytest.fixture(scope="module")
 def calibration(fit_session) -> Calibration:
-    return KinematicCalibrator(holdout=0.0).fit([fit_session])
+    return Calibrator(deflection="none", holdout=0.0).fit([fit_session])
+
+
+def rigid(**options) -> Calibrator:
+    """The rigid kinematic fit (no deflection model)."""
+    return Calibrator(deflection="none", **options)
+
+
+def poses_of(session) -> PoseSet:
+    return PoseSet(session.q, session.pose_ids, session.payload_kg)
 
 
 def test_analytic_jacobian_matches_finite_differences(fit_session):
     session = load_session(fit_session)
     chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
-    model = ErrorModel(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)})
+    model = ErrorModel.for_sensors(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)})
     tracker = session.tracker
-    block = TrackerObservations("s0", session.q, tracker.pose_index[:12], tracker.targets[:12], tracker.xyz[:12],
-                                tracker_sqrt_information(tracker.xyz[:12], (1e-5, 3e-7), (1.5e-5, 6e-6)),
-                                ["x"] * 12)
+    block = PointObservations("s0", poses_of(session), tracker.pose_index[:12], tracker.targets[:12], tracker.xyz[:12],
+                              tracker_sqrt_information(tracker.xyz[:12], (1e-5, 3e-7), (1.5e-5, 6e-6)),
+                              ["x"] * 12)
     theta = model.initial_vector(session.nominal_targets) + np.random.default_rng(0).normal(0, 1e-3, model.size)
     _, jacobian = block.evaluate(model, theta)
     numeric = np.zeros_like(jacobian)
@@ -74,7 +85,7 @@ def test_a_session_without_truth_calibrates_identically(calibration, fit_session
     copy = tmp_path / "no-truth"
     shutil.copytree(fit_session, copy)
     shutil.rmtree(copy / "truth")
-    again = KinematicCalibrator(holdout=0.0).fit([copy])
+    again = rigid(holdout=0.0).fit([copy])
     assert np.array_equal(again.solve.theta, calibration.solve.theta)
 
 
@@ -120,27 +131,25 @@ def corrupt(session: Path, out: Path, fraction: float, jump: float, seed: int) -
 
 def test_jumps_of_5_mm_are_flagged_and_do_not_spoil_the_fit(calibration, fit_session, check_session, tmp_path):
     corrupted = corrupt(fit_session, tmp_path / "corrupted", 0.03, 0.005, seed=4)
-    robust = KinematicCalibrator(holdout=0.0).fit([tmp_path / "corrupted"])
+    robust = rigid(holdout=0.0).fit([tmp_path / "corrupted"])
     assert sorted(o["point"] for o in robust.summary["outliers"]) == corrupted
     clean = validate(calibration, load_session(check_session))["rms_mm"]
     assert validate(robust, load_session(check_session))["rms_mm"] <= 1.1 * clean
 
 
 def test_offsets_model_fits_only_zero_offsets(fit_session):
-    offsets = KinematicCalibrator(model="offsets", holdout=0.0).fit([fit_session])
+    offsets = rigid(model="offsets", holdout=0.0).fit([fit_session])
     assert np.all(offsets.deltas == 0.0)
     assert offsets.summary["identifiability"]["parameters"] == 7 + 6 + 9
     assert offsets.summary["residuals"]["fit"]["rms_mm"] < offsets.summary["residuals"]["fit_nominal"]["rms_mm"]
 
 
 def test_a_solver_that_cannot_converge_says_so(fit_session):
-    calibrator = KinematicCalibrator(holdout=0.0)
+    calibrator = rigid(holdout=0.0)
     session = load_session(fit_session)
     chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
-    from calib.calibrator import tracker_blocks
-
-    block = tracker_blocks(session, "s0")
-    model = ErrorModel(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)})
+    block = tracker_blocks(session, poses_of(session))
+    model = ErrorModel.for_sensors(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)})
     with pytest.raises(InputError, match="did not converge"):
         RobustSolver(max_evaluations=1).solve([block], model, model.initial_vector(session.nominal_targets))
     assert calibrator.holdout == 0.0
@@ -161,7 +170,8 @@ def test_calibrate_and_validate_from_the_command_line(fit_session, check_session
     result = runner.invoke(app, ["validate", str(out), str(check_session), "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)
-    assert set(figures) == {"n", "mean_mm", "rms_mm", "max_mm", "p95_mm", "nominal_rms_mm", "floor_rms_mm"}
+    assert set(figures) == {"n", "mean_mm", "rms_mm", "max_mm", "p95_mm", "nominal_rms_mm", "floor_rms_mm",
+                            "outlier_sigma", "outliers"}
     assert figures["n"] == 180 and figures["rms_mm"] < 1.2 * figures["floor_rms_mm"]
 
 
@@ -215,8 +225,33 @@ def test_a_degenerate_pose_set_is_refused(tmp_path):
 
 def test_two_sessions_of_one_arm_fit_together_with_a_tracker_pose_each(fit_session, check_session, capture_session):
     third = capture_session("iiwa-tracker", 60, 3)
-    joint = KinematicCalibrator(holdout=0.0).fit([fit_session, third])
+    joint = rigid(holdout=0.0).fit([fit_session, third])
     assert list(joint.tracker_T_base) == ["s0", "s1"]
     assert joint.summary["residuals"]["poses"]["fit"] == 120
     figures = validate(joint, load_session(check_session))
     assert figures["rms_mm"] <= 1.1 * figures["floor_rms_mm"]
+
+
+def test_moving_the_tracker_does_not_move_the_arms_calibration(calibration, fit_session, tmp_path):
+    """What no measurement sees (a turn of joint 1 against a turn of the tracker about the base's z)
+    keeps the URDF's value: the same arm, seen by the tracker turned 35 degrees on its stand (about
+    its own origin, so every point keeps its distance and noise), calibrates the same."""
+    from rigs.transforms import exp6 as make_pose
+
+    moved = tmp_path / "moved"
+    shutil.copytree(fit_session, moved)
+    shutil.rmtree(moved / "truth")
+    setup = make_pose(np.array([0.0, 0.0, 0.0, 0.05, -0.02, 0.6]))
+    rows = list(csv.reader((moved / "tracker.csv").open()))
+    header, body = rows[0], rows[1:]
+    columns = [header.index(c) for c in "xyz"]
+    for row in body:
+        point = setup[:3, :3] @ np.array([float(row[c]) for c in columns]) + setup[:3, 3]
+        for c, value in zip(columns, point):
+            row[c] = repr(float(value))
+    with (moved / "tracker.csv").open("w", newline="") as stream:
+        csv.writer(stream).writerows([header] + body)
+    again = rigid(holdout=0.0).fit([moved])
+    np.testing.assert_allclose(again.deltas, calibration.deltas, atol=1e-9)
+    np.testing.assert_allclose(again.zero_offsets, calibration.zero_offsets, atol=1e-9)
+    np.testing.assert_allclose(again.tracker_T_base["s0"], setup @ calibration.tracker_T_base["s0"], atol=1e-9)

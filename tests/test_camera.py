@@ -12,8 +12,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from calib.camera_board import BoardDetector, CharucoBoardSpec, board_from_manifest, parse_board
-from calib.camera_intrinsics import board_view_poses
+from calib.calibration import Calibration
+from calib.calibrator import Calibrator
+from calib.model.error_model import ErrorModel
+from calib.model.poses import PoseSet
+from calib.sensors.board import BoardDetector, CharucoBoardSpec, board_from_manifest, parse_board
+from calib.sensors.intrinsics import board_view_poses
 from capture.camera_info import CameraInfo
 from capture.session import load_session
 from rigs import load_rig
@@ -23,6 +27,7 @@ from rigs.transforms import exp6, invert
 from selfcal.cli import app
 
 BOARD_TEXT = "charuco:7:5:0.035:0.026:4X4_50"
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +142,7 @@ def test_board_specs_are_checked():
 
 
 def test_hand_eye_recovers_known_camera_and_board_poses():
-    from calib.camera_handeye import hand_eye
+    from calib.sensors.hand_eye import hand_eye
 
     rng = np.random.default_rng(0)
     tip_T_board = exp6([0.01, -0.02, 0.015, 0.1, -0.05, 0.2])
@@ -157,25 +162,24 @@ def test_hand_eye_recovers_known_camera_and_board_poses():
 
 def _truth_model(session):
     """The error model at the simulated truth: true chain, true camera poses, true board on the tip."""
-    from calib.camera_observations import CameraErrorModel
     from rigs.kinematics import ChainModel
 
     chain = ChainModel.from_urdf(session.path / "truth" / "robot.urdf", session.base_link, session.tip_link)
     truth = json.loads((session.path / "truth" / "parameters.json").read_text())
     cameras = {name: invert(np.asarray(c["base_T_camera"])) for name, c in session.manifest["sensors"]["cameras"].items()}
-    return CameraErrorModel(chain, [], [], {}, "full", cameras=sorted(cameras), reference_camera_T_base=cameras,
-                            reference_tip_T_board=np.asarray(truth["tip_T_board"]))
+    return ErrorModel.for_sensors(chain, reference_camera_T_base={name: cameras[name] for name in sorted(cameras)},
+                                  reference_tip_T_board=np.asarray(truth["tip_T_board"]))
 
 
 def test_the_reprojection_model_explains_rendered_session_images_at_the_truth(camera_session):
-    from calib.camera_observations import CameraObservations, detect_session
+    from calib.sensors.board_corners import CornerObservations, detect_session
 
     session = load_session(camera_session)
     detections = detect_session(session)
     # Capture keeps poses where the board faces 2 cameras, large and unblocked: nearly all decode.
     assert len(detections.images) >= 1.8 * len(session.pose_ids)
     model = _truth_model(session)
-    block = CameraObservations.from_detections(detections, session.q, 1.0, pose_ids=session.pose_ids)
+    block = CornerObservations.from_detections(detections, PoseSet(session.q, session.pose_ids, session.payload_kg), 1.0)
     errors = np.linalg.norm(block.predict(model, np.zeros(model.size)) - block.pixels, axis=1)
     assert np.sqrt(np.mean(errors ** 2)) < 0.9  # px; the nominal URDF is off by several px at places
     # The analytic Jacobian agrees with central differences.
@@ -190,59 +194,58 @@ def test_the_reprojection_model_explains_rendered_session_images_at_the_truth(ca
 
 
 def test_a_camera_session_calibrates_the_arm_and_truth_is_never_read(camera_session, tmp_path):
-    from calib.camera_calibrator import CameraCalibrator
-    from calib.camera_validate import CameraModel, validate_camera
+    from calib.workflows.validate import validate_corners
 
     copy = tmp_path / "no-truth"
     shutil.copytree(camera_session, copy, ignore=shutil.ignore_patterns("truth"))
-    with_truth = CameraCalibrator(holdout=0.2).fit([load_session(camera_session)])
-    without = CameraCalibrator(holdout=0.2).fit([load_session(copy)])
-    assert np.allclose(with_truth.calibration.deltas, without.calibration.deltas, atol=1e-12)
+    with_truth = Calibrator(deflection="none", holdout=0.2).fit([load_session(camera_session)])
+    without = Calibrator(deflection="none", holdout=0.2).fit([load_session(copy)])
+    assert np.allclose(with_truth.deltas, without.deltas, atol=1e-12)
     assert np.allclose(with_truth.tip_T_board, without.tip_T_board, atol=1e-12)
 
     summary = with_truth.camera_summary
     # Better than the nominal arm with the best camera and board poses, far better than hand-eye alone.
     assert summary["fit_rms_px"] < 0.95 * summary["fit_nominal_rms_px"]
     assert summary["fit_rms_px"] < 0.7 * summary["hand_eye_fit_rms_px"]
-    ident = with_truth.calibration.summary["identifiability"]
+    ident = with_truth.summary["identifiability"]
     assert ident["rank"] < ident["parameters"]
     # Cameras cannot see where the base is: the first joint's placement trades off against them.
     assert any("joint1" in d and "camera_T_base" in d for d in ident["directions"])
-    report = validate_camera(CameraModel.from_result(with_truth), load_session(camera_session))
+    report = validate_corners(with_truth, load_session(camera_session))
     assert report["tip_rms_mm"] < 0.75 * report["nominal_tip_rms_mm"]
     assert report["reprojection_rms_px"] < 1.0
 
 
 def test_calibrate_and_validate_with_cameras_write_and_read_a_calibration_folder(camera_session, tmp_path):
-    from calib.camera_validate import CameraModel
     from rigs.kinematics import ChainModel
-    from selfcal.cli_camera import calibrate_with_cameras, validate_with_cameras
 
     out = tmp_path / "cal"
-    calibrate_with_cameras([load_session(camera_session)], out, holdout=0.25, json_output=True)
+    result = runner.invoke(app, ["calibrate", str(camera_session), "--out", str(out), "--holdout", "0.25",
+                                 "--deflection", "none", "--json"])
+    assert result.exit_code == 0, result.output
     document = yaml.safe_load((out / "calibration.yaml").read_text())
     assert set(document["cameras"]) == {"front", "left", "back", "right"}
     assert document["board"]["spec"] == BOARD_TEXT and document["tracker_T_base"] is None
     assert "Cameras" in (out / "report.html").read_text()
     chain = ChainModel.from_urdf(out / "robot.urdf", "link_base", "link6")
-    model = CameraModel.load(out)
-    assert np.allclose(model.base_T_tip(np.zeros(6))[0], chain.base_T_frame(np.zeros(6)))
-    validate_with_cameras(out, load_session(camera_session), json_output=True)
-    with pytest.raises(InputError, match="no cameras and board"):
-        (tmp_path / "plain").mkdir()
-        (tmp_path / "plain" / "calibration.yaml").write_text("format: selfcal-calibration\n")
-        CameraModel.load(tmp_path / "plain")
+    loaded = Calibration.load(out)
+    assert np.allclose(loaded.base_T_tip(np.zeros(6))[0], chain.base_T_frame(np.zeros(6)))
+    result = runner.invoke(app, ["validate", str(out), str(camera_session), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["reprojection_rms_px"] < 1.0
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "calibration.yaml").write_text("format: selfcal-calibration\n")
+    result = runner.invoke(app, ["validate", str(tmp_path / "plain"), str(camera_session)])
+    assert result.exit_code == 2 and "is missing" in result.output
 
 
 def test_a_session_whose_images_show_no_board_is_refused(camera_session, tmp_path):
-    from calib.camera_calibrator import CameraCalibrator
-
     copy = tmp_path / "blank"
     shutil.copytree(camera_session, copy, ignore=shutil.ignore_patterns("truth"))
     for path in (copy / "cameras").glob("*/*_rgb.png"):
         cv2.imwrite(str(path), np.full((480, 640, 3), 255, np.uint8))
     with pytest.raises(InputError, match="not found in any"):
-        CameraCalibrator().fit([load_session(copy)])
+        Calibrator(deflection="none").fit([load_session(copy)])
 
 
 def test_the_session_manifest_describes_the_rendered_board(camera_session, rig):
@@ -257,17 +260,22 @@ def test_the_session_manifest_describes_the_rendered_board(camera_session, rig):
 
 @pytest.mark.slow
 def test_tracker_and_cameras_fused_are_no_worse_than_the_tracker_alone(capture_session):
-    from calib.calibrator import KinematicCalibrator
-    from calib.camera_calibrator import CameraCalibrator, calibrator_for
-    from calib.validate import point_errors
+    from calib.workflows.validate import point_errors
 
     rig = str(Path(__file__).parent / "data" / "xarm6-cameras-tracker.toml")
     fit = load_session(capture_session(rig, 40, 21))
     held = load_session(capture_session(rig, 30, 22))
-    assert isinstance(calibrator_for([fit], holdout=0.0), CameraCalibrator)
-    tracker = KinematicCalibrator(holdout=0.0).fit([fit])
-    fused = CameraCalibrator(holdout=0.0).fit([fit])
+    tracker = Calibrator(deflection="none", holdout=0.0).fit([tracker_only(fit)])
+    fused = Calibrator(deflection="none", holdout=0.0).fit([fit])
+    assert fused.summary["sensors"] == ["tracker_points", "board_corners"]
     tracker_rms = np.sqrt(np.mean(point_errors(tracker, held) ** 2))
-    fused_rms = np.sqrt(np.mean(point_errors(fused.calibration, held) ** 2))
+    fused_rms = np.sqrt(np.mean(point_errors(fused, held) ** 2))
     assert fused_rms <= 1.05 * tracker_rms
-    assert fused.calibration.summary["identifiability"]["rank"] > tracker.summary["identifiability"]["rank"]
+    assert fused.summary["identifiability"]["rank"] > tracker.summary["identifiability"]["rank"]
+
+
+def tracker_only(session):
+    """The same session without its cameras (the tracker's own calibration)."""
+    from dataclasses import replace
+
+    return replace(session, cameras={})

@@ -12,11 +12,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from calib.calibrator import Calibration
-from calib.compliance import CompliantErrorModel, compliant_blocks
-from calib.deflection import DeflectionCalibrator
-from calib.residual_model import ResidualConfig, ResidualEnsemble, ResidualModel
-from calib.validate import validate
+from calib.calibration import Calibration
+from calib.calibrator import Calibrator
+from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble, ResidualModel
+from calib.deflection.torques import gravity_torques
+from calib.model.error_model import ErrorModel
+from calib.model.poses import PoseSet
+from calib.sensors.tracker_points import tracker_blocks
+from calib.workflows.validate import validate
 from capture.session import load_session
 from rigs.kinematics import ChainModel
 from selfcal.cli import app
@@ -52,8 +55,9 @@ def _true_stiffness(session: Path) -> np.ndarray:
 def test_compliance_columns_match_finite_differences(fit_sessions):
     session = load_session(fit_sessions[1])
     chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
-    model = CompliantErrorModel(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)})
-    block = compliant_blocks(session, "s0", np.arange(5), chain)
+    model = ErrorModel.for_sensors(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)}, compliance=True)
+    torques = gravity_torques(chain, session.q, session.payload_kg, session.payload_com)
+    block = tracker_blocks(session, PoseSet(session.q, session.pose_ids, session.payload_kg, torques=torques), np.arange(5))
     theta = model.initial_vector(session.nominal_targets)
     theta[model.compliance_slice] = 5e-6
     _, jacobian = block.evaluate(model, theta)
@@ -90,8 +94,8 @@ def test_the_fit_reads_no_truth(fit_sessions, tmp_path):
         copy = tmp_path / session.name
         shutil.copytree(session, copy, ignore=shutil.ignore_patterns("truth"))
         copies.append(copy)
-    with_truth = DeflectionCalibrator("compliance", seed=0).fit(fit_sessions)
-    without = DeflectionCalibrator("compliance", seed=0).fit(copies)
+    with_truth = Calibrator(deflection="compliance", seed=0).fit(fit_sessions)
+    without = Calibrator(deflection="compliance", seed=0).fit(copies)
     assert np.array_equal(with_truth.compliance, without.compliance)
 
 
@@ -143,7 +147,7 @@ def test_training_is_deterministic(synthetic_model):
 
 
 def test_a_saved_learned_calibration_reloads_and_predicts_the_same(fit_sessions, check_session, tmp_path):
-    calibration = DeflectionCalibrator("both", seed=0, residual=ResidualConfig(members=3, epochs=200)).fit(fit_sessions)
+    calibration = Calibrator(deflection="both", seed=0, residual=ResidualConfig(members=3, epochs=200)).fit(fit_sessions)
     assert calibration.residual_model is not None
     calibration.save(tmp_path)
     loaded = Calibration.load(tmp_path)
@@ -236,7 +240,7 @@ def test_calibrate_rejects_an_unknown_deflection_model(fit_sessions, tmp_path):
 
 
 def test_a_damaged_residual_file_is_refused(fit_sessions, tmp_path):
-    calibration = DeflectionCalibrator("learned", seed=0, residual=ResidualConfig(members=2, epochs=50)).fit(fit_sessions)
+    calibration = Calibrator(deflection="learned", seed=0, residual=ResidualConfig(members=2, epochs=50)).fit(fit_sessions)
     calibration.save(tmp_path)
     (tmp_path / "residual" / "residual.pt").write_bytes(b"not a torch file")
     joints = _csv(tmp_path / "J.csv", ["name", *calibration.joint_names], [["a", 0, 0.3, 0, -1.0, 0, 0.5, 0]])

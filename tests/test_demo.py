@@ -10,8 +10,10 @@ import sys
 
 def test_quick_demo_runs_every_step_and_links_every_report(tmp_path):
     out = tmp_path / "demo"
+    # The timeout only catches a hang: the quick demo takes about 3 minutes on an idle 2-core machine
+    # and over 15 on a busy one, and a correct run must not fail for being slow.
     process = subprocess.run([sys.executable, "-m", "selfcal.cli", "demo", "--quick", "--out", str(out), "--json"],
-                             capture_output=True, text=True, timeout=900)
+                             capture_output=True, text=True, timeout=3600)
     assert process.returncode == 0, process.stderr[-3000:]
     figures = json.loads(process.stdout)
     index = (out / "index.html").read_text()

@@ -1,4 +1,4 @@
-"""Calibration from 6-DoF probe poses (issue 9): a user whose tracker reports the full pose of a
+"""Calibration from 6-DoF probe poses : a user whose tracker reports the full pose of a
 probe on the tool calibrates the iiwa from those poses alone, checks the result on other poses,
 and gets told plainly when the data cannot do it."""
 
@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from calib.calibrator import Calibration, KinematicCalibrator
-from calib.error_model import ErrorModel
-from calib.observations_pose import PROBE, pose_blocks, pose_errors, register_poses
-from calib.validate import validate
+from calib.calibration import Calibration
+from calib.calibrator import Calibrator
+from calib.model.error_model import ErrorModel
+from calib.model.poses import PoseSet
+from calib.sensors.tracker_poses import PROBE, pose_blocks, pose_errors, register_poses
+from calib.workflows.validate import validate
 from capture.session import load_session
 from rigs import load_rig
 from rigs.errors import InputError
@@ -40,7 +42,11 @@ def check_session(capture_session) -> Path:
 
 @pytest.fixture(scope="module")
 def calibration(fit_session) -> Calibration:
-    return KinematicCalibrator(holdout=0.0).fit([fit_session])
+    return rigid(holdout=0.0).fit([fit_session])
+
+
+def rigid(**options) -> Calibrator:
+    return Calibrator(deflection="none", **options)
 
 
 def truth(session: Path) -> dict:
@@ -87,7 +93,7 @@ def test_capture_writes_probe_poses_with_the_stated_noise(fit_session):
     np.testing.assert_allclose(poses.sigma_pos, 5e-5)
     np.testing.assert_allclose(poses.sigma_rot, np.radians(0.01))
     # Measured minus noise-free: 0.05 mm per axis (plus 5 um repeatability), 0.01 deg per axis.
-    from calib.validate_pose import pose_noise_floor
+    from calib.workflows.evaluation import pose_noise_floor
 
     floor_mm, floor_deg = pose_noise_floor(session)
     assert 0.07 < floor_mm < 0.11  # sqrt(3) * 0.05 = 0.087
@@ -134,8 +140,8 @@ def test_pose_jacobian_matches_finite_differences(fit_session):
     chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     tips = chain.base_T_tip_batch(session.q)
     frame, probe = register_poses(tips, session.tracker_poses.tracker_T_probe)
-    model = ErrorModel(chain, ["s0"], [], {"s0": frame}, "full", reference_tip_T_probe={PROBE: probe})
-    block = pose_blocks(session, "s0", np.arange(10))
+    model = ErrorModel.for_sensors(chain, ["s0"], [], {"s0": frame}, "full", reference_tip_T_probe={PROBE: probe})
+    block = pose_blocks(session, PoseSet(session.q, session.pose_ids, session.payload_kg), np.arange(10))
     theta = np.random.default_rng(0).normal(0.0, 1e-3, model.size)
     _, jacobian = block.evaluate(model, theta)
     numeric = np.empty_like(jacobian)
@@ -172,7 +178,7 @@ def test_the_fit_reads_measurements_not_truth(tmp_path, fit_session, calibration
     blind = tmp_path / "blind"
     shutil.copytree(fit_session, blind)
     shutil.rmtree(blind / "truth")
-    again = KinematicCalibrator(holdout=0.0).fit([blind])
+    again = rigid(holdout=0.0).fit([blind])
     np.testing.assert_allclose(again.solve.theta, calibration.solve.theta, atol=1e-12)
 
 
@@ -185,7 +191,7 @@ def test_unstated_noise_is_estimated_from_the_residuals(tmp_path, fit_session, c
     manifest = json.loads((bare / "session.json").read_text())
     del manifest["sensors"]["tracker_poses"]["sigma_pos_m"], manifest["sensors"]["tracker_poses"]["sigma_rot_rad"]
     (bare / "session.json").write_text(json.dumps(manifest))
-    estimated = KinematicCalibrator(holdout=0.0).fit([bare])
+    estimated = rigid(holdout=0.0).fit([bare])
     noise = estimated.summary["pose_noise"]
     assert noise["source"] == "estimated"
     # 0.05 mm and 0.01 deg per axis, plus the arm's 5 um repeatability.
@@ -201,14 +207,14 @@ def test_too_few_poses_are_refused_with_the_number_needed(capture_session):
     session = capture_session(RIG, 8, 5)
     with pytest.raises(InputError, match=r"too few poses: 8 calibration poses give 48 measurements .* at least 12 "
                                          r"calibration poses are needed"):
-        KinematicCalibrator(holdout=0.0).fit([session])
+        rigid(holdout=0.0).fit([session])
 
 
 def test_points_and_poses_in_one_session_fit_together(capture_session, check_session):
     session = capture_session(str(DATA / "iiwa-tracker6d-smr.toml"), 40, 1)
     loaded = load_session(session)
     assert loaded.tracker is not None and loaded.tracker_poses is not None
-    calibration = KinematicCalibrator(holdout=0.25).fit([session])
+    calibration = rigid(holdout=0.25).fit([session])
     residuals = calibration.summary["residuals"]
     assert residuals["holdout"]["n"] == 2 * 10  # reflector points lead the figures
     assert residuals["tracker_poses"]["holdout"]["n"] == 10
@@ -238,10 +244,12 @@ def test_cli_calibrates_and_validates_a_pose_session(tmp_path, fit_session, chec
     assert figures["angle_rms_deg"] < 1.3 * figures["floor_angle_rms_deg"]
     result = runner.invoke(app, ["validate", str(out), str(check_session)])
     assert "angle_rms=" in result.output and "floor_angle_rms=" in result.output
-    # A deflection model needs reflector points: one sentence, exit 2.
-    result = runner.invoke(app, ["calibrate", str(fit_session), "--out", str(tmp_path / "c2"), "--deflection", "compliance"])
-    assert result.exit_code == 2
-    assert "deflection models need reflector points" in result.output
+    # Deflection models work from probe poses as from reflector points.
+    result = runner.invoke(app, ["calibrate", str(fit_session), "--out", str(tmp_path / "c2"), "--deflection",
+                                 "compliance", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["deflection"] == "compliance"
+    assert Calibration.load(tmp_path / "c2").compliance is not None
 
 
 def test_imported_probe_poses_calibrate_like_the_recording(tmp_path, fit_session, calibration):
@@ -267,19 +275,18 @@ def test_imported_probe_poses_calibrate_like_the_recording(tmp_path, fit_session
                                       "--joints", str(joints), "--poses", str(poses), "--rotation", "rotvec",
                                       "--length-unit", "mm", "--angle-unit", "deg", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    imported = KinematicCalibrator(holdout=0.0).fit([out])
+    imported = rigid(holdout=0.0).fit([out])
     for mine, theirs in ((imported.deltas, calibration.deltas), (imported.zero_offsets, calibration.zero_offsets)):
         np.testing.assert_allclose(mine, theirs, atol=1e-8)
     position, angle = pose_errors(imported.predict_probe(session.q), calibration.predict_probe(session.q))
     assert position.max() < 1e-8 and angle.max() < 1e-8
 
 
-# -- payload columns reach the deflection model (issue 9) ----------------------------------------
+# -- payload columns reach the deflection model  ----------------------------------------
 
 def test_imported_payload_column_reaches_the_compliance_model(tmp_path, capture_session):
     """Joint log with payload_kg and a plain tracker export, imported, calibrated with compliance: the
     payload changes the prediction, and the heavy poses are predicted better with their payload."""
-    from calib.deflection import DeflectionCalibrator
 
     light = load_session(capture_session("iiwa-tracker-compliant", 30, 21, 0.0))
     heavy = load_session(capture_session("iiwa-tracker-compliant", 30, 22, 5.0))
@@ -304,7 +311,7 @@ def test_imported_payload_column_reaches_the_compliance_model(tmp_path, capture_
     assert result.exit_code == 0, result.output
     imported = load_session(out)
     assert sorted(set(imported.payload_kg.tolist())) == [0.0, 5.0]
-    calibration = DeflectionCalibrator("compliance", holdout=0.0).fit([imported])
+    calibration = Calibrator(deflection="compliance", holdout=0.0).fit([imported])
     assert calibration.compliance is not None
     rows = imported.payload_kg == 5.0
     q = imported.q[rows]

@@ -221,7 +221,7 @@ def test_session_without_depth_images_is_refused(sessions, tmp_path):
     copy = tmp_path / "s"
     shutil.copytree(sessions["heldout"], copy, ignore=shutil.ignore_patterns("*_depth.png"))
     result = _train(str(copy), "--out", str(tmp_path / "m"))
-    assert result.exit_code == 2 and "depth image missing" in result.output
+    assert result.exit_code == 2 and "no depth images" in result.output
     assert not (tmp_path / "m").exists()
 
 
@@ -233,6 +233,7 @@ def test_cameras_without_poses_are_refused(sessions, tmp_path):
     (copy / "session.json").write_text(json.dumps(manifest))
     result = _train(str(copy), "--out", str(tmp_path / "m"))
     assert result.exit_code == 2 and "'left' has no pose" in result.output
+    assert "selfcal calibrate" in result.output and "--cameras" in result.output  # says how to get the poses
 
 
 def test_urdf_whose_joints_differ_is_refused(sessions, tmp_path):

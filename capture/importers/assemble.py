@@ -79,6 +79,8 @@ def check_robot(robot: Robot) -> ChainJoints:
             raise InputError(f"{folder}: --package-dir is not a folder.")
     chain = ChainJoints.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
     ChainModel.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
+    # Only meshes beside the URDF or in a --package-dir are copied into the session.
+    urdf_io.check_meshes(robot.urdf, [Path(p) for p in robot.package_dirs])
     return chain
 
 
@@ -180,7 +182,7 @@ def write_session(out: Path, robot: Robot, chain: ChainJoints, joined: Joined, t
     with output_folder(out, force) as folder:
         try:
             urdf_io.copy_self_contained(urdf_io.parse_urdf(robot.urdf), Path(robot.urdf).parent, folder,
-                                        [Path(p) for p in robot.package_dirs], confine=False)
+                                        [Path(p) for p in robot.package_dirs])
         except InputError as error:
             raise InputError(f"{robot.urdf}: {error}") from None
         writer = SessionWriter.create(folder, manifest, extra_columns, with_payload=log.payload_kg is not None,

@@ -21,35 +21,11 @@ import numpy as np
 from capture.importers.tables import check_header_unit, read_table
 from capture.importers.units import angle_factor, check_joint_values, length_factor
 from capture.session import pose_id
-from rigs import urdf as urdf_io
 from rigs.errors import InputError
+from rigs.limits import ChainJoints
 
 TIME_COLUMNS = ("time", "timestamp", "stamp")
 EFFORT_PREFIX = "effort_"
-
-
-@dataclass(frozen=True)
-class ChainJoints:
-    """The movable joints from base to tip: names, URDF types, limits (rad or m)."""
-
-    names: list[str]
-    types: list[str]
-    lower: np.ndarray
-    upper: np.ndarray
-
-    @classmethod
-    def from_urdf(cls, urdf: Path, base_link: str, tip_link: str) -> "ChainJoints":
-        urdf = Path(urdf)
-        chain = urdf_io.movable(urdf_io.chain(urdf_io.parse_urdf(urdf), base_link, tip_link, urdf))
-        if not chain:
-            raise InputError(f"{urdf}: no movable joint between {base_link!r} and {tip_link!r}.")
-        return cls([j.name for j in chain], [j.type for j in chain], np.array([j.lower for j in chain]),
-                   np.array([j.upper for j in chain]))
-
-    def factors(self, length_unit: str, angle_unit: str) -> np.ndarray:
-        """(dof,) SI units per file unit for each joint (angle unit for revolute, length unit for prismatic)."""
-        return np.array([length_factor(length_unit) if kind == "prismatic" else angle_factor(angle_unit)
-                         for kind in self.types])
 
 
 @dataclass
@@ -64,6 +40,12 @@ class JointLog:
     payload_kg: np.ndarray | None = None  # (N,) kg
     efforts: dict[str, np.ndarray] = field(default_factory=dict)  # joint name -> (N,) N m
     extra: dict[str, list[str]] = field(default_factory=dict)  # kept extra columns, as text
+
+
+def _factors(chain: ChainJoints, length_unit: str, angle_unit: str) -> np.ndarray:
+    """(dof,) SI units per file unit for each joint (angle unit for revolute, length unit for prismatic)."""
+    return np.array([length_factor(length_unit) if kind == "prismatic" else angle_factor(angle_unit)
+                     for kind in chain.types])
 
 
 def read_joint_log(path: Path, chain: ChainJoints, length_unit: str = "mm", angle_unit: str = "deg",
@@ -136,7 +118,7 @@ def read_joint_log(path: Path, chain: ChainJoints, length_unit: str = "mm", angl
         for name, column in extra_columns.items():
             cells = table.rows[row]
             extra[name].append(cells[column] if column < len(cells) else "")
-    q = raw * chain.factors(length_unit, angle_unit)
+    q = raw * _factors(chain, length_unit, angle_unit)
     check_joint_values(q, raw, chain.names, chain.types, chain.lower, chain.upper, table.lines, table.path, angle_unit)
     return JointLog(str(table.path), pose_ids, list(table.lines), q,
                     np.array(times) if time_column is not None else None,

@@ -34,7 +34,7 @@ def read_joint_states(bag: Path, topic: str, chain: ChainJoints) -> JointLog:
         reader = AnyReader([bag])
         reader.open()
     except (AnyReaderError, OSError, ValueError, KeyError) as error:
-        raise InputError(f"{bag}: not a readable ROS 2 bag ({error}).") from None
+        raise InputError(f"{bag}: not a readable ROS 2 bag ({str(error).splitlines()[0] if str(error) else type(error).__name__}).") from None
     where = f"{bag}: topic {topic}"
     try:
         connections = [c for c in reader.connections if c.topic == topic]

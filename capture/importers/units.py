@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from rigs.errors import InputError
+# Joint values against the URDF limits: one check (and tolerance) for imports and sessions alike.
+from rigs.limits import JOINT_LIMIT_MARGIN_M, JOINT_LIMIT_MARGIN_RAD, check_joint_values  # noqa: F401
 
 LENGTH_UNITS = {"m": 1.0, "mm": 1e-3, "cm": 1e-2, "in": 0.0254}
 ANGLE_UNITS = {"rad": 1.0, "deg": np.pi / 180.0}
@@ -20,9 +22,6 @@ MAX_TRACKER_DISTANCE_M = 80.0
 # A calibration run moves the tool over tens of centimetres at least; points that all lie within
 # this of each other were written in a larger unit than the flag says (metres read as millimetres).
 MIN_TRACKER_SPREAD_M = 0.005
-# Revolute joints may exceed their URDF limits by this much (encoder noise, limits rounded in the URDF).
-JOINT_LIMIT_MARGIN_RAD = np.deg2rad(1.0)
-JOINT_LIMIT_MARGIN_M = 0.002
 
 
 def length_factor(unit: str) -> float:
@@ -69,45 +68,3 @@ def check_tracker_lengths(xyz_m: np.ndarray, lines: list[int], path, unit: str, 
         raise InputError(f"{path}: all {len(xyz_m)} positions lie within {spread / LENGTH_UNITS[unit]:g} {unit} of each "
                          f"other over {pose_count} poses; the file is probably in a larger unit than {unit} "
                          f"(pass --length-unit, e.g. m).")
-
-
-def _at(lines: list, i: int) -> str:
-    """``line 12`` for a file row, or the caller's own words (``message 3`` of a bag)."""
-    return lines[i] if isinstance(lines[i], str) else f"line {lines[i]}"
-
-
-def check_joint_values(q: np.ndarray, raw: np.ndarray, joint_names: list[str], joint_types: list[str],
-                       lower: np.ndarray, upper: np.ndarray, lines: list[int], path, angle_unit: str) -> None:
-    """Joint values (N, dof) in rad/m, converted from ``raw`` in the file's units: within the URDF limits.
-
-    A value far outside its joint's limits names the row; when the values would fit in the other
-    angle unit, the sentence says so. A whole file of tiny "degrees" is radians read as degrees.
-    """
-    q = np.asarray(q, dtype=float).reshape(-1, len(joint_names))
-    for j, (name, kind) in enumerate(zip(joint_names, joint_types)):
-        if kind == "continuous":
-            # No limits; a few turns is plausible, thousands of "radians" is degrees read as radians.
-            bad = np.flatnonzero(np.abs(q[:, j]) > 4 * np.pi)
-            low, high = -4 * np.pi, 4 * np.pi
-        else:
-            margin = JOINT_LIMIT_MARGIN_M if kind == "prismatic" else JOINT_LIMIT_MARGIN_RAD
-            low, high = lower[j] - margin, upper[j] + margin
-            bad = np.flatnonzero((q[:, j] < low) | (q[:, j] > high))
-        if len(bad):
-            i = int(bad[0])
-            if kind == "prismatic":
-                raise InputError(f"{path}: {_at(lines, i)}, column {name!r}: {raw[i, j]:g} is {q[i, j]:g} m, outside the "
-                                 f"joint's limits [{lower[j]:g}, {upper[j]:g}] m; check --length-unit.")
-            hint = ""
-            other = "rad" if angle_unit == "deg" else "deg"
-            as_other = raw[i, j] * ANGLE_UNITS[other]
-            if low <= as_other <= high:
-                hint = f"; the values look like {'radians' if other == 'rad' else 'degrees'}, pass --angle-unit {other}"
-            raise InputError(f"{path}: {_at(lines, i)}, column {name!r}: {raw[i, j]:g} {angle_unit} is outside the joint's "
-                             f"limits [{np.rad2deg(lower[j]):.1f}, {np.rad2deg(upper[j]):.1f}] deg{hint}.")
-    revolute = [j for j, kind in enumerate(joint_types) if kind != "prismatic"]
-    if angle_unit == "deg" and revolute and len(q) >= 10:
-        largest = float(np.abs(raw[:, revolute]).max())
-        if largest <= 2 * np.pi:
-            raise InputError(f"{path}: every joint angle of {len(q)} poses lies within +-{largest:.2f} degrees; the values "
-                             f"look like radians, pass --angle-unit rad.")

@@ -1,0 +1,1 @@
+"""The fit: one robust solver, one identifiability analysis, the pose-set checks, hold-out and folds."""

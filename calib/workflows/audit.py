@@ -1,0 +1,279 @@
+"""ISO 9283 accuracy audits with a laser tracker: the plan to run, and the report of a run.
+
+A plan puts the ISO test cube in the most used part of the workspace (the median of the tip
+positions of many random valid poses), picks the largest cube (or the one asked for) whose five
+points P1..P5 on a diagonal plane the arm reaches with one tool orientation, and repeats the cycle
+P1, P5, P4, P3, P2 a number of times. The report reads the recorded session (tracker points,
+``iso_pose`` column) and computes AP, RP, APa, RPa per pose and AD, RD between P2 and P4, with the
+commanded poses computed by the nominal model and, when a calibration is given, by the calibrated
+model, side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from calib.calibration import Calibration
+from calib.sensors.registration import initial_frame_and_targets
+from calib.workflows import iso9283
+from capture.session import Session
+from rigs.errors import InputError
+from rigs.kinematics import ChainModel
+from rigs.transforms import matrix_to_rpy, quat_xyzw
+
+POSES = ["P1", "P2", "P3", "P4", "P5"]
+# Tool z axis pointing down, the usual orientation for a tracker audit of a vertical arm.
+TOOL_DOWN = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]])
+
+
+@dataclass
+class AuditPlan:
+    joint_names: list[str]
+    center: np.ndarray  # (3,) m, base frame
+    side: float  # m
+    commanded: dict[str, np.ndarray]  # iso pose -> base_T_tip (4, 4) per the nominal model
+    q: dict[str, np.ndarray]  # iso pose -> joint angles (dof,)
+    cycles: int
+
+    def rows(self) -> tuple[list[str], list[list]]:
+        header = ["pose", "iso_pose", "cycle", *self.joint_names, "cmd_x", "cmd_y", "cmd_z", "cmd_qx", "cmd_qy", "cmd_qz", "cmd_qw"]
+        rows = []
+        for cycle in range(1, self.cycles + 1):
+            for name in iso9283.CYCLE_ORDER:
+                pose = self.commanded[name]
+                rows.append([f"c{cycle:02d}_{name}", name, cycle, *self.q[name], *pose[:3, 3], *quat_xyzw(pose[:3, :3])])
+        return header, rows
+
+
+def plan_audit(chain: ChainModel, is_valid: Callable[[np.ndarray], bool], cycles: int = 30, cube: float | None = None,
+               seed: int = 0, samples: int = 1500) -> AuditPlan:
+    """The ISO 9283 cube, its five poses and the cycle order; InputError when the cube does not fit."""
+    if cycles < 2:
+        raise InputError(f"--cycles must be at least 2 (ISO 9283 uses 30), got {cycles}.")
+    if cube is not None and cube <= 0:
+        raise InputError(f"--cube must be a positive side length in metres, got {cube}.")
+    rng = np.random.default_rng(seed)
+    # The most used part of the workspace for a tool-down audit: where valid poses with the tool
+    # pointing (roughly) down put the tool.
+    tips, configurations = [], []
+    for _ in range(samples * 50):
+        q = rng.uniform(chain.lower, chain.upper)
+        pose = chain.base_T_frame(q)
+        if pose[2, 2] < -0.8 and is_valid(q):
+            configurations.append(q)
+            tips.append(pose[:3, 3])
+            if len(tips) >= samples:
+                break
+    if len(tips) < 30:
+        raise InputError("too few valid tool-down poses found to place the ISO 9283 cube; check the rig's sensors and floor.")
+    tips = np.array(tips)
+    median = np.median(tips, axis=0)
+    # Candidate centres: the tool positions of sampled tool-down poses nearest the median, each
+    # with its own configuration as the IK seed; the largest cube wins, ties go to the nearest.
+    order = np.argsort(np.linalg.norm(tips - median, axis=1))[:16]
+    sides = [cube] if cube is not None else [0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1]
+    failure = "no candidate centre reached"
+    for side in sides:
+        for index in order:
+            for plane in (0, 1):
+                points = iso9283.test_plane_points(tips[index], side, plane)
+                solution, failure = _reach_all(chain, points, configurations[index], is_valid)
+                if solution is not None:
+                    commanded = {name: chain.base_T_frame(q) for name, q in solution.items()}
+                    return AuditPlan(chain.joint_names, tips[index], side, commanded, solution, cycles)
+    what = f"a {cube} m cube" if cube is not None else "even a 0.1 m cube"
+    raise InputError(f"{what} near {np.round(median, 3).tolist()} m does not fit the workspace ({failure}).")
+
+
+def _reach_all(chain: ChainModel, points: dict[str, np.ndarray], seed: np.ndarray, is_valid) -> tuple[dict | None, str]:
+    """Joint angles for P1..P5 with the tool down, each solved from P1's; (None, why) when one fails."""
+    solution: dict[str, np.ndarray] = {}
+    start = seed
+    for name in POSES:
+        target = np.eye(4)
+        target[:3, :3], target[:3, 3] = TOOL_DOWN, points[name]
+        q, residual = chain.inverse_kinematics(target, start)
+        if residual > 1e-6:
+            return None, f"{name} at {np.round(points[name], 3).tolist()} m is out of reach with the tool down"
+        if not is_valid(q):
+            return None, f"{name} at {np.round(points[name], 3).tolist()} m is in collision or hidden from the sensors"
+        solution[name] = q
+        start = solution["P1"]
+    return solution, ""
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+@dataclass
+class Frame:
+    """How attained points are read and commanded poses computed: tracker_T_base (4, 4), reflector
+    offsets in the tip frame, and ``tip_poses(q (N, dof), payload_kg (N,)) -> (N, 4, 4)`` the tip in
+    the base frame by this model (a calibration's includes its deflection)."""
+
+    name: str
+    tracker_T_base: np.ndarray
+    targets: dict[str, np.ndarray]
+    tip_poses: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def calibration_frame(calibration_dir: Path, session: Session) -> Frame:
+    """The calibrated model of a calibration folder, of any kind: its arm and deflection, and its
+    tracker frame and reflectors where it has them (a calibration from camera images or probe poses
+    has its tracker frame and reflector offsets registered on the audit's own points)."""
+    calibration = Calibration.load(Path(calibration_dir))
+    if list(calibration.joint_names) != list(session.joint_names):
+        raise InputError(f"{calibration_dir}: calibrates joints {list(calibration.joint_names)}, the session has "
+                         f"{session.joint_names}.")
+
+    def tip_poses(q: np.ndarray, payload_kg: np.ndarray) -> np.ndarray:
+        poses = calibration.base_T_tip(q, payload_kg)
+        poses[:, :3, 3] += calibration.tip_shift(q, payload_kg)
+        return poses
+
+    seen = set(session.tracker.targets)
+    if calibration.tracker_T_base and seen <= set(calibration.targets):
+        return Frame("calibrated", next(iter(calibration.tracker_T_base.values())), dict(calibration.targets), tip_poses)
+    tips = tip_poses(session.q, session.payload_kg)[session.tracker.pose_index]
+    frame, targets = initial_frame_and_targets(tips, session.tracker.targets, session.tracker.xyz,
+                                               dict(session.nominal_targets, **calibration.targets), rounds=10)
+    return Frame("calibrated", frame, targets, tip_poses)
+
+
+def nominal_frame(session: Session) -> Frame:
+    """The URDF as recorded, with tracker_T_base registered on the session's own points (Kabsch)."""
+    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    targets = session.nominal_targets
+    predicted = np.array([_apply(chain.base_T_frame(session.q[i]), targets[t])
+                          for i, t in zip(session.tracker.pose_index, session.tracker.targets)])
+    tracker_T_base = _register(predicted, session.tracker.xyz)
+    return Frame("nominal", tracker_T_base, targets, lambda q, payload_kg: chain.base_T_tip_batch(q))
+
+
+def _apply(transform: np.ndarray, point: np.ndarray) -> np.ndarray:
+    return transform[:3, :3] @ point + transform[:3, 3]
+
+
+def _register(source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Rigid transform (4, 4) that maps source (n, 3) onto target (n, 3) in least squares."""
+    sc, tc = source.mean(axis=0), target.mean(axis=0)
+    u, _, vt = np.linalg.svd((target - tc).T @ (source - sc))
+    rotation = u @ np.diag([1.0, 1.0, np.linalg.det(u @ vt)]) @ vt
+    transform = np.eye(4)
+    transform[:3, :3], transform[:3, 3] = rotation, tc - rotation @ sc
+    return transform
+
+
+def check_audit_session(session: Session) -> dict[str, list[int]]:
+    """Rows of each ISO pose; InputError when the session does not follow an audit plan."""
+    if session.tracker is None:
+        raise InputError(f"{session.path}: an audit needs tracker points (tracker.csv is missing).")
+    labels = session.extra.get("iso_pose")
+    if labels is None:
+        raise InputError(f"{session.path / 'joints.csv'}: column 'iso_pose' is missing; record the audit with "
+                         f"`selfcal capture --plan audit.csv`.")
+    rows: dict[str, list[int]] = {name: [] for name in POSES}
+    for index, label in enumerate(labels):
+        if label not in rows:
+            raise InputError(f"{session.path / 'joints.csv'}: row {index + 2}: iso_pose {label!r} is not one of P1..P5.")
+        rows[label].append(index)
+    for name, indices in rows.items():
+        if len(indices) < 2:
+            raise InputError(f"{session.path / 'joints.csv'}: pose {name} was visited {len(indices)} times; "
+                             f"repeatability needs at least 2 cycles (ISO 9283 uses 30).")
+        spread = np.abs(session.q[indices] - session.q[indices[0]]).max()
+        if spread > 1e-9:
+            row = indices[int(np.argmax(np.abs(session.q[indices] - session.q[indices[0]]).max(axis=1)))] + 2
+            raise InputError(f"{session.path / 'joints.csv'}: row {row}: {name} is commanded to other joint angles "
+                             f"than its first visit; the session does not follow its plan.")
+    return rows
+
+
+def attained_poses(session: Session, frame: Frame) -> tuple[np.ndarray, np.ndarray | None]:
+    """Attained tool positions (N, 3) m in the base frame, and tip rotations (N, 3, 3) when 3+ reflectors.
+
+    With three or more reflectors the tip frame is registered on them (its origin is the tool
+    point); with fewer, the first reflector is the tool point and orientation is unknown.
+    """
+    base_T_tracker = np.linalg.inv(frame.tracker_T_base)
+    names = sorted(frame.targets)
+    positions, rotations = [], []
+    for row in range(len(session.pose_ids)):
+        mask = session.tracker.pose_index == row
+        seen = {t: base_T_tracker[:3, :3] @ p + base_T_tracker[:3, 3]
+                for t, p in zip(np.array(session.tracker.targets)[mask], session.tracker.xyz[mask])}
+        usable = [t for t in names if t in seen]
+        if len(names) >= 3 and len(usable) >= 3:
+            base_T_tip = _register(np.array([frame.targets[t] for t in usable]), np.array([seen[t] for t in usable]))
+            positions.append(base_T_tip[:3, 3])
+            rotations.append(base_T_tip[:3, :3])
+        elif names[0] in seen:
+            positions.append(seen[names[0]])
+            rotations.append(None)
+        else:
+            raise InputError(f"{session.path / 'tracker.csv'}: pose {session.pose_ids[row]} has no usable reflector.")
+    orientation = None if any(r is None for r in rotations) else np.array(rotations)
+    return np.array(positions), orientation
+
+
+def commanded_poses(session: Session, frame: Frame, with_orientation: bool) -> np.ndarray:
+    """Commanded tool poses (N, 4, 4) by the frame's model at the recorded joint angles."""
+    result = []
+    tool = frame.targets[sorted(frame.targets)[0]]
+    for pose in frame.tip_poses(session.q, session.payload_kg):
+        if not with_orientation:
+            pose = pose.copy()
+            pose[:3, 3] = _apply(pose, tool)
+        result.append(pose)
+    return np.array(result)
+
+
+def audit_report(session: Session, calibration_dir: Path | None = None) -> dict:
+    """AP, RP (and APa, RPa with 3+ reflectors) per pose, AD and RD between P2 and P4, per model."""
+    rows = check_audit_session(session)
+    frames = [nominal_frame(session)]
+    if calibration_dir is not None:
+        frames.append(calibration_frame(calibration_dir, session))
+    tracker = session.manifest.get("sensors", {}).get("tracker") or {}
+    transverse = tracker.get("transverse_mpe_m", [15e-6, 6e-6])
+    distance = float(np.median(np.linalg.norm(session.tracker.xyz, axis=1)))
+    uncertainty = transverse[0] + transverse[1] * distance
+    result = {"session": str(session.path), "cycles": min(len(v) for v in rows.values()),
+              "tracker_uncertainty_mm": uncertainty * 1e3, "models": {}, "warnings": []}
+    for frame in frames:
+        attained, rotations = attained_poses(session, frame)
+        commanded = commanded_poses(session, frame, rotations is not None)
+        poses = []
+        for name in POSES:
+            idx = rows[name]
+            angles = commanded_angles = None
+            if rotations is not None:
+                angles = np.array([matrix_to_rpy(r) for r in rotations[idx]])
+                commanded_angles = matrix_to_rpy(commanded[idx[0]][:3, :3])
+            c = iso9283.characteristics(attained[idx], commanded[idx[0]][:3, 3], angles, commanded_angles)
+            entry = {"pose": name, "AP_mm": c.accuracy * 1e3, "AP_xyz_mm": (c.accuracy_xyz * 1e3).tolist(),
+                     "RP_mm": c.repeatability * 1e3, "n": len(idx),
+                     "commanded_xyz_m": commanded[idx[0]][:3, 3].tolist()}
+            if c.orientation_accuracy is not None:
+                entry["APa_deg"] = np.degrees(c.orientation_accuracy).tolist()
+                entry["RPa_deg"] = np.degrees(c.orientation_repeatability).tolist()
+            poses.append(entry)
+        pairs = min(len(rows["P2"]), len(rows["P4"]))
+        AD, RD = iso9283.distance_characteristics(attained[rows["P2"][:pairs]], attained[rows["P4"][:pairs]],
+                                                  commanded[rows["P2"][0]][:3, 3], commanded[rows["P4"][0]][:3, 3])
+        result["models"][frame.name] = {"poses": poses, "AD_mm": AD * 1e3, "RD_mm": RD * 1e3,
+                                        "orientation": rotations is not None,
+                                        "attained_m": attained.tolist()}
+    limited = [e for e in result["models"]["nominal"]["poses"] if uncertainty > e["RP_mm"] / 1e3 / 4]
+    if limited:
+        rps = [e["RP_mm"] for e in limited]
+        result["warnings"].append(
+            f"the tracker's uncertainty ({uncertainty * 1e3:.3f} mm) exceeds a quarter of RP at "
+            f"{', '.join(e['pose'] for e in limited)} (RP {min(rps):.3f}-{max(rps):.3f} mm): repeatability is at "
+            f"the instrument's limit.")
+    result["poses"] = result["models"]["calibrated" if calibration_dir is not None else "nominal"]["poses"]
+    result["iso_pose_of_row"] = list(session.extra["iso_pose"])
+    return result
