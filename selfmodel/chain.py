@@ -194,13 +194,19 @@ class TorchChain(torch.nn.Module):
         return {self.spec.joints[k].name: self.spec.joints[k].origin @ corrections[i] for i, k in enumerate(self.movable)}
 
 
-def link_poses_numpy(spec: ChainSpec, q: np.ndarray) -> np.ndarray:
-    """URDF forward kinematics without corrections: q (N, dof) -> (N, L, 4, 4) float64."""
+def link_poses_numpy(spec: ChainSpec, q: np.ndarray, deltas: np.ndarray | None = None) -> np.ndarray:
+    """Forward kinematics: q (N, dof) -> (N, L, 4, 4) float64; the URDF's own without ``deltas``
+    (dof, 6), else with those placement corrections (the convention of the module docstring)."""
+    from rigs.transforms import exp6
+
     q = np.atleast_2d(np.asarray(q, dtype=float))
     poses = [np.broadcast_to(np.eye(4), (len(q), 4, 4))]
     movable_index = 0
     for joint in spec.joints:
-        pose = poses[joint.parent_index] @ joint.origin
+        origin = joint.origin
+        if joint.type != "fixed" and deltas is not None:
+            origin = origin @ exp6(deltas[movable_index])
+        pose = poses[joint.parent_index] @ origin
         if joint.type != "fixed":
             value = q[:, movable_index]
             motion = np.broadcast_to(np.eye(4), (len(q), 4, 4)).copy()

@@ -268,3 +268,24 @@ def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int
             "free_labels_deep_inside": free_deep / max(free_total, 1),
             "occupied_labels_far_outside": occupied_far / max(occupied_total, 1),
             "free_labels": free_total, "occupied_labels": occupied_total, "labels": len(data.points)}
+
+
+def true_corrections(session: Session, spec: ChainSpec) -> np.ndarray:
+    """(dof, 6) the simulated arm's true joint placements in the self-model's convention
+    (``origin @ exp6(delta) @ motion(q)``): placement error, zero offset and a bend of the parent
+    link folded into one delta per movable joint. Evaluation only: reads truth/parameters.json."""
+    from rigs.transforms import axis_angle, exp6, log6
+
+    path = session.path / "truth" / "parameters.json"
+    if not path.is_file():
+        raise InputError(f"{session.path}: not a simulated session (truth/parameters.json is missing).")
+    truth = json.loads(path.read_text())
+    out = np.zeros((spec.dof, 6))
+    movable = [joint for joint in spec.joints if joint.type != "fixed"]
+    for i, joint in enumerate(movable):
+        entry = truth["joints"][joint.name]
+        true = exp6(np.asarray(entry["placement_delta"], dtype=float))
+        true[:3, :3] = true[:3, :3] @ axis_angle(joint.axis, float(entry["zero_offset"]))
+        bend = np.asarray(truth["bend_transforms"].get(joint.name, np.eye(4)), dtype=float)
+        out[i] = log6(np.linalg.inv(joint.origin) @ bend @ joint.origin @ true)
+    return out

@@ -70,6 +70,8 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
                        "tip_link": model.tip_link, "link_names": model.link_names, "board": board,
                        "held_joints": dict(model.spec.held),
                        "joint_corrections": model.chain.deltas.detach().numpy().tolist()})
+        if result.corrections is not None:
+            config["joint_placement"] = result.corrections.to_json()
         buffer = io.BytesIO()
         np.savez_compressed(buffer, points_link=result.surface_points_link.astype(np.float32),
                             link_index=result.surface_link_index, config=result.surface_config,
@@ -144,6 +146,15 @@ def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
                                         network["hidden"], network["layers"], network["frequencies"], urdf_path=urdf,
                                         base_link=config["base_link"], tip_link=config["tip_link"])
             model.corrected_urdf_path = corrected
+            model.corrections = None
+            if config.get("joint_placement") is not None:
+                from selfmodel.placement import JointCorrections
+
+                try:
+                    model.corrections = JointCorrections.from_json(config["joint_placement"], spec.joint_names)
+                except (KeyError, TypeError, ValueError, IndexError):
+                    raise InputError(f"{folder / CONFIG}: key 'joint_placement' is not a placement fit of joints "
+                                     f"{', '.join(spec.joint_names)}.") from None
             model.board = config.get("board")
             model.folder = folder
         else:

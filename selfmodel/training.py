@@ -35,6 +35,7 @@ from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
 from selfmodel.depth_labels import ArmRegion, LabelSettings, TrainingData, depth_training_data
 from selfmodel.models import FreeSelfModel, StructuredSelfModel
+from selfmodel.placement import JointCorrections, PlacementSettings, fit_placements
 
 KINDS = ("structured", "free")
 CLEAR, MATTER, OWN = 0.0, 1.0, 2.0  # labels of the never-seen-free prior (see SelfModelTrainer._prior_pool)
@@ -49,35 +50,95 @@ def _domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi:
     return ArmRegion(link_poses_numpy(spec, q), lo, hi)
 
 
-def default_threads() -> int:
-    """Every core this process may use (torch's own default can count cores it may not use)."""
+def usable_cores() -> int:
+    """Cores this process may use (os.cpu_count can count cores it may not use)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
 
 
-def described_solids(spec: ChainSpec, urdf_path: Path, tip: str, board: dict | None) -> dict:
-    """Link -> the solid its description (URDF visual meshes, and a board the session declares on the
-    tip) encloses, link frame: the prior on which link owns matter the data cannot assign."""
+def default_threads() -> int:
+    """Torch's intra-op threads when the user does not say: half the usable cores, at least one.
+
+    The trainer's steps are many small kernels; each one waits for its slowest thread, so a thread
+    that shares its core with another process stalls every step. Measured on a 2-core machine with
+    one competing process, 2 threads ran several times slower than 1 (BENCHMARKS.md, thread table),
+    while 1 thread on a quiet machine lost well under half; leaving a core free keeps a --minutes
+    budget near its steps when the machine is shared.
+    """
+    return max(1, usable_cores() // 2)
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads (``threads`` or the default) and one inter-op thread; returns the count."""
+    count = threads or default_threads()
+    torch.set_num_threads(count)
+    try:
+        torch.set_num_interop_threads(1)  # nothing here runs operators in parallel with each other
+    except RuntimeError:
+        pass  # torch allows setting it once per process, before any parallel work: already set
+    return count
+
+
+def check_previous(previous, kind: str, spec: ChainSpec | None, joint_names: list[str] | None = None) -> None:
+    """A previous model to start from must be of the same kind and the same chain."""
+    where = str(getattr(previous, "folder", "the previous model"))
+    if previous.kind != kind:
+        raise InputError(f"{where}: a {previous.kind} model cannot start a {kind} training; use --kind {previous.kind}.")
+    names = spec.joint_names if spec is not None else joint_names
+    if list(previous.joint_names) != list(names):
+        raise InputError(f"{where}: its joints ({', '.join(previous.joint_names)}) are not the session's "
+                         f"({', '.join(names)}).")
+    if spec is not None and list(previous.link_names) != list(spec.link_names):
+        raise InputError(f"{where}: its links ({', '.join(previous.link_names)}) are not those of the chain "
+                         f"({', '.join(spec.link_names)}).")
+
+
+def _size(previous, key: str, default: int) -> int:
+    return int(previous.hyper[key]) if previous is not None else default
+
+
+def start_from(model, previous) -> None:
+    """Copy a previous model's weights into ``model`` (the joint corrections stay the new fit's)."""
+    state = {name: value for name, value in previous.state_dict().items() if not name.startswith("chain.")}
+    if isinstance(model, FreeSelfModel):
+        model.workspace_lo, model.workspace_hi = previous.workspace_lo.copy(), previous.workspace_hi.copy()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [name for name in missing if not name.startswith("chain.")]:
+        raise InputError(f"{getattr(previous, 'folder', 'the previous model')}: its networks are not of this size "
+                         f"({', '.join((unexpected or missing)[:3])}).")
+
+
+def described_meshes(spec: ChainSpec, urdf_path: Path, tip: str, board: dict | None) -> dict:
+    """Link -> its description's surface (URDF visual meshes, and a board the session declares on the
+    tip), trimesh in the link frame."""
     import trimesh
 
     from rigs.link_meshes import link_meshes
     from rigs.simulator import board_plate
-    from rigs.solids import solid_of
 
     meshes = link_meshes(Path(urdf_path), spec.link_names)
     if board:
         plate = board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
             np.asarray(board["tip_T_board_nominal"], dtype=float))
         meshes[tip] = trimesh.util.concatenate([meshes[tip], plate]) if tip in meshes else plate
+    return meshes
+
+
+def described_solids(meshes: dict) -> dict:
+    """Link -> the solid its description's surface (``described_meshes``) encloses, link frame: the
+    prior on which link owns matter the data cannot assign."""
+    from rigs.solids import solid_of
+
     return {link: solid_of(mesh, DESCRIBED_PITCH) for link, mesh in meshes.items()}
 
 
-def described_owners(spec: ChainSpec, data: TrainingData, described: dict) -> np.ndarray:
+def described_owners(spec: ChainSpec, data: TrainingData, described: dict, deltas: np.ndarray | None = None) -> np.ndarray:
     """(M,) for every labelled point: the link whose description alone holds it at its configuration
-    (description kinematics), else -1. Only points labelled occupied get an owner."""
-    poses = link_poses_numpy(spec, data.q)
+    (description kinematics with the placement corrections ``deltas`` (dof, 6)), else -1. Only points
+    labelled occupied get an owner."""
+    poses = link_poses_numpy(spec, data.q, deltas)
     owners = np.full(len(data.points), -1, dtype=np.int8)
     counts = np.zeros(len(data.points), dtype=np.int8)
     occupied = np.flatnonzero(data.occupied > 0.5)
@@ -119,6 +180,7 @@ class TrainResult:
     final_loss: float
     labelled_points: int
     configurations: int
+    corrections: object = None  # selfmodel.placement.JointCorrections (structured models)
     surface_points_link: np.ndarray | None = None  # (S, 3) measured surface samples in their owner link's frame
     surface_link_index: np.ndarray | None = None  # (S,) owner link index
     surface_config: np.ndarray | None = None  # (S,) configuration index into q
@@ -136,9 +198,7 @@ class SelfModelTrainer:
     prior_batch: int = 2048
     learning_rate: float | None = None  # 2e-3 structured, 1e-4 free (SIREN layers diverge at higher rates)
     final_learning_rate: float | None = None
-    kinematics_learning_rate: float = 5e-4
-    kinematics_start: float = 0.15  # fraction of the run before joint corrections start to move
-    kinematics_weight: float = 1.0  # L2 pull of the corrections towards the description
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
     overlap_weight: float = 1.0  # exclusive ownership: weight of the mean (sum - max) of link probabilities
     hidden: int | None = None  # network width (kind's default when None)
     layers: int | None = None
@@ -163,8 +223,10 @@ class SelfModelTrainer:
 
     # -- the run ------------------------------------------------------------------------------
     def fit(self, sessions: list[Session], urdf_path: Path | None = None, checkpoint_dir: Path | None = None,
-            resume: bool = False, progress=None) -> TrainResult:
-        torch.set_num_threads(self.threads or default_threads())
+            resume: bool = False, progress=None, previous: StructuredSelfModel | FreeSelfModel | None = None) -> TrainResult:
+        """Train on ``sessions``; with ``previous`` (a loaded model of the same kind and chain) start from
+        its weights, and from its joint corrections (the start and centre of the placement fit)."""
+        set_threads(self.threads)
         rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
         first = sessions[0] if sessions else None
@@ -175,19 +237,39 @@ class SelfModelTrainer:
             spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
             check_joint_names(spec, first.joint_names, str(urdf_path))
             domains = self._domains(spec, urdf_path, first.tip_link)
+            if previous is not None:
+                check_previous(previous, "structured", spec)
+                domains = (previous.domains_lo, previous.domains_hi)
             data = depth_training_data(sessions, self.labels, rng, arm_region=_domain_region(spec, sessions, *domains))
             model = StructuredSelfModel(spec, domains[0], domains[1], data.workspace_lo, data.workspace_hi,
-                                        self.hidden or 64, self.layers or 3, urdf_path=urdf_path,
+                                        self.hidden or _size(previous, "hidden", 64), self.layers or _size(previous, "layers", 3),
+                                        _size(previous, "frequencies", 6), urdf_path=urdf_path,
                                         base_link=first.base_link, tip_link=first.tip_link)
-            described = described_solids(spec, urdf_path, first.tip_link, (first.manifest.get("sensors") or {}).get("board"))
-            prior = self._prior_pool(model, spec, data, sessions, rng, described)
-            owners = described_owners(spec, data, described)
+            meshes = described_meshes(spec, urdf_path, first.tip_link, (first.manifest.get("sensors") or {}).get("board"))
+            # The gauge: joint placements are fitted first, with the description's geometry as the
+            # reference, and held while the networks learn the shapes in those frames.
+            start = previous.chain.deltas.detach().numpy().astype(float) if previous is not None else None
+            corrections = fit_placements(spec, meshes, data.surface, data.surface_config, data.q, start, self.placement)
+            with torch.no_grad():
+                model.chain.deltas.copy_(torch.from_numpy(corrections.deltas.astype(np.float32)))
+            model.chain.deltas.requires_grad_(False)
+            described = described_solids(meshes)
+            prior = self._prior_pool(model, spec, data, sessions, rng, described, corrections.deltas)
+            owners = described_owners(spec, data, described, corrections.deltas)
         else:
             data = depth_training_data(sessions, self.labels, rng)
-            model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, data.q.min(axis=0),
-                                  data.q.max(axis=0), self.hidden or 256, self.layers or 5)
-            prior, owners = None, None
-        return self._train(model, data, prior, owners, checkpoint_dir, resume, progress)
+            q_lo, q_hi = data.q.min(axis=0), data.q.max(axis=0)
+            if previous is not None:
+                check_previous(previous, "free", None, first.joint_names)
+                q_lo, q_hi = previous.q_lo, previous.q_hi
+            model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, q_lo, q_hi,
+                                  self.hidden or _size(previous, "hidden", 256), self.layers or _size(previous, "layers", 5))
+            prior, owners, corrections = None, None, None
+        if previous is not None:
+            start_from(model, previous)
+        result = self._train(model, data, prior, owners, checkpoint_dir, resume, progress)
+        result.corrections = corrections
+        return result
 
     def held_joints(self, sessions: list[Session]) -> dict[str, float]:
         """Where the joints off the chain stood: as recorded (``robot.held_joints``), or as stated;
@@ -222,14 +304,15 @@ class SelfModelTrainer:
         return np.array(lo), np.array(hi)
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
-                    rng: np.random.Generator, described: dict, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
+                    rng: np.random.Generator, described: dict, deltas: np.ndarray | None = None,
+                    per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per link: candidate points (n, 3) in the link frame and (n,) labels: ``MATTER`` where no
         camera ever saw the point free at any configuration (some link's matter), ``OWN`` where it is
         also inside the link's description (its matter), ``CLEAR`` where some camera saw it clearly
         free (not this link's, whatever other links do there)."""
         from selfmodel.depth_labels import never_seen_free
 
-        poses = link_poses_numpy(spec, data.q)  # (C, L, 4, 4) description kinematics
+        poses = link_poses_numpy(spec, data.q, deltas)  # (C, L, 4, 4) description kinematics, corrected
         candidates = [rng.uniform(model.domains_lo[i], model.domains_hi[i], (per_link, 3)) for i in range(len(spec.link_names))]
         never, clear = never_seen_free(sessions, poses, candidates, self.labels)
         # The base frame is the workspace's frame: the model answers nothing outside the workspace.
@@ -257,8 +340,6 @@ class SelfModelTrainer:
         network_parameters = [p for name, p in model.named_parameters() if not name.startswith("chain.")]
         groups = [{"params": network_parameters, "lr": self.learning_rate}]
         structured = isinstance(model, StructuredSelfModel)
-        if structured:
-            groups.append({"params": [model.chain.deltas], "lr": self.kinematics_learning_rate})
         optimizer = torch.optim.Adam(groups)
         generator = torch.Generator().manual_seed(self.seed)
         step, total, elapsed = 0, self.steps, 0.0
@@ -309,6 +390,7 @@ class SelfModelTrainer:
         bce = torch.nn.functional.binary_cross_entropy_with_logits
         last_save = time.perf_counter()
         step, history = run["step"], run["history"]
+        poses_all = None
         while True:
             # The schedule runs on the fraction done: of the steps, or of the time budget (so a
             # machine that slows down mid-run still ends on time, with the rate annealed).
@@ -317,12 +399,12 @@ class SelfModelTrainer:
                 break
             rate = self.final_learning_rate + 0.5 * (self.learning_rate - self.final_learning_rate) * (1 + math.cos(math.pi * fraction))
             optimizer.param_groups[0]["lr"] = rate
-            if structured:
-                optimizer.param_groups[1]["lr"] = self.kinematics_learning_rate * rate / self.learning_rate
             rows = torch.randint(0, len(points), (self.batch,), generator=generator)
             batch_points, batch_labels = points[rows], labels[rows]
             if structured:
-                poses = model.chain.base_T_links(q_all)
+                if poses_all is None:  # the placements are held: the poses never change
+                    poses_all = model.chain.base_T_links(q_all)
+                poses = poses_all
                 link_logits = model.link_logits(batch_points, poses[configs[rows]])
                 loss = bce(torch.logsumexp(link_logits, dim=1), batch_labels)
                 prior_terms, matter_logits, matter_owner = self._prior_terms(model, prior, poses.detach(), generator)
@@ -333,14 +415,11 @@ class SelfModelTrainer:
                     link_logits = torch.cat([link_logits, matter_logits])
                     owner = torch.cat([owner, matter_owner])
                 loss = loss + self.overlap_weight * overlap(link_logits, owner)
-                loss = loss + self.kinematics_weight * (model.chain.deltas ** 2).sum()
             else:
                 logits = model.logits(batch_points, q_all[configs[rows]])
                 loss = bce(logits, batch_labels)
             optimizer.zero_grad()
             loss.backward()
-            if structured and fraction < self.kinematics_start:
-                model.chain.deltas.grad = None
             optimizer.step()
             step += 1
             run["step"], run["loss"], run["generator"] = step, float(loss.detach()), generator.get_state()
