@@ -55,6 +55,7 @@ def export(
     heldout: Optional[Path] = typer.Option(None, "--heldout", help="A simulated session of the same rig whose poses the export is measured at (default: random configurations of the training session's true arm)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sphere fit, the margin search and the SRDF sampling."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda: where the model answers."),
     json_output: bool = typer.Option(False, "--json", help="Print the export report as JSON."),
 ) -> None:
     """Export a self-model's body as convex pieces (URDF), cuRobo spheres and a MoveIt SRDF."""
@@ -69,9 +70,14 @@ def export(
         exporter = CollisionExporter(max_spheres=spheres, max_pieces=pieces, margin=parse_margin(margin),
                                      voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
         exporter.check()
+        from selfmodel.export import load_model_folder
+        from selfmodel.training import resolve_device
+
+        target = resolve_device(device)  # before the model is read: a refused device costs nothing
+        loaded = load_model_folder(model).to(target)
         with progress_bar("exporting collision geometry") as update:
             report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout,
-                                  progress=update, urdf=urdf)
+                                  progress=update, urdf=urdf, model=loaded)
         if json_output:
             print_json(report)
             return

@@ -143,11 +143,11 @@ def _hat(twist: torch.Tensor) -> torch.Tensor:
 
 def _rotation_about(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
     """(3,) unit axis, (N,) angles -> (N, 4, 4) rotations (Rodrigues)."""
-    x, y, z = axis
-    k = torch.tensor([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]], dtype=angle.dtype)
+    x, y, z = axis.tolist()
+    k = torch.tensor([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]], dtype=angle.dtype, device=angle.device)
     s, c = torch.sin(angle)[:, None, None], torch.cos(angle)[:, None, None]
-    rotation = torch.eye(3, dtype=angle.dtype) + s * k + (1 - c) * (k @ k)
-    out = torch.eye(4, dtype=angle.dtype).repeat(angle.shape[0], 1, 1)
+    rotation = torch.eye(3, dtype=angle.dtype, device=angle.device) + s * k + (1 - c) * (k @ k)
+    out = torch.eye(4, dtype=angle.dtype, device=angle.device).repeat(angle.shape[0], 1, 1)
     out[:, :3, :3] = rotation
     return out
 
@@ -165,10 +165,11 @@ class TorchChain(torch.nn.Module):
 
     def base_T_links(self, q: torch.Tensor) -> torch.Tensor:
         """q (N, dof) -> (N, L, 4, 4) poses of every link in the base frame (float32)."""
-        q = torch.as_tensor(q, dtype=torch.float32)
+        device = self.origins.device
+        q = torch.as_tensor(q, dtype=torch.float32).to(device)
         count = q.shape[0]
         corrections = torch.linalg.matrix_exp(_hat(self.deltas))
-        poses = [torch.eye(4).expand(count, 4, 4)]
+        poses = [torch.eye(4, device=device).expand(count, 4, 4)]
         movable_index = 0
         for k, joint in enumerate(self.spec.joints):
             placement = self.origins[k]
@@ -178,8 +179,8 @@ class TorchChain(torch.nn.Module):
                 placement = placement @ corrections[movable_index]
                 value = q[:, movable_index]
                 if joint.type == "prismatic":
-                    motion = torch.eye(4).repeat(count, 1, 1)
-                    motion[:, :3, 3] = value[:, None] * torch.tensor(joint.axis, dtype=torch.float32)
+                    motion = torch.eye(4, device=device).repeat(count, 1, 1)
+                    motion[:, :3, 3] = value[:, None] * torch.tensor(joint.axis, dtype=torch.float32, device=device)
                 else:
                     motion = _rotation_about(torch.tensor(joint.axis, dtype=torch.float32), value)
                 pose = poses[joint.parent_index] @ placement @ motion
@@ -190,7 +191,7 @@ class TorchChain(torch.nn.Module):
     def corrected_origins(self) -> dict[str, np.ndarray]:
         """Joint name -> corrected origin (4, 4) in the parent link frame, for every movable joint."""
         with torch.no_grad():
-            corrections = torch.linalg.matrix_exp(_hat(self.deltas)).double().numpy()
+            corrections = torch.linalg.matrix_exp(_hat(self.deltas)).double().cpu().numpy()
         return {self.spec.joints[k].name: self.spec.joints[k].origin @ corrections[i] for i, k in enumerate(self.movable)}
 
 

@@ -233,7 +233,21 @@ def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[s
         "iou": inter / union if union else 0.0,
         "false_free_rate": inside_free / inside_total if inside_total else 0.0,
         "queries_per_s": queries_per_second(model, truth.q_commanded, rng),
+        **baked_figures(model, truth.q_commanded, rng),
     }
+
+
+def baked_figures(model, q: np.ndarray, rng: np.random.Generator) -> dict:
+    """A structured model's baked grids beside the network: queries per second (same batches) and
+    how often the two disagree (``selfmodel.baked.agreement``); {} for a free model."""
+    if getattr(model, "kind", "") != "structured":
+        return {}
+    from selfmodel.baked import BAKED, agreement, bake, load_baked
+
+    folder = getattr(model, "folder", None)
+    baked = load_baked(model, folder) if folder is not None and (folder / BAKED).is_file() else bake(model)
+    return {"baked_queries_per_s": queries_per_second(baked, q, rng), "baked_pitch_mm": baked.pitch * 1000,
+            **agreement(model, baked, q[:5], rng)}
 
 
 def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int = 4000,

@@ -9,6 +9,7 @@ model/
   robot_corrected.urdf     the same with the learned joint placements written in (structured)
   surface_samples.npz      measured surface samples in the frame of the link that claims each,
                            with the training configurations (structured; for collision margins)
+  baked.npz                per-link logit grids in link frames (structured; selfmodel.baked)
 ```
 
 ``load_model(folder)`` gives the model back; a folder of another format version is refused with
@@ -77,6 +78,12 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
                             link_index=result.surface_link_index, config=result.surface_config,
                             q=result.q.astype(np.float64))
         atomic_write_bytes(folder / SURFACE, buffer.getvalue())
+        from selfmodel.baked import BAKED, bake, save_baked
+
+        # The planner-speed form: every link network read once on a grid in its own frame.
+        baked = bake(model)
+        save_baked(baked, folder)
+        config.update({"baked": BAKED, "baked_pitch_m": baked.pitch})
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     atomic_write_bytes(folder / WEIGHTS, buffer.getvalue())

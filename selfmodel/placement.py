@@ -41,7 +41,7 @@ PRIOR_SIGMA = np.array([0.02] * 3 + [np.radians(5.0)] * 3)  # weak: only the nul
 
 @dataclass
 class PlacementSettings:
-    max_points: int = 120_000  # measured surface points used (a random subset)
+    max_points: int = 60_000  # measured surface points used (a random subset)
     iterations: int = 14
     start_m: float = 0.03  # first inlier scale: a 3 degree bend moves a link end by about 1.5 cm
     floor_m: float = 0.008  # last scale: about twice the depth noise of a camera 1.5 m away

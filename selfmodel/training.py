@@ -81,6 +81,21 @@ def set_threads(threads: int | None) -> int:
     return count
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when torch sees a GPU, else cpu; ``cuda`` without one is refused with a sentence."""
+    if name not in DEVICES:
+        raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {name!r}.")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: torch sees no GPU on this machine (the CPU wheel, or no driver); "
+                         "use --device cpu or auto.")
+    return torch.device(name)
+
+
 def check_previous(previous, kind: str, spec: ChainSpec | None, joint_names: list[str] | None = None) -> None:
     """A previous model to start from must be of the same kind and the same chain."""
     where = str(getattr(previous, "folder", "the previous model"))
@@ -110,18 +125,26 @@ def start_from(model, previous) -> None:
                          f"({', '.join((unexpected or missing)[:3])}).")
 
 
+def board_mesh(board: dict | None):
+    """The calibration board a session declares (``sensors.board``) as a plate in the tip frame, or None."""
+    if not board:
+        return None
+    from rigs.simulator import board_plate
+
+    return board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
+        np.asarray(board["tip_T_board_nominal"], dtype=float))
+
+
 def described_meshes(spec: ChainSpec, urdf_path: Path, tip: str, board: dict | None) -> dict:
     """Link -> its description's surface (URDF visual meshes, and a board the session declares on the
     tip), trimesh in the link frame."""
     import trimesh
 
     from rigs.link_meshes import link_meshes
-    from rigs.simulator import board_plate
 
     meshes = link_meshes(Path(urdf_path), spec.link_names)
-    if board:
-        plate = board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
-            np.asarray(board["tip_T_board_nominal"], dtype=float))
+    plate = board_mesh(board)
+    if plate is not None:
         meshes[tip] = trimesh.util.concatenate([meshes[tip], plate]) if tip in meshes else plate
     return meshes
 
@@ -205,7 +228,8 @@ class SelfModelTrainer:
     domain_margin: float = 0.05  # m around each link's joint origins and description geometry
     tip_margin: float = 0.10  # m: tools and boards sit on the tip
     prior_voxel: float = 0.015  # m: resolution of the "never seen free" grids
-    threads: int | None = None
+    threads: int | None = None  # torch intra-op threads; default_threads() when None
+    device: str = "auto"  # auto (a GPU when torch sees one), cpu or cuda
     labels: LabelSettings = field(default_factory=LabelSettings)
     hold: dict[str, float] = field(default_factory=dict)  # off-chain joints' positions stated by the user (rad or m)
 
@@ -218,6 +242,7 @@ class SelfModelTrainer:
             raise InputError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}.")
         if self.steps is None and (self.minutes is None or self.minutes <= 0):
             raise InputError(f"--minutes must be positive, got {self.minutes}.")
+        resolve_device(self.device)  # an unknown or unavailable device is refused before any work
         if self.steps is not None and self.steps < 1:
             raise InputError(f"--steps must be at least 1, got {self.steps}.")
 
@@ -245,7 +270,8 @@ class SelfModelTrainer:
                                         self.hidden or _size(previous, "hidden", 64), self.layers or _size(previous, "layers", 3),
                                         _size(previous, "frequencies", 6), urdf_path=urdf_path,
                                         base_link=first.base_link, tip_link=first.tip_link)
-            meshes = described_meshes(spec, urdf_path, first.tip_link, (first.manifest.get("sensors") or {}).get("board"))
+            board = (first.manifest.get("sensors") or {}).get("board")
+            meshes = described_meshes(spec, urdf_path, first.tip_link, board)
             # The gauge: joint placements are fitted first, with the description's geometry as the
             # reference, and held while the networks learn the shapes in those frames.
             start = previous.chain.deltas.detach().numpy().astype(float) if previous is not None else None
@@ -330,13 +356,15 @@ class SelfModelTrainer:
 
     def _train(self, model, data: TrainingData, prior, owners: np.ndarray | None, checkpoint_dir: Path | None,
                resume: bool, progress) -> TrainResult:
-        points = torch.from_numpy(data.points)
-        labels = torch.from_numpy(data.occupied)
-        owners = torch.from_numpy(owners.astype(np.int64)) if owners is not None else None
+        device = resolve_device(self.device)
+        model.to(device)
+        points = torch.from_numpy(data.points).to(device)
+        labels = torch.from_numpy(data.occupied).to(device)
+        owners = torch.from_numpy(owners.astype(np.int64)).to(device) if owners is not None else None
         if prior is not None:
-            prior = [(torch.from_numpy(p), torch.from_numpy(l)) for p, l in prior]
-        configs = torch.from_numpy(data.config.astype(np.int64))
-        q_all = torch.from_numpy(data.q.astype(np.float32))
+            prior = [(torch.from_numpy(p).to(device), torch.from_numpy(l).to(device)) for p, l in prior]
+        configs = torch.from_numpy(data.config.astype(np.int64)).to(device)
+        q_all = torch.from_numpy(data.q.astype(np.float32)).to(device)
         network_parameters = [p for name, p in model.named_parameters() if not name.startswith("chain.")]
         groups = [{"params": network_parameters, "lr": self.learning_rate}]
         structured = isinstance(model, StructuredSelfModel)
@@ -377,6 +405,7 @@ class SelfModelTrainer:
             raise
         step, loss_value, history = run["step"], run["loss"], run["history"]
         seconds = time.perf_counter() - started
+        model.to("cpu")  # what is saved, baked and queried afterwards lives on the CPU
         if checkpoint is not None:
             self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total, seconds, history)
         result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), q=data.q, history=history)
@@ -399,7 +428,8 @@ class SelfModelTrainer:
                 break
             rate = self.final_learning_rate + 0.5 * (self.learning_rate - self.final_learning_rate) * (1 + math.cos(math.pi * fraction))
             optimizer.param_groups[0]["lr"] = rate
-            rows = torch.randint(0, len(points), (self.batch,), generator=generator)
+            # The batch generator stays on the CPU: the same seed draws the same batches on any device.
+            rows = torch.randint(0, len(points), (self.batch,), generator=generator).to(points.device)
             batch_points, batch_labels = points[rows], labels[rows]
             if structured:
                 if poses_all is None:  # the placements are held: the poses never change
@@ -444,7 +474,7 @@ class SelfModelTrainer:
         for index, (pool, pool_labels) in enumerate(prior):
             if len(pool) == 0:
                 continue
-            take = torch.randint(0, len(pool), (per_link,), generator=generator)
+            take = torch.randint(0, len(pool), (per_link,), generator=generator).to(pool.device)
             points, labels = pool[take], pool_labels[take]
             free, own = labels == CLEAR, labels == OWN
             if free.any() or own.any():
@@ -452,7 +482,7 @@ class SelfModelTrainer:
                 terms.append(bce(model.networks[index](points[mine]), own[mine].float()))
             matter = points[~free]
             if len(matter):
-                configs = torch.randint(0, len(poses), (len(matter),), generator=generator)
+                configs = torch.randint(0, len(poses), (len(matter),), generator=generator).to(pool.device)
                 pose = poses[configs, index]
                 matter_points.append(torch.einsum("nij,nj->ni", pose[:, :3, :3], matter) + pose[:, :3, 3])
                 matter_configs.append(configs)
@@ -461,7 +491,7 @@ class SelfModelTrainer:
             return terms, None, None
         configs = torch.cat(matter_configs)
         logits = model.link_logits(torch.cat(matter_points), poses[configs])
-        terms.append(bce(torch.logsumexp(logits, dim=1), torch.ones(len(logits))))
+        terms.append(bce(torch.logsumexp(logits, dim=1), torch.ones(len(logits), device=logits.device)))
         return terms, logits, torch.cat(owners)
 
     @staticmethod
