@@ -120,6 +120,25 @@ def correction_rows(label: str, model_folder: Path, session: Path) -> tuple[list
     return rows, bend
 
 
+def checked(workdir: Path, models: dict) -> dict:
+    """``selfmodel check`` of each model against its session's URDF: label -> rows (largest first)."""
+    from dataclasses import asdict
+
+    from selfmodel.check import check_against
+    from selfmodel.model_io import load_model
+
+    out = {}
+    for label, (folder, session) in models.items():
+        cache = folder.with_name(folder.name + ".check.json")
+        if cache.is_file() and cache.stat().st_mtime > (folder / "weights.pt").stat().st_mtime:
+            out[label] = json.loads(cache.read_text())
+            continue
+        rows = [asdict(row) for row in check_against(load_model(folder), load_session(session).urdf_path)]
+        cache.write_text(json.dumps(rows))
+        out[label] = rows
+    return out
+
+
 def steps_per_second(session: Path, threads: int, compete: bool, steps: int) -> float:
     from selfmodel.training import SelfModelTrainer
 
@@ -189,12 +208,20 @@ def main() -> None:
     results["changes"] = changes
     report(args, results, command)
 
+    results["check"] = checked(args.workdir, {"intact": (intact_model, intact), "crashed": (crashed_model, crashed)})
+    report(args, results, command)
+
     if not args.skip_threads:
-        speeds = {}
-        for threads in (1, 2):
-            for compete in (False, True):
-                speeds[(threads, compete)] = steps_per_second(crashed_few, threads, compete, args.thread_steps)
-                print(threads, compete, speeds[(threads, compete)], flush=True)
+        cache = args.workdir / f"threads-{args.thread_steps}.json"
+        if cache.is_file():
+            speeds = {tuple(json.loads(key)): value for key, value in json.loads(cache.read_text()).items()}
+        else:
+            speeds = {}
+            for threads in (1, 2):
+                for compete in (False, True):
+                    speeds[(threads, compete)] = steps_per_second(crashed_few, threads, compete, args.thread_steps)
+                    print(threads, compete, speeds[(threads, compete)], flush=True)
+            cache.write_text(json.dumps({json.dumps(list(key)): value for key, value in speeds.items()}))
         results["threads"] = speeds
         report(args, results, command)
 
@@ -241,6 +268,20 @@ def report(args, results: dict, command: str) -> None:
             from selfmodel.changes import summary
 
             lines += ["", "What the relearned model says changed (changes.json):", "", "```", *summary(changes), "```"]
+    if results.get("check"):
+        check = results["check"]
+        rows = []
+        for label, found in check.items():
+            for rank, row in enumerate(found[:4]):
+                rows.append([label, rank + 1, row["link"], f"{row['deviation_mm']:.1f}", row["kind"], f"{row['shape_mm']:.1f}",
+                             f"{row['joint_mm']:.1f}", f"{row.get('added_mm', 0.0):.1f}"])
+        first = {label: found[0] for label, found in check.items()}
+        lines += ["", "`selfmodel check` against the session's URDF, the intact control beside the crashed arm "
+                      "(four largest per model):", "",
+                  table(["model", "rank", "link", "deviation mm", "kind", "shape mm", "joint mm", "added mm"], rows),
+                  "", "Crashed: " + (f"{first['crashed']['link']} first ({first['crashed']['deviation_mm']:.1f} mm, "
+                                     f"{first['crashed']['kind']}); intact: {first['intact']['link']} first "
+                                     f"({first['intact']['deviation_mm']:.1f} mm).")]
     if results.get("threads"):
         s = results["threads"]
         lines += ["", f"Training steps per second ({args.thread_steps} steps on the {args.relearn_poses}-pose crashed "

@@ -253,4 +253,4 @@ def check(
             for row in rows:
                 x, y, z = (1000 * v for v in row.where_link)
                 typer.echo(f"{row.link:<16} {row.deviation_mm:8.1f} mm  {row.kind:<14} at ({x:.0f}, {y:.0f}, {z:.0f}) mm "
-                           f"in the link frame  [shape {row.shape_mm:.1f}, joint {row.joint_mm:.1f}]")
+                           f"in the link frame  [shape {row.shape_mm:.1f}, joint {row.joint_mm:.1f}, added {row.added_mm:.1f}]")

@@ -191,3 +191,19 @@ def test_thread_defaults_leave_a_core_free(monkeypatch):
         assert set_threads(1) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_check_names_matter_the_description_lacks_beside_its_intact_control(intact, tmp_path):
+    from selfmodel.check import check_against
+
+    _, control = intact
+    session_path = capture_simulated(load_rig(DATA / "two_joint_box_tool.toml"), 40, 1, tmp_path / "tool")
+    session = load_session(session_path)
+    folder = tmp_path / "tool-model"
+    folder.mkdir()
+    save_model(trainer(300).fit([session]), folder, [session], {"steps": 300})
+    tooled = check_against(load_model(folder), session.urdf_path, configurations=6)
+    intact_rows = {row.link: row for row in check_against(control, control.urdf_path, configurations=6)}
+    assert tooled[0].link == "box" and tooled[0].kind == "added matter", tooled
+    # The 4 x 4 x 8 cm tool stands up to 5 cm off the described box; the intact arm's own figure is the control.
+    assert tooled[0].added_mm > 3 * max(intact_rows["box"].added_mm, 5.0), (tooled[0], intact_rows["box"])
