@@ -46,12 +46,14 @@ SCENES, BOXES = 10, 3
 TARGETS = {"surface_coverage": 0.995, "sphere_p95_mm": 10.0, "spheres": 64, "sphere_volume": 1.8, "planning_points": 5.0}
 
 
-def cached(path: Path, compute):
+def cached(path: Path, compute, quiet: bool = False):
     """The JSON at ``path``, computed and written the first time."""
     if path.is_file():
-        print(f"reusing {path}", flush=True)
+        if not quiet:
+            print(f"reusing {path}", flush=True)
         return json.loads(path.read_text())
-    print(f"computing {path.name} ...", flush=True)
+    if not quiet:
+        print(f"computing {path.name} ...", flush=True)
     start = time.perf_counter()
     result = compute()
     result["seconds"] = time.perf_counter() - start
@@ -235,60 +237,84 @@ def reach_of(session: Path) -> float:
     return float(max(np.linalg.norm(world.link_pose(loaded.tip_link, row)[:3, 3]) for row in q))
 
 
-def miss_rows(export: Path, session: Path, baseline: Path, configurations: int) -> dict:
-    rng = np.random.default_rng(11)
+def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, cache: Path) -> dict:
+    """Each scene's counts are cached on their own (``cache``/scene-S-N.json): a run stopped part way
+    resumes where it stood."""
     lower, upper = limits(session)
-    all_scenes = scenes(rng, reach_of(session))
+    all_scenes = scenes(np.random.default_rng(11), reach_of(session))
     per = configurations // len(all_scenes)
     counts = {"configurations": 0, "true collisions": 0, "export": {"missed": 0, "false_alarms": 0, "flagged": 0},
               "URDF collision meshes": {"missed": 0, "false_alarms": 0, "flagged": 0}}
-    for boxes in all_scenes:
-        world = worlds(export, session, baseline, boxes)
-        for q in rng.uniform(lower, upper, (per, len(lower))):
-            truth = world["true meshes"].collides(q)
-            counts["configurations"] += 1
-            counts["true collisions"] += int(truth)
-            for name in ("export", "URDF collision meshes"):
-                flagged = world[name].collides(q)
-                counts[name]["flagged"] += int(flagged)
-                counts[name]["missed"] += int(truth and not flagged)
-                counts[name]["false_alarms"] += int(flagged and not truth)
+    for index, boxes in enumerate(all_scenes):
+        scene = cached(cache / f"scene-{index}-{per}.json", lambda: _scene_misses(
+            worlds(export, session, baseline, boxes), np.random.default_rng([11, index]).uniform(lower, upper, (per, len(lower)))))
+        for key in ("configurations", "true collisions"):
+            counts[key] += scene[key]
+        for name in ("export", "URDF collision meshes"):
+            for key in ("missed", "false_alarms", "flagged"):
+                counts[name][key] += scene[name][key]
         print(f"  {counts['configurations']} configurations, {counts['export']['missed']} missed by the export", flush=True)
     return counts
 
 
-def planning_rows(export: Path, session: Path, baseline: Path, queries: int, seconds: float) -> dict:
+def _scene_misses(world: dict, qs: np.ndarray) -> dict:
+    counts = {"configurations": len(qs), "true collisions": 0, "export": {"missed": 0, "false_alarms": 0, "flagged": 0},
+              "URDF collision meshes": {"missed": 0, "false_alarms": 0, "flagged": 0}}
+    for q in qs:
+        truth = world["true meshes"].collides(q)
+        counts["true collisions"] += int(truth)
+        for name in ("export", "URDF collision meshes"):
+            flagged = world[name].collides(q)
+            counts[name]["flagged"] += int(flagged)
+            counts[name]["missed"] += int(truth and not flagged)
+            counts[name]["false_alarms"] += int(flagged and not truth)
+    return counts
+
+
+def planning_rows(export: Path, session: Path, baseline: Path, queries: int, seconds: float, cache: Path) -> dict:
+    """Query k (of scene k mod 10) draws its ends from its own seed and is cached on its own
+    (``cache``/query-K.json), so a run stopped part way resumes, and a longer run reuses the first queries."""
     from selfmodel.planning import plan, replay
 
-    rng = np.random.default_rng(23)
     lower, upper = limits(session)
-    all_scenes = scenes(rng, reach_of(session))
-    per = int(np.ceil(queries / len(all_scenes)))
-    result = {name: {"solved": 0, "colliding_paths": 0, "failures": {}, "seconds": 0.0}
-              for name in ("export", "true meshes", "URDF collision meshes")}
-    done = 0
-    for boxes in all_scenes:
-        world = worlds(export, session, baseline, boxes)
-        for _ in range(per):
-            if done >= queries:
-                break
-            ends = []
-            while len(ends) < 2:
-                q = rng.uniform(lower, upper)
-                if not world["true meshes"].collides(q):
-                    ends.append(q)
-            for name, planner_world in world.items():
-                outcome = plan(planner_world, ends[0], ends[1], lower, upper, seconds=seconds, seed=done)
-                result[name]["seconds"] += outcome.seconds
-                if not outcome.solved:
-                    result[name]["failures"][outcome.reason] = result[name]["failures"].get(outcome.reason, 0) + 1
-                    continue
-                result[name]["solved"] += 1
-                if replay(world["true meshes"], outcome.path) is not None:
-                    result[name]["colliding_paths"] += 1
-            done += 1
-        print(f"  {done} queries: " + ", ".join(f"{name} {row['solved']}" for name, row in result.items()), flush=True)
-    result["queries"] = done
+    all_scenes = scenes(np.random.default_rng(23), reach_of(session))
+    names = ("export", "true meshes", "URDF collision meshes")
+    result = {name: {"solved": 0, "colliding_paths": 0, "failures": {}, "seconds": 0.0} for name in names}
+    built: dict[int, dict] = {}
+
+    def one(k: int) -> dict:
+        index = k % len(all_scenes)
+        if index not in built:
+            built.clear()
+            built[index] = worlds(export, session, baseline, all_scenes[index])
+        world, rng = built[index], np.random.default_rng([23, k])
+        ends = []
+        while len(ends) < 2:
+            q = rng.uniform(lower, upper)
+            if not world["true meshes"].collides(q):
+                ends.append(q)
+        rows = {}
+        for name, planner_world in world.items():
+            outcome = plan(planner_world, ends[0], ends[1], lower, upper, seconds=seconds, seed=k)
+            rows[name] = {"solved": bool(outcome.solved), "reason": outcome.reason, "seconds": outcome.seconds,
+                          "colliding": bool(outcome.solved and replay(world["true meshes"], outcome.path) is not None)}
+        return rows
+
+    # Scene by scene, so each scene's worlds are built once.
+    order = sorted(range(queries), key=lambda k: (k % len(all_scenes), k))
+    for done, k in enumerate(order, 1):
+        rows = cached(cache / f"query-{k}-{seconds:g}s.json", lambda: one(k), quiet=True)
+        for name in names:
+            row = rows[name]
+            result[name]["seconds"] += row["seconds"]
+            if not row["solved"]:
+                result[name]["failures"][row["reason"]] = result[name]["failures"].get(row["reason"], 0) + 1
+                continue
+            result[name]["solved"] += 1
+            result[name]["colliding_paths"] += int(row["colliding"])
+        if done % 10 == 0:
+            print(f"  {done} queries: " + ", ".join(f"{name} {result[name]['solved']}" for name in names), flush=True)
+    result["queries"] = queries
     return result
 
 
@@ -316,10 +342,8 @@ def main() -> None:
             "report": report,
             "recorded": cached(rows / "recorded.json", lambda: recorded_rows(export, session, baseline, args.mplib_python)),
             "truth": cached(rows / "truth.json", lambda: truth_rows(export, heldout, session)),
-            "misses": cached(rows / f"misses-{args.configurations}.json",
-                             lambda: miss_rows(export, session, baseline, args.configurations)),
-            "planning": cached(rows / f"planning-{args.queries}.json",
-                               lambda: planning_rows(export, session, baseline, args.queries, args.plan_seconds)),
+            "misses": miss_rows(export, session, baseline, args.configurations, rows / "misses"),
+            "planning": planning_rows(export, session, baseline, args.queries, args.plan_seconds, rows / "planning"),
         }
     write(results, args)
 

@@ -49,7 +49,7 @@ def robot_document(folder: Path, urdf_name: str, base_link: str, tip_link: str, 
         "self_collision_ignore": {link: sorted(others) for link, others in sorted(ignore.items())},
         "self_collision_buffer": {link: 0.0 for link in links},
         "use_global_cumul": True,
-        "mesh_link_names": links,
+        "mesh_link_names": list(links),  # its own list: YAML would write the same one as an alias
         "lock_joints": {name: float(value) for name, value in held.items()},
         "cspace": {
             "joint_names": names,

@@ -94,7 +94,9 @@ def test_srdf_has_the_chain_group_a_fixed_virtual_joint_and_reasons_moveit_knows
 
 def test_curobo_config_names_only_existing_links_and_files(written):
     out, report, fitted = written
-    config = yaml.safe_load((out / "curobo_robot.yml").read_text())["robot_cfg"]["kinematics"]
+    text = (out / "curobo_robot.yml").read_text()
+    assert "&id" not in text  # no YAML aliases: every list written out where it belongs
+    config = yaml.safe_load(text)["robot_cfg"]["kinematics"]
     urdf = Path(config["urdf_path"])
     assert urdf.is_file() and urdf.resolve() == (out / "robot.urdf").resolve()
     assert Path(config["asset_root_path"]).is_dir()
@@ -111,9 +113,7 @@ def test_curobo_config_names_only_existing_links_and_files(written):
     assert set(cspace["joint_names"]) <= joints and len(cspace["retract_config"]) == len(cspace["joint_names"])
     for link, spheres in config["collision_spheres"].items():
         np.testing.assert_allclose([s["radius"] for s in spheres], fitted.links[link].spheres.radii, atol=1e-6)
-    for path in out.rglob("*"):  # every file the URDF names is in the folder
-        pass
-    for mesh in tree.iter("mesh"):
+    for mesh in tree.iter("mesh"):  # every file the URDF names is in the folder
         assert (out / mesh.get("filename")).is_file()
 
 
