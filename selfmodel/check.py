@@ -13,7 +13,8 @@ Two kinds of difference are charged to the link that carries them:
   voxels from ranking a link.
 - ``added matter``: the other way round: the learned link's surface where the cameras measured it,
   compared with the description's union posed the same way (matter the body has and the
-  description lacks: a bolted-on tool, a cable bundle). Its figure is the 95th percentile of the
+  description lacks: a bolted-on tool, a cable bundle); learned surface inside the described solid
+  (where two links' bodies meet) is explained. Its figure is the 95th percentile of the
   distances that exceed ``ADDED`` (what the description explains is not added), times the share
   of the link's observed surface they cover, so that a few stray voxels do not outrank a tool.
 
@@ -186,6 +187,7 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
     # Added matter: the learned link's observed surface against the registered description's union.
     added = {link: (0.0, np.zeros(3)) for link in links}
     described_scenes = []
+    link_scenes = {name: _scene(mesh) for name, mesh in description.items()}
     for k in range(len(chosen)):
         posed = {name: description[name].copy().apply_transform(learned_poses[k, i] @ alignment[name])
                  for i, name in enumerate(links) if name in description}
@@ -200,7 +202,19 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
             base_points = trimesh.transform_points(points, learned_poses[k, i])
             seen = observed[k].query(base_points)[0] < OBSERVED
             if seen.any():
-                distances.append(_distance(described_scenes[k], base_points[seen]))
+                distance = _distance(described_scenes[k], base_points[seen])
+                # Where two learned links meet inside the body their surfaces are inner faces: a point
+                # inside the described solid is explained, however far from its surface.
+                far = np.flatnonzero(distance > ADDED)
+                if len(far):
+                    far_points = base_points[seen][far]
+                    inside = np.zeros(len(far), dtype=bool)
+                    for j, name in enumerate(links):  # per link: overlapping meshes break a union's parity
+                        if name in link_scenes:
+                            local = trimesh.transform_points(far_points, np.linalg.inv(learned_poses[k, j] @ alignment[name]))
+                            inside |= _occupied(link_scenes[name], local)
+                    distance[far[inside]] = 0.0
+                distances.append(distance)
                 where.append(points[seen])
         if not distances:
             continue
