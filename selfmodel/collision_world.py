@@ -154,6 +154,13 @@ class CollisionWorld:
         pin.framesForwardKinematics(self.model, self.data, self.full(q))
         return np.linalg.inv(self.root_T_base) @ self.data.oMf[self.model.getFrameId(link)].homogeneous
 
+    def link_poses(self, links: list[str], q: np.ndarray) -> np.ndarray:
+        """(L, 4, 4) poses of ``links`` in the base link frame at ``q``, from one forward kinematics."""
+        pin = _pin()
+        pin.framesForwardKinematics(self.model, self.data, self.full(q))
+        base_T_root = np.linalg.inv(self.root_T_base)
+        return np.stack([base_T_root @ self.data.oMf[self.model.getFrameId(link)].homogeneous for link in links])
+
     @property
     def checked_pairs(self) -> set[tuple[str, str]]:
         return {tuple(sorted((self.link_of[p.first], self.link_of[p.second]))) for p in self.geometry.collisionPairs}

@@ -393,8 +393,9 @@ class TrueWorld:
         rng = np.random.default_rng(seed)
         self.links = names
         self.samples = {link: np.asarray(meshes[link].sample(samples, seed=int(rng.integers(2**31)))) for link in names}
-        self.balls = {link: (meshes[link].bounding_sphere.primitive.center, meshes[link].bounding_sphere.primitive.radius)
-                      for link in names}
+        # Plain arrays: trimesh's tracked arrays cost more than the arithmetic in a loop run millions of times.
+        self.balls = {link: (np.array(meshes[link].bounding_sphere.primitive.center, dtype=float),
+                             float(meshes[link].bounding_sphere.primitive.radius)) for link in names}
         self.solids = {link: solid_of(meshes[link], 0.002) for link in names}
         self.joint_names = list(session.joint_names)
 
@@ -406,8 +407,7 @@ class TrueWorld:
     def _contained(self, q: np.ndarray) -> bool:
         if not self.obstacles:
             return False
-        for link in self.links:
-            pose = self.world.link_pose(link, q)
+        for link, pose in zip(self.links, self.world.link_poses(self.links, q)):
             centre, radius = self.balls[link]
             centre = pose[:3, :3] @ centre + pose[:3, 3]
             for box in self.obstacles:

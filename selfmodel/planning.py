@@ -32,8 +32,11 @@ def _ompl():
 
 
 def plan(world, start: np.ndarray, goal: np.ndarray, lower: np.ndarray, upper: np.ndarray, seconds: float = 2.0,
-         step: float = np.radians(0.5), seed: int = 0, simplify: bool = True) -> PlanResult:
-    """A collision-free path for ``world`` from ``start`` to ``goal`` (dof,) within the joint limits."""
+         step: float = np.radians(0.5), seed: int = 0, simplify: bool = True, checks: int | None = None) -> PlanResult:
+    """A collision-free path for ``world`` from ``start`` to ``goal`` (dof,) within the joint limits.
+
+    ``checks``: also stop the search after this many collision checks, so worlds whose checks cost
+    different times get the same budget (``seconds`` then only caps a runaway query)."""
     import time
 
     ou, ob, og = _ompl()
@@ -51,7 +54,13 @@ def plan(world, start: np.ndarray, goal: np.ndarray, lower: np.ndarray, upper: n
         bounds.setHigh(i, float(upper[i]))
     space.setBounds(bounds)
     setup = og.SimpleSetup(space)
-    setup.setStateValidityChecker(lambda state: not world.collides(np.array([state[i] for i in range(dof)])))
+    used = [0]
+
+    def valid(state) -> bool:
+        used[0] += 1
+        return not world.collides(np.array([state[i] for i in range(dof)]))
+
+    setup.setStateValidityChecker(valid)
     information = setup.getSpaceInformation()
     information.setStateValidityCheckingResolution(min(1.0, step / space.getMaximumExtent()))
     begin, end = space.allocState(), space.allocState()
@@ -59,9 +68,14 @@ def plan(world, start: np.ndarray, goal: np.ndarray, lower: np.ndarray, upper: n
         begin[i], end[i] = float(start[i]), float(goal[i])
     setup.setStartAndGoalStates(begin, end)
     setup.setPlanner(og.RRTConnect(information))
-    status = setup.solve(seconds)
+    if checks is None:
+        status = setup.solve(seconds)
+    else:
+        status = setup.solve(ob.plannerOrTerminationCondition(
+            ob.timedPlannerTerminationCondition(seconds), ob.PlannerTerminationCondition(lambda: used[0] >= checks)))
     if not (status and setup.haveExactSolutionPath()):
-        return PlanResult(False, None, time.perf_counter() - start_time, "no path in time")
+        return PlanResult(False, None, time.perf_counter() - start_time,
+                          "no path in time" if checks is None or used[0] < checks else "no path in the check budget")
     if simplify:
         setup.simplifySolution(min(1.0, seconds))
     path = setup.getSolutionPath()
