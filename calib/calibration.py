@@ -29,8 +29,8 @@ from calib.dynamics.measured import has_torques
 from calib.dynamics.model import IdentifiedDynamics
 from calib.model.envelope import Envelope
 from calib.model.error_model import ErrorModel
-from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
-                                Reflectors, TrackerFrames)
+from calib.model.groups import (BoardPose, CameraIntrinsics, CameraPoses, JointCompliance, JointPlacements, JointZeros,
+                                ProbeFrames, Reflectors, TrackerFrames)
 from calib.model.poses import PoseSet
 from calib.sensors.board import CharucoBoardSpec
 from capture.session import Session
@@ -47,7 +47,9 @@ class Calibration:
     ``targets``: reflector offsets (3,) m in the tip frame; ``deltas`` (dof, 6), ``zero_offsets``
     (dof,) and their standard deviations; ``tip_T_probe``: 6-DoF probe mounts; ``base_T_camera``:
     camera poses (optical frame) in the base frame, ``tip_T_board`` and ``board``: the board on the
-    tool, ``intrinsics``: per camera the K (and image size) the fit used; ``compliance`` (dof,)
+    tool, ``intrinsics``: per camera the K (and image size) the fit used, or found with
+    ``fit_intrinsics`` (``fitted``: true, then also the recorded K, standard deviations and what is
+    poorly determined; :meth:`camera_matrices`); ``compliance`` (dof,)
     rad/(N m) or None; ``residual_model``: a learned tip correction or None; ``payload_com`` (3,) m
     in the tip frame; ``validity``: the joint ranges the fit covered (None for a calibration written
     before envelopes were recorded); ``summary``: identifiability, residual figures, outliers, hashes (what
@@ -188,6 +190,9 @@ class Calibration:
             groups.append(ProbeFrames(self.tip_T_probe))
         if self.base_T_camera:
             groups.append(CameraPoses({name: invert(pose) for name, pose in self.base_T_camera.items()}))
+        fitted = self.camera_matrices()
+        if fitted:
+            groups.append(CameraIntrinsics(fitted))
         if self.tip_T_board is not None:
             groups.append(BoardPose(self.tip_T_board))
         if self.compliance is not None:
@@ -208,6 +213,12 @@ class Calibration:
         if self.residual_model is not None:
             poses = poses.with_tip_shift(self.tip_shift(session.q, session.payload_kg))
         return poses
+
+    def camera_matrices(self) -> dict[str, np.ndarray]:
+        """Camera name -> (3, 3) K of the cameras whose intrinsics this calibration fitted (the others
+        keep each session's camera_info as recorded)."""
+        return {name: np.asarray(entry["K"], float) for name, entry in sorted(self.intrinsics.items())
+                if entry.get("fitted")}
 
     @property
     def camera_summary(self) -> dict:

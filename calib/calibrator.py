@@ -44,8 +44,8 @@ from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
 from calib.model.chain import SerialChain
 from calib.model.envelope import STILL_SPAN, Envelope, joint_list
 from calib.model.error_model import ErrorModel
-from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
-                                Reflectors, TrackerFrames)
+from calib.model.groups import (BoardPose, CameraIntrinsics, CameraPoses, JointCompliance, JointPlacements, JointZeros,
+                                ProbeFrames, Reflectors, TrackerFrames)
 from calib.model.parameters import FrameGroup
 from calib.model.poses import PoseSet
 from calib.sensors.blocks import evaluate, keep_units, stack, unit_count, without_labels
@@ -171,7 +171,9 @@ class Calibrator:
     cross-validate); ``folds``: cross-validation folds (None: leave-one-pose-out below 40 poses,
     else 5); ``seed``: the hold-out draw and the folds. ``outlier_threshold``: units beyond this
     many robust standard deviations are flagged. ``tip_link`` overrides the sessions' tip link;
-    ``pixel_sigma`` the board corners' noise (px; default from per-image PnP). ``residual``: the
+    ``pixel_sigma`` the board corners' noise (px; default from per-image PnP). ``fit_intrinsics``:
+    fit every camera's fx, fy, cx, cy in the same fit (default: camera_info's K as recorded); the
+    result says which of them the data leave poorly determined. ``residual``: the
     learned ensemble's settings. ``previous``: recalibration, start from this calibration's arm
     and reflectors and move only along what the new data identifies. ``require_full``: refuse
     poses that do not determine every combination the arm allows (joints that did not move, a
@@ -188,7 +190,8 @@ class Calibrator:
                  seed: int = 0, outlier_threshold: float = 5.0, tip_link: str | None = None,
                  pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
                  progress: Callable[[str], None] | None = None, previous: Calibration | None = None,
-                 require_full: bool = False, torques: str = "auto", flip_torque_sign: bool = False):
+                 require_full: bool = False, torques: str = "auto", flip_torque_sign: bool = False,
+                 fit_intrinsics: bool = False):
         self.model = model
         self.require_full = require_full
         self.torques = torques
@@ -204,6 +207,7 @@ class Calibrator:
         self.jacobian = jacobian
         self.progress = progress or (lambda message: None)
         self.previous = previous
+        self.fit_intrinsics = fit_intrinsics
 
     # -- the fit ------------------------------------------------------------------------------------
     def fit(self, sessions: list[Session | Path]) -> Calibration:
@@ -296,6 +300,11 @@ class Calibrator:
             raise InputError("give at least one session to calibrate from.")
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
         check_same_robot(sessions)
+        if self.fit_intrinsics and not any(BY_NAME["board_corners"].present(s) for s in sessions):
+            names = ", ".join(str(s.path) for s in sessions)
+            raise InputError(f"--fit-intrinsics fits the cameras' focal lengths and principal points to images of the "
+                             f"board on the flange, but {names} {'has' if len(sessions) == 1 else 'have'} no camera "
+                             f"images of a board (cameras/ and sensors.board in session.json); calibrate without it.")
         first = sessions[0]
         tip_link = self.tip_link or first.tip_link
         chain = ChainModel.from_urdf(first.urdf_path, first.base_link, tip_link)
@@ -393,6 +402,8 @@ class Calibrator:
             groups.append(ProbeFrames(start.tip_T_probe))
         if start.camera_T_base:
             groups.append(CameraPoses({name: start.camera_T_base[name] for name in sorted(start.camera_T_base)}))
+        if start.intrinsics:
+            groups.append(CameraIntrinsics({name: start.intrinsics[name] for name in sorted(start.intrinsics)}))
         if start.tip_T_board is not None:
             groups.append(BoardPose(start.tip_T_board))
         if compliance:
@@ -477,7 +488,8 @@ class Calibrator:
 
     @staticmethod
     def _restart(frames: ErrorModel, theta: np.ndarray) -> StartValues:
-        """Start values from a frames-only fit: every frame at its fitted pose, reflectors at their offsets."""
+        """Start values from a frames-only fit: every frame at its fitted pose, reflectors at their
+        offsets, fitted intrinsics at their values."""
         start = StartValues()
         for key, group in frames.groups.items():
             if isinstance(group, FrameGroup):
@@ -492,6 +504,8 @@ class Calibrator:
                     start.tip_T_board = values["board"]
             elif key == "target":
                 start.targets = {owner: group.offset(theta, owner) for owner in group.owners}
+            elif key == "intrinsics":
+                start.intrinsics = {owner: group.K(theta, owner) for owner in group.owners}
         return start
 
     def _check_data(self, problem: Problem, model: ErrorModel, theta0: np.ndarray, fit_blocks: dict[str, list]):
@@ -559,7 +573,7 @@ class Calibrator:
             calibration.board_std = std[model.board_slice]
             calibration.board = items[0].data.detections.board
             calibration.pixel_sigma = items[0].data.sigma_px
-            calibration.intrinsics = BY_NAME["board_corners"].intrinsics(items)
+            calibration.intrinsics = BY_NAME["board_corners"].intrinsics(items, model, theta, std, identifiability)
         if model.has("compliance"):
             calibration.compliance = theta[model.compliance_slice].copy()
             calibration.compliance_std = std[model.compliance_slice].copy()

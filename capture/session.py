@@ -177,18 +177,32 @@ class Session:
         value = (self.manifest.get("scene") or {}).get("mount_plane_z")
         return None if value is None else float(value)
 
-    def with_camera_poses(self, base_T_camera: dict[str, np.ndarray], source: str) -> "Session":
+    def with_camera_poses(self, base_T_camera: dict[str, np.ndarray], source: str,
+                          intrinsics: dict[str, CameraInfo] | None = None) -> "Session":
         """A copy whose cameras stand where ``base_T_camera`` (name -> (4, 4), optical frame in the
-        base frame) says, e.g. as a board calibration found them; nothing is written to disk.
-        ``source`` names where the poses come from, for messages."""
+        base frame) says, e.g. as a board calibration found them, and whose K is that of
+        ``intrinsics`` for the cameras it names (fitted with them, for the same image size; the
+        others keep camera_info's); nothing is written to disk. ``source`` names where the poses
+        come from, for messages."""
         import dataclasses
 
         missing = [name for name in self.cameras if name not in base_T_camera]
         if missing:
             raise InputError(f"{source}: has no pose for camera {missing[0]!r} of {self.path} (it has "
                              f"{', '.join(sorted(base_T_camera)) or 'no cameras'}).")
-        cameras = {name: dataclasses.replace(camera, base_T_camera=np.asarray(base_T_camera[name], dtype=float))
-                   for name, camera in self.cameras.items()}
+        intrinsics = intrinsics or {}
+        cameras = {}
+        for name, camera in self.cameras.items():
+            info = camera.info
+            if name in intrinsics:
+                fitted = intrinsics[name]
+                if (fitted.width, fitted.height) != (info.width, info.height):
+                    raise InputError(f"{source}: camera {name!r} was calibrated at {fitted.width}x{fitted.height} px "
+                                     f"but {self.path} records it at {info.width}x{info.height}; calibrate this "
+                                     f"recording's cameras.")
+                info = dataclasses.replace(info, K=np.asarray(fitted.K, dtype=float))
+            cameras[name] = dataclasses.replace(camera, info=info,
+                                                base_T_camera=np.asarray(base_T_camera[name], dtype=float))
         return dataclasses.replace(self, cameras=cameras)
 
     def image_path(self, camera: str, pose: str, kind: str) -> Path:

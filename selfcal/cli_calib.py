@@ -42,6 +42,9 @@ def calibrate(
                                 "or the URDF's inertials."),
     flip_torque_sign: bool = typer.Option(False, "--flip-torque-sign", help="The drives report the opposite sign of "
                                           "the torque that holds the arm up: multiply the measured torques by -1."),
+    fit_intrinsics: bool = typer.Option(False, "--fit-intrinsics", help="Board images: also fit every camera's fx, fy, "
+                                        "cx, cy (default: camera_info as recorded); written to calibration.yaml and "
+                                        "CAL/cameras/<name>/camera_info.yaml, poorly determined values named."),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
@@ -59,6 +62,7 @@ def calibrate(
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
                                      require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
+                                     fit_intrinsics=fit_intrinsics,
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         with output_folder(out, force) as folder:
             calibration.save(folder)
@@ -85,7 +89,9 @@ def calibration_summary(calibration, out: Path) -> dict:
     if calibration.base_T_camera:
         out_summary.update(camera=calibration.camera_summary,
                            base_T_camera={name: pose.tolist() for name, pose in calibration.base_T_camera.items()},
-                           tip_T_board=calibration.tip_T_board.tolist())
+                           tip_T_board=calibration.tip_T_board.tolist(),
+                           intrinsics={name: entry for name, entry in calibration.intrinsics.items()
+                                       if entry.get("fitted")})
     return out_summary
 
 
@@ -106,6 +112,23 @@ def summary_line(summary: dict) -> str:
         text += f"\n  partial excitation: {sentence}"
     if validation.get("description"):
         text += f"\n  held-out figures: {validation['description']}"
+    for name, entry in (summary.get("intrinsics") or {}).items():
+        values = entry["parameters"]
+        text += (f"\n  camera {name}: fitted " + ", ".join(
+            f"{axis}={values[axis]['value']:.2f}" + ("" if values[axis]["std_px"] is None else
+                                                     f" +- {values[axis]['std_px']:.2g}")
+            for axis in ("fx", "fy", "cx", "cy"))
+                 + " px (recorded " + ", ".join(f"{values[axis]['recorded']:.2f}" for axis in ("fx", "fy", "cx", "cy"))
+                 + "); " + (f"POORLY DETERMINED: {', '.join(entry['poorly_determined'])}" if entry["poorly_determined"]
+                            else "all well determined"))
+        for note in entry["notes"]:
+            if "not separable" in note:  # the identifiability analysis's own sentence
+                text += f"\n    {note}"
+    if any(entry["poorly_determined"] for entry in (summary.get("intrinsics") or {}).values()):
+        sigma = (summary.get("camera") or {}).get("pixel_sigma")
+        text += ("\n  poorly determined: a standard deviation that moves image points by more than the "
+                 + ("" if sigma is None else f"{sigma:.3g} px ") + "corner noise (calibration.yaml says by how "
+                 "much); fit intrinsics from close-up board images with `selfcal calibrate-camera` for better values")
     for outlier in summary["outliers"]:
         text += f"\n  outlier in the fit: {outlier['point']} ({outlier['residual_sigma']} sigma), left out"
     for outlier in summary["holdout_outliers"]:

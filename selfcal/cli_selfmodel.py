@@ -44,11 +44,19 @@ def parse_holds(items: list[str]) -> dict[str, float]:
     return held
 
 
-def camera_poses_from_calibration(folder: Path) -> dict:
-    """Camera name -> base_T_camera (4, 4) from a camera calibration folder (read by calib's reader)."""
-    from calib.calibration import Calibration
+def camera_poses_from_calibration(folder: Path) -> tuple[dict, dict]:
+    """(camera name -> base_T_camera (4, 4), camera name -> CameraInfo of the cameras whose
+    intrinsics it fitted) from a camera calibration folder (read by calib's reader)."""
+    import numpy as np
 
-    return Calibration.load(folder).base_T_camera
+    from calib.calibration import Calibration
+    from capture.camera_info import CameraInfo
+
+    calibration = Calibration.load(folder)
+    fitted = {name: CameraInfo(name, int(calibration.intrinsics[name]["width"]),
+                               int(calibration.intrinsics[name]["height"]), K, np.zeros(5))
+              for name, K in calibration.camera_matrices().items()}
+    return calibration.base_T_camera, fitted
 
 
 @contextlib.contextmanager
@@ -116,7 +124,7 @@ def train(
     steps: Optional[int] = typer.Option(None, "--steps", help="Exact number of training steps (bit-for-bit repeatable; overrides --minutes)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="A (calibrated) URDF to use instead of the session's."),
-    cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found."),
+    cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found (and the intrinsics, with --fit-intrinsics)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: half the cores this process may use, at least 1: a shared machine's other jobs stall every thread)."),
     device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda."),
     previous: Optional[Path] = typer.Option(None, "--previous", help="A model of this arm to start from (its weights and joint corrections): relearning after a crash needs few poses and steps; says what changed."),
@@ -144,8 +152,9 @@ def train(
             raise InputError(f"--threads must be at least 1, got {threads}.")
         loaded = [load_session(path) for path in sessions]
         if cameras is not None:
-            poses = camera_poses_from_calibration(cameras)
-            loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml")) for session in loaded]
+            poses, intrinsics = camera_poses_from_calibration(cameras)
+            loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml"), intrinsics)
+                      for session in loaded]
         from selfmodel.depth_labels import check_depth_sessions
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind

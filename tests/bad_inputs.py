@@ -1108,6 +1108,16 @@ def _(fx, case):
     return ["calibrate", _s(fx.box), "--out", _s(case / "out")]
 
 
+@case("calibrate: --fit-intrinsics on a tracker session")
+def _(fx, case):
+    return ["calibrate", _s(fx.session), "--out", _s(case / "out"), "--deflection", "none", "--fit-intrinsics"]
+
+
+@case("calibrate: --fit-intrinsics on a camera session without board images")
+def _(fx, case):
+    return ["calibrate", _s(fx.box), "--out", _s(case / "out"), "--fit-intrinsics"]
+
+
 # validate ----------------------------------------------------------------------------------------
 
 def _cal(fx, case, edit: Callable[[Path], None]) -> Path:

@@ -2,10 +2,11 @@
 
 The document: deltas as xyz/rpy of ``exp6(delta)`` with standard deviations (first order: the
 twist's), zero offsets, ``tracker_T_base`` per session, reflector offsets, probe mounts, camera
-poses with the intrinsics the fit used, the board on the tip, identifiability, residual figures
-and how the held-out ones were obtained, outliers, deflection, the input data's hash and the
-selfcal version. Lengths in m, angles in rad. Beside it: ``uncertainty.npz`` (parameter names and
-their covariance; numpy, no pickle) and ``residual/`` (a learned residual model, tensors only).
+poses with the intrinsics the fit used (or found, with their uncertainty), the board on the tip,
+identifiability, residual figures and how the held-out ones were obtained, outliers, deflection,
+the input data's hash and the selfcal version. Lengths in m, angles in rad. Beside it: ``uncertainty.npz`` (parameter names and
+their covariance; numpy, no pickle), ``residual/`` (a learned residual model, tensors only) and
+``cameras/<name>/camera_info.yaml`` (ROS camera_info) for each camera whose intrinsics were fitted.
 Every kind of calibration reads back: tracker, probe, camera-only, fused, with deflection.
 """
 
@@ -21,6 +22,7 @@ from calib.deflection.residual_model import ResidualModel
 from calib.dynamics.model import IdentifiedDynamics
 from calib.model.envelope import Envelope
 from calib.sensors.board import make_board
+from capture.camera_info import CameraInfo
 from rigs import urdf as urdf_io
 from rigs.documents import as_table
 from rigs.errors import InputError
@@ -35,6 +37,8 @@ UNCERTAINTY_FILE = "uncertainty.npz"
 RESIDUAL_FOLDER = "residual"
 TORQUE_FOLDER = "torques"
 CAMERA_FRAME = "optical (x right, y down, z forward)"
+# What a camera entry says about intrinsics the fit found (besides K, width and height).
+FITTED_INTRINSICS_KEYS = ("recorded_K", "parameters", "poorly_determined", "notes", "distortion")
 BOARD_FRAME = "origin at the chessboard's centre, z out of the printed face"
 
 
@@ -119,7 +123,8 @@ def calibration_document(calibration) -> dict:
     if calibration.base_T_camera:
         document["cameras"] = {
             name: {"base_T_camera": _frame(pose), "twist_std": _floats(calibration.camera_std.get(name, np.zeros(6))),
-                   "frame": CAMERA_FRAME, **calibration.intrinsics.get(name, {})}
+                   "frame": CAMERA_FRAME, **calibration.intrinsics.get(name, {}),
+                   **({"camera_info": camera_info_path(name)} if calibration.intrinsics.get(name, {}).get("fitted") else {})}
             for name, pose in calibration.base_T_camera.items()}
     if calibration.board is not None and calibration.tip_T_board is not None:
         board = calibration.board
@@ -134,11 +139,23 @@ def calibration_document(calibration) -> dict:
     return document
 
 
+def camera_info_path(camera: str) -> str:
+    """Where a calibration folder holds a camera's fitted intrinsics (the image-folder layout)."""
+    return f"cameras/{camera}/camera_info.yaml"
+
+
 def write_calibration_files(calibration, folder: Path) -> None:
-    """calibration.yaml, uncertainty.npz (when the fit's covariance is at hand) and residual/."""
+    """calibration.yaml, uncertainty.npz (when the fit's covariance is at hand), residual/, and a
+    ROS camera_info YAML per camera whose intrinsics were fitted."""
     folder = Path(folder)
     atomic_write_text(folder / "calibration.yaml",
                       yaml.safe_dump(calibration_document(calibration), sort_keys=False, width=120))
+    for name, entry in calibration.intrinsics.items():
+        if entry.get("fitted"):
+            path = inside_folder(folder, camera_info_path(name), f"camera {name!r}", "camera_info file")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            CameraInfo(name, int(entry["width"]), int(entry["height"]), np.asarray(entry["K"], float),
+                       np.asarray(entry.get("distortion", [0.0] * 5), float)).save(path)
     if calibration.solve is not None and calibration.error_model is not None:
         names = np.array([p.name for p in calibration.error_model.names])
         np.savez(folder / UNCERTAINTY_FILE, names=names, covariance=calibration.solve.covariance)
@@ -304,6 +321,13 @@ def _read_cameras(path: Path, document: dict) -> dict:
             if K is None or K.shape != (3, 3):
                 raise InputError(f"{where}.K must be a 3 x 3 matrix.")
             intrinsics[name] = {"K": K.tolist(), "width": entry.get("width"), "height": entry.get("height")}
+            fitted = entry.get("fitted", False)
+            if not isinstance(fitted, bool):
+                raise InputError(f"{where}.fitted must be true or false.")
+            intrinsics[name]["fitted"] = fitted
+            if fitted and not all(isinstance(entry.get(k), int) and entry[k] > 0 for k in ("width", "height")):
+                raise InputError(f"{where}: fitted intrinsics need the image's width and height in pixels.")
+            intrinsics[name].update({key: entry[key] for key in FITTED_INTRINSICS_KEYS if fitted and key in entry})
     where = f"{path}: board"
     try:
         board = make_board(tuple(int(v) for v in board_entry["squares"]), float(board_entry["square_m"]),

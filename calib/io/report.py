@@ -130,7 +130,25 @@ def _camera_section(calibration) -> str:
             f"(nominal URDF with fitted camera and board poses {_number(summary.get('fit_nominal_rms_px'))} px; hand-eye "
             f"initialiser alone {_number(summary.get('hand_eye_fit_rms_px'))} px), held-out {_number(summary.get('holdout_rms_px'))} px.")
     return (html_report.paragraph(text) + "<h3>Camera poses in the base frame (optical frame)</h3>" + cameras
-            + "<h3>Board on the tip (tip_T_board)</h3>" + board_row)
+            + _intrinsics_part(calibration) + "<h3>Board on the tip (tip_T_board)</h3>" + board_row)
+
+
+def _intrinsics_part(calibration) -> str:
+    """Fitted intrinsics: values, what camera_info said, standard deviations and the verdict per value."""
+    fitted = {name: entry for name, entry in calibration.intrinsics.items() if entry.get("fitted")}
+    if not fitted:
+        return html_report.paragraph("Intrinsics: each session's camera_info K as recorded (not fitted).")
+    rows, notes = [], []
+    for name, entry in fitted.items():
+        for axis, value in entry["parameters"].items():
+            rows.append([name, axis, value["value"], value["recorded"], value["std_px"], value["image_shift_px"],
+                         "yes" if value["determined"] else "POORLY DETERMINED"])
+        notes += entry.get("notes", [])
+    verdict = ("Every fitted intrinsic value is well determined." if not notes else
+               "Some fitted intrinsics are poorly determined by these images: " + " ".join(notes))
+    return ("<h3>Fitted intrinsics (px, undistorted pixels)</h3>" + html_report.paragraph(verdict)
+            + html_report.table(["camera", "value", "fitted", "camera_info", "std", "moves image points by up to",
+                                 "determined"], rows))
 
 
 def _deflection_section(calibration) -> str:
@@ -168,7 +186,13 @@ def write_report(calibration, path: Path) -> None:
     summary = calibration.summary
     residuals = summary.get("residuals") or {}
     ident = summary["identifiability"]
-    sections = [("Verdict", html_report.paragraph(verdict(summary), "ok")
+    poorly = {name: entry["poorly_determined"] for name, entry in calibration.intrinsics.items()
+              if entry.get("fitted") and entry.get("poorly_determined")}
+    warning = ("" if not poorly else html_report.paragraph(
+        "Fitted intrinsics poorly determined by these images: " + "; ".join(
+            f"camera {name}: {', '.join(axes)}" for name, axes in poorly.items())
+        + " (see Cameras; fit them from close-up board images with selfcal calibrate-camera).", "warning"))
+    sections = [("Verdict", html_report.paragraph(verdict(summary), "ok") + warning
                  + "".join(html_report.paragraph(f"Partial excitation: {sentence}", "warning")
                            for sentence in ident.get("not_excited", []))),
                 ("Residuals", _residual_tables(residuals))]

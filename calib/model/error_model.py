@@ -28,7 +28,7 @@ from rigs.kinematics import ChainModel
 
 MODEL_KINDS = ("full", "offsets")
 # The order groups take in theta; groups a model lacks are skipped.
-GROUP_ORDER = ("delta", "zero", "sensor", "target", "probe", "camera", "board", "compliance")
+GROUP_ORDER = ("delta", "zero", "sensor", "target", "probe", "camera", "intrinsics", "board", "compliance")
 
 
 @dataclass
@@ -208,6 +208,10 @@ class ErrorModel:
     @property
     def camera_slices(self) -> dict[str, slice]:
         return self._owner_slices("camera")
+
+    @property
+    def intrinsics_slices(self) -> dict[str, slice]:
+        return self._owner_slices("intrinsics")
 
     @property
     def board_slice(self) -> slice | None:

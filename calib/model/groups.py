@@ -14,6 +14,8 @@ Frames and offsets (each read only by the sensors that see them):
 - :class:`Reflectors` ``target``: each reflector's offset in the tip frame, absolute (m);
 - :class:`ProbeFrames` ``probe``: ``tip_T_probe`` of a 6-DoF probe;
 - :class:`CameraPoses` ``camera``: ``camera_T_base`` per camera (optical frame);
+- :class:`CameraIntrinsics` ``intrinsics``: per camera the pinhole fx, fy, cx, cy (px), fitted only
+  when asked (otherwise the session's camera_info K is taken as recorded);
 - :class:`BoardPose` ``board``: ``tip_T_board`` of the board on the tool.
 
 Frames are fitted as twists ``xi`` about a reference (their initial estimate), so ``theta = 0``
@@ -102,6 +104,44 @@ class ProbeFrames(FrameGroup):
 
 class CameraPoses(FrameGroup):
     key, prefix = "camera", "camera_T_base"
+
+
+INTRINSIC_AXES = ("fx", "fy", "cx", "cy")
+INTRINSIC_WORDS = ("focal length along x", "focal length along y", "principal point's x", "principal point's y")
+
+
+def intrinsic_vector(K: np.ndarray) -> np.ndarray:
+    """(4,) fx, fy, cx, cy of a (3, 3) K."""
+    K = np.asarray(K, float)
+    return np.array([K[0, 0], K[1, 1], K[0, 2], K[1, 2]])
+
+
+class CameraIntrinsics(ParameterGroup):
+    """Per camera the pinhole ``fx, fy, cx, cy`` in pixels, absolute values starting at the recorded K.
+
+    ``K = [[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`` of the undistorted pixels (the recorded distortion
+    is applied to the measurements once and is not fitted; skew is 0).
+    """
+
+    key, width = "intrinsics", 4
+
+    def __init__(self, K: dict[str, np.ndarray]):
+        names = list(K)
+        super().__init__(names, np.concatenate([intrinsic_vector(K[n]) for n in names]) if names else None)
+
+    def label(self, owner: str, component: int) -> str:
+        return f"intrinsics.{owner}.{INTRINSIC_AXES[component]}"
+
+    def unit(self, component: int) -> str:
+        return "px"
+
+    def describe(self, info: ParameterInfo) -> str:
+        return f"the {INTRINSIC_WORDS[info.component]} of camera {info.owner}"
+
+    def K(self, theta: np.ndarray, owner: str) -> np.ndarray:
+        """(3, 3) the owner's camera matrix at ``theta``."""
+        fx, fy, cx, cy = np.asarray(theta[self.owner_slice(owner)], float)
+        return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
 
 
 class BoardPose(FrameGroup):

@@ -23,7 +23,7 @@ class ParameterInfo:
     """One entry of the parameter vector."""
 
     name: str  # e.g. "lbr_iiwa_joint_3.delta.z", "lbr_iiwa_joint_3.zero", "tracker_T_base.s0.rx", "target.smr1.y"
-    group: str  # the group's key: "delta", "zero", "sensor", "target", "probe", "camera", "board", "compliance"
+    group: str  # the group's key: "delta", "zero", "sensor", "target", "probe", "camera", "intrinsics", "board", "compliance"
     owner: str  # joint, sensor, reflector, probe or camera name
     component: int  # index inside the owner's block
     unit: str  # "m", "rad", "rad/(N m)", "px"

@@ -6,7 +6,9 @@ A corner ``p`` (board frame) seen by camera c at pose n projects to
 
 with ``camera_T_base_c`` (group ``camera``, one physical camera that stands still, shared by every
 session that names it) and ``tip_T_board`` (group ``board``). Measured pixels are undistorted once
-(``cv2.undistortPoints`` with the session's camera_info), so the model is a pure pinhole.
+(``cv2.undistortPoints`` with the session's camera_info), so the model is a pure pinhole. ``K_c``
+is the session's camera_info K as recorded, unless the model holds the camera in its
+``intrinsics`` group (``fit_intrinsics``): then its fx, fy, cx, cy are parameters of the same fit.
 Residuals are (measured - predicted) / pixel sigma, two rows and one robust unit per corner.
 
 Start values: PnP per image and a numpy hand-eye solution with the starting arm
@@ -24,6 +26,7 @@ import numpy as np
 
 from calib.model.chain import skew
 from calib.model.error_model import ErrorModel, TipEvaluation
+from calib.model.groups import INTRINSIC_AXES, intrinsic_vector
 from calib.model.poses import PoseSet
 from calib.sensors.blocks import evaluate, tips_for
 from calib.sensors.board import MIN_CORNERS, BoardDetector, CharucoBoardSpec, board_from_manifest
@@ -166,7 +169,7 @@ class CornerObservations:
     labels: list[str]
     sigma_px: float
     name: str = "camera"
-    groups: tuple[str, ...] = field(default=("camera", "board"), init=False)
+    groups: tuple[str, ...] = field(default=("camera", "board", "intrinsics"), init=False)  # intrinsics when fitted
 
     def __post_init__(self) -> None:
         self.pose_row = np.asarray(self.pose_row, int)
@@ -218,14 +221,23 @@ class CornerObservations:
             camera_T_base = model.camera_T_base(theta, key)
             camera_R_base[rows] = camera_T_base[:3, :3]
             points_camera[rows] = points_base[rows] @ camera_T_base[:3, :3].T + camera_T_base[:3, 3]
-            focal[rows] = self.K[name][0, 0], self.K[name][1, 1]
-            centre[rows] = self.K[name][:2, 2]
+            K = self.camera_matrix(model, theta, name)
+            focal[rows] = K[0, 0], K[1, 1]
+            centre[rows] = K[:2, 2]
         depth = points_camera[:, 2]
         if np.any(depth <= 1e-6):
             raise InputError("a board corner ends up behind its camera: the camera calibration diverged "
                              "(check that the session's camera names, images and joint angles belong together).")
         predicted = points_camera[:, :2] / depth[:, None] * focal + centre
         return where, base_T_tip, tip_T_board, points_tip, points_base, camera_R_base, depth, focal, centre, predicted
+
+    def camera_matrix(self, model: ErrorModel, theta: np.ndarray, name: str) -> np.ndarray:
+        """(3, 3) camera ``name``'s K: the model's fitted intrinsics when it holds them, else as recorded."""
+        intrinsics = model.group("intrinsics")
+        key = self.camera_keys[name]
+        if intrinsics is not None and key in intrinsics.owners:
+            return intrinsics.K(theta, key)
+        return self.K[name]
 
     def predict(self, model: ErrorModel, theta: np.ndarray) -> np.ndarray:
         """Predicted pixels (M, 2)."""
@@ -268,6 +280,19 @@ class CornerObservations:
             R = camera_R_base[rows]
             camera_twist = np.concatenate([R, -R @ skew(points_base[rows])], axis=2)
             jac[rows, :, cameras.owner_slice(key)] = projection[rows] @ camera_twist @ cameras.right_jacobian(theta, key)
+        intrinsics = model.group("intrinsics")
+        if intrinsics is not None:
+            # u = fx x/z + cx, v = fy y/z + cy: the normalised coordinates are the focal lengths' columns.
+            normalised = (predicted - centre) / focal
+            for name, key in self.camera_keys.items():
+                rows = np.flatnonzero(self.camera == name)
+                if not len(rows) or key not in intrinsics.owners:
+                    continue
+                first = intrinsics.owner_slice(key).start
+                jac[rows, 0, first] = normalised[rows, 0]
+                jac[rows, 1, first + 1] = normalised[rows, 1]
+                jac[rows, 0, first + 2] = 1.0
+                jac[rows, 1, first + 3] = 1.0
         board = model.group("board")
         camera_R_board = camera_R_tip @ tip_T_board[:3, :3]
         board_twist = np.concatenate([camera_R_board, -camera_R_board @ skew(self.points_board)], axis=2)
@@ -326,12 +351,14 @@ def initialise_cameras(detections: CameraDetections, base_T_tip: np.ndarray, row
 
 @dataclass
 class CameraData:
-    """What the corner sensor keeps per session: detections, camera keys, start, pixel sigma."""
+    """What the corner sensor keeps per session: detections, camera keys, start, pixel sigma, and
+    whether the cameras' intrinsics are fitted (else taken from camera_info as recorded)."""
 
     detections: CameraDetections
     keys: dict[str, str]
     start: CameraStart | None = None
     sigma_px: float | None = None
+    fit_intrinsics: bool = False
 
 
 class BoardCornerSensor(Sensor):
@@ -351,7 +378,7 @@ class BoardCornerSensor(Sensor):
         detections = detect_session(session)
         # A camera name is one physical camera standing still: sessions share its pose.
         keys = {name: name for name in sorted(set(detections.camera.tolist()))}
-        return Prepared(session, index, poses, CameraData(detections, keys))
+        return Prepared(session, index, poses, CameraData(detections, keys, fit_intrinsics=options.fit_intrinsics))
 
     def finish(self, prepared: list[Prepared], fit_rows: list[np.ndarray], base_T_tip: list[np.ndarray],
                pixel_sigma: float | None, rng: np.random.Generator) -> None:
@@ -374,6 +401,8 @@ class BoardCornerSensor(Sensor):
             start.tip_T_board = solution.tip_T_board
         for name, pose in solution.camera_T_base.items():
             start.camera_T_base.setdefault(prepared.data.keys[name], pose)
+            if prepared.data.fit_intrinsics:  # the first session's camera_info K of a shared camera
+                start.intrinsics.setdefault(prepared.data.keys[name], prepared.data.detections.K[name].copy())
 
     unit = "px"
 
@@ -421,12 +450,66 @@ class BoardCornerSensor(Sensor):
                     cross[0][:3, 3] - prepared[0].data.start.hand_eye.tip_T_board[:3, 3]))}
         return summary, errors
 
-    def intrinsics(self, prepared: list[Prepared]) -> dict[str, dict]:
-        """camera key -> {"K", "width", "height"} the fit used."""
+    def intrinsics(self, prepared: list[Prepared], model: ErrorModel, theta: np.ndarray, std: np.ndarray,
+                   identifiability: dict) -> dict[str, dict]:
+        """camera key -> {"K", "width", "height", "fitted"} the fit used or found; for fitted
+        intrinsics also what was recorded, their standard deviations (px) and which of them the
+        data leave poorly determined (:func:`intrinsics_determination`)."""
         out = {}
+        group = model.group("intrinsics")
         for item in prepared:
             for name, key in item.data.keys.items():
+                if key in out:
+                    continue  # a camera several sessions share: the first session's camera_info
                 info = item.session.cameras[name].info
-                out[key] = {"K": info.K.tolist(), "width": info.width, "height": info.height}
+                entry = {"K": info.K.tolist(), "width": info.width, "height": info.height, "fitted": False}
+                if group is not None and key in group.owners:
+                    entry.update(intrinsics_determination(model, key, group.K(theta, key), info.K, std, info.width,
+                                                          info.height, item.data.sigma_px, identifiability))
+                    entry["distortion"] = [float(v) for v in info.distortion]
+                out[key] = entry
         return out
+
+
+def intrinsics_determination(model: ErrorModel, key: str, K: np.ndarray, recorded: np.ndarray, std: np.ndarray,
+                             width: int, height: int, sigma_px: float, identifiability: dict) -> dict:
+    """How well the fit pinned camera ``key``'s fx, fy, cx, cy down.
+
+    A value is poorly determined when its standard deviation moves some image point by more than
+    the corner noise ``sigma_px``: a focal length's error scales the image about the principal
+    point, so it moves the farthest edge pixel by ``std_f / f`` times that distance; a principal
+    point's error moves every pixel by ``std_c``. A value the identifiability analysis cannot
+    separate from other parameters is not determined at all (its sentence says from what). The
+    fit still moves a poorly determined value (the data say what they can); the report and
+    calibration.yaml say it.
+    """
+    group = model.group("intrinsics")
+    values = intrinsic_vector(K)
+    sigmas = std[group.owner_slice(key)]
+    reach = [max(values[2], width - values[2]), max(values[3], height - values[3])]  # px from the principal point
+    moved = [sigmas[0] * reach[0] / values[0], sigmas[1] * reach[1] / values[1], sigmas[2], sigmas[3]]
+    directions = identifiability.get("directions", [])
+    notes, poorly, loose, entries = [], [], [], {}
+    for component, axis in enumerate(INTRINSIC_AXES):
+        info = next(i for i in group.infos() if i.owner == key and i.component == component)
+        inseparable = [d for d in directions if group.describe(info) in d]
+        determined = not inseparable and moved[component] <= sigma_px
+        entries[axis] = {"value": float(values[component]), "recorded": float(intrinsic_vector(recorded)[component]),
+                         "std_px": None if inseparable else float(sigmas[component]),
+                         "image_shift_px": None if inseparable else float(moved[component]),
+                         "determined": bool(determined)}
+        if not determined:
+            poorly.append(axis)
+        if inseparable:
+            notes.extend(inseparable)
+        elif not determined:
+            loose.append(axis)
+    if loose:
+        notes.append(f"camera {key}: {', '.join(loose)} {'is' if len(loose) == 1 else 'are'} poorly determined: "
+                     f"standard deviation {', '.join(f'{sigmas[INTRINSIC_AXES.index(a)]:.3g}' for a in loose)} px, "
+                     f"moving image points by up to {', '.join(f'{moved[INTRINSIC_AXES.index(a)]:.3g}' for a in loose)} "
+                     f"px, more than the {sigma_px:.3g} px corner noise; fit the intrinsics from close-up board images "
+                     f"with `selfcal calibrate-camera` for better values.")
+    return {"K": K.tolist(), "fitted": True, "recorded_K": np.asarray(recorded, float).tolist(), "parameters": entries,
+            "poorly_determined": poorly, "notes": notes}
 

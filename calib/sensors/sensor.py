@@ -29,6 +29,7 @@ class StartValues:
     targets: dict[str, np.ndarray] = field(default_factory=dict)  # reflector -> (3,) m, tip frame
     tip_T_probe: dict[str, np.ndarray] = field(default_factory=dict)
     camera_T_base: dict[str, np.ndarray] = field(default_factory=dict)
+    intrinsics: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> (3, 3) K, only when fitted
     tip_T_board: np.ndarray | None = None
 
 
