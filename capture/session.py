@@ -153,6 +153,12 @@ class Session:
         return self.manifest["robot"]["tip_link"]
 
     @property
+    def held_joints(self) -> dict[str, float]:
+        """Joints off the chain that the recording did not move (gripper fingers), at their
+        positions (rad or m): ``robot.held_joints`` of session.json, checked on load."""
+        return dict(self.manifest["robot"].get("held_joints") or {})
+
+    @property
     def payload_com(self) -> np.ndarray:
         return np.asarray(self.manifest["robot"].get("payload_com", [0.0, 0.0, 0.0]), dtype=float)
 
@@ -367,6 +373,12 @@ def load_session(path: Path) -> Session:
     robot = manifest["robot"]
     joint_names = list(robot["joint_names"])
     urdf_path = inside_folder(path, robot["urdf"], f"{manifest_path}: key 'robot.urdf'", "URDF path")
+    held = robot.get("held_joints") or {}
+    if not isinstance(held, dict) or not all(isinstance(name, str) and isinstance(value, (int, float))
+                                             and not isinstance(value, bool) and np.isfinite(value)
+                                             for name, value in held.items()):
+        raise InputError(f"{manifest_path}: robot.held_joints should map joint names to positions (rad or m), "
+                         f"got {held!r}.")
     urdf_io.check_meshes(urdf_path)
     limits = ChainJoints.from_urdf(urdf_path, robot["base_link"], robot["tip_link"])
     if limits.names != joint_names:

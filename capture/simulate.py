@@ -70,7 +70,8 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
         "format_version": FORMAT_VERSION,
         "units": {"length": "m", "angle": "rad", "mass": "kg", "depth_png": f"{DEPTH_SCALE} m per unit"},
         "robot": {"urdf": "robot.urdf", "base_link": rig.robot.base_link, "tip_link": rig.robot.tip_link,
-                  "joint_names": joint_names, "payload_com": rig.robot.payload_com.tolist()},
+                  "joint_names": joint_names, "payload_com": rig.robot.payload_com.tolist(),
+                  **({"held_joints": dict(rig.robot.held_joints)} if rig.robot.held_joints else {})},
         "sensors": sensors,
         "source": {"kind": "simulated", "rig": rig.name, "seed": seed, "arm_seed": arm_seed, "poses": poses,
                    "payload_kg": payload_kg, "selfcal_version": VERSION},
@@ -246,9 +247,8 @@ def _pose_row(transform: np.ndarray) -> list[float]:
 
 def pose_is_valid(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
     """Free of self-collision and floor contact, every reflector seen by the tracker, and the board
-    (or, without a board, the tip) seen by 2 cameras."""
-    if sim.in_collision(q):
-        return False
+    (or, without a board, the tip) seen by 2 cameras. The sight lines are checked first: they are
+    cheaper than the true meshes' self-contact, and most random poses fail them."""
     if rig.tracker is not None and not _visible_targets(sim, rig, q):
         return False
     if rig.tracker is not None and rig.tracker.kind == "6dof" and not _probe_visible(sim, rig, q):
@@ -257,7 +257,7 @@ def pose_is_valid(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
         return False
     if rig.cameras and rig.board is None and not _tip_in_view(sim, rig, q):
         return False
-    return True
+    return not sim.in_collision(q)
 
 
 def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: float = 0.0, plan: Plan | None = None,

@@ -18,13 +18,13 @@ side lengths.
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import trimesh
 
 from rigs.kinematics import ChainModel
 from rigs.quiet import c_output_silenced, import_pybullet
@@ -48,6 +48,14 @@ def true_tip_T_board(rig: Rig) -> np.ndarray:
     rng = np.random.default_rng([rig.truth.seed, 0xB0A2D])
     error = np.concatenate([rng.normal(0, BOARD_MOUNT_TRANSLATION, 3), rng.normal(0, BOARD_MOUNT_ROTATION, 3)])
     return rig.board.tip_T_board @ exp6(error)
+
+
+def board_plate(squares: tuple[int, int], square: float) -> trimesh.Trimesh:
+    """The board as a solid plate in the board frame: the printed face (chessboard and white margin)
+    at z = 0, the grey backing behind it down to z = -3.5 mm."""
+    margin = round(BOARD_MARGIN_SQUARES * BOARD_TEXTURE_PX_PER_SQUARE) / BOARD_TEXTURE_PX_PER_SQUARE * square
+    size = [squares[0] * square + 2 * margin, squares[1] * square + 2 * margin, 0.0035]
+    return trimesh.creation.box(size, transform=trimesh.transformations.translation_matrix([0, 0, -0.00175]))
 
 
 def board_texture(board: BoardSpec) -> tuple[np.ndarray, float]:
@@ -89,7 +97,10 @@ class Simulator:
         self.pb_joints = [self.joint_index[name] for name in self.chain.joint_names]
         self.tip_index = self.link_index[rig.robot.tip_link]
         self.base_index = self.link_index[rig.robot.base_link]
-        self._collision_pairs = None
+        for name, value in rig.robot.held_joints.items():  # fingers and the like stay where the rig holds them
+            p.resetJointState(self.body, self.joint_index[name], float(value), physicsClientId=self.client)
+        self.true_urdf = Path(true_urdf)
+        self._self_contact = None
         self.board_bodies: list[int] = []
         self.tip_T_board = None
         if rig.board is not None:
@@ -175,31 +186,27 @@ class Simulator:
         return invert(self.world_T_link(self.base_index)) @ self.world_T_link(link)
 
     # -- checks -------------------------------------------------------------------------------
-    def _pairs(self) -> list[tuple[int, int]]:
-        """Link pairs to test for self-collision: not parent and child, not touching at zero."""
-        if self._collision_pairs is None:
-            parents = {}
-            for i in range(p.getNumJoints(self.body, physicsClientId=self.client)):
-                parents[i] = p.getJointInfo(self.body, i, physicsClientId=self.client)[16]
-            indices = [-1] + list(parents)
-            self.set_q(np.zeros(self.chain.dof))
-            pairs = []
-            for a, b in itertools.combinations(indices, 2):
-                if parents.get(b) == a or parents.get(a) == b:
-                    continue
-                if p.getClosestPoints(self.body, self.body, 0.0, a, b, physicsClientId=self.client):
-                    continue
-                pairs.append((a, b))
-            self._collision_pairs = pairs
-        return self._collision_pairs
+    def self_contact(self):
+        """The true arm's self-contact rules (:mod:`rigs.self_contact`), the board part of the tip."""
+        if self._self_contact is None:
+            from rigs.self_contact import SelfContact
+
+            extra = {}
+            if self.rig.board is not None:
+                extra[self.rig.robot.tip_link] = board_plate(self.rig.board.squares, self.rig.board.square).apply_transform(
+                    self.tip_T_board)
+            self._self_contact = SelfContact(self.true_urdf, self.chain.joint_names, self.rig.robot.held_joints, extra)
+        return self._self_contact
 
     def in_collision(self, q: np.ndarray, margin: float = 0.005) -> bool:
-        """True when two non-adjacent links come within ``margin`` m, or a link dips below the floor."""
-        pairs = self._pairs()
+        """True when the true arm's meshes pass through each other (beyond the nesting of parts joined
+        by one joint), two links joined by more than one joint come within ``margin`` m, or a link
+        dips below the floor."""
+        contact = self.self_contact()
+        contact.clearance = margin
         self.set_q(q)
-        for a, b in pairs:
-            if p.getClosestPoints(self.body, self.body, margin, a, b, physicsClientId=self.client):
-                return True
+        if contact.contacts({link: self.base_T_link(link) for link in contact.links}):
+            return True
         floor = self.rig.robot.floor_z
         if floor is not None:
             base_z = self.world_T_link(self.base_index)[2, 3]

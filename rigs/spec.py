@@ -33,6 +33,8 @@ class RobotSpec:
     package_dirs: tuple[Path, ...] = ()
     payload_com: np.ndarray = field(default_factory=lambda: np.zeros(3))  # (3,) m, tip frame
     floor_z: float | None = None  # m in the base frame; poses keep every link above it
+    # Movable joints off the base-to-tip chain (gripper fingers) held still, rad or m (SI in the file).
+    held_joints: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,30 @@ def _resolve_urdf(text: str, rig_path: Path) -> tuple[Path, tuple[Path, ...]]:
     return path, (path.parent,)
 
 
+def _held_joints(robot: _Table, urdf: Path) -> dict[str, float]:
+    """``[robot] held_joints = { name = position }``: movable joints of the URDF off the base-to-tip
+    chain, within their limits (rad or m)."""
+    table = robot.get("held_joints", "table", None)
+    if table is None:
+        return {}
+    from rigs import urdf as urdf_io
+
+    tree = urdf_io.parse_urdf(urdf)
+    joints = urdf_io.joints(tree, urdf)
+    chain = {joint.name for joint in urdf_io.chain(tree, robot.data.get("base_link", ""), robot.data.get("tip_link", ""), urdf)}
+    held = {}
+    for name in list(table.data):
+        value = table.get(name, "number")
+        joint = joints.get(name)
+        if joint is None or joint.type not in ("revolute", "continuous", "prismatic") or name in chain:
+            raise InputError(f"{table.where(name)}: {name!r} is not a movable joint of {urdf} off the chain from "
+                             f"base_link to tip_link.")
+        if joint.type != "continuous" and not joint.lower - 1e-9 <= value <= joint.upper + 1e-9:
+            raise InputError(f"{table.where(name)} = {value} is outside the joint's limits [{joint.lower}, {joint.upper}].")
+        held[name] = value
+    return held
+
+
 def load_rig(name_or_path: str | Path) -> Rig:
     """Load a rig by built-in name (``iiwa-tracker``) or from a TOML file path."""
     path = Path(name_or_path)
@@ -215,7 +241,7 @@ def load_rig(name_or_path: str | Path) -> Rig:
         raise InputError(f"{robot_table.where('urdf')}: URDF {urdf} not found.")
     robot = RobotSpec(urdf, robot_table.get("base_link", "str"), robot_table.get("tip_link", "str"), package_dirs,
                       robot_table.get("payload_com", "vector", np.zeros(3), length=3),
-                      robot_table.get("floor_z", "number", None))
+                      robot_table.get("floor_z", "number", None), _held_joints(robot_table, urdf))
     robot_table.done()
 
     tracker = None

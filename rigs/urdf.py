@@ -128,6 +128,13 @@ def link_names(tree: ET.ElementTree) -> list[str]:
     return [element.get("name") for element in tree.getroot().findall("link")]
 
 
+def links_with_geometry(tree: ET.ElementTree) -> set[str]:
+    """Names of the links that have any <visual> or <collision> geometry."""
+    return {link.get("name") for link in tree.getroot().findall("link")
+            if any(element.find("geometry") is not None and len(element.find("geometry"))
+                   for element in link.findall("visual") + link.findall("collision"))}
+
+
 def chain(tree: ET.ElementTree, base_link: str, tip_link: str, path: Path | str = "URDF") -> list[JointInfo]:
     """Joints from ``base_link`` to ``tip_link`` in order (fixed ones included)."""
     links = set(link_names(tree))

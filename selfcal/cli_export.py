@@ -44,8 +44,8 @@ def parse_margin(text: str) -> float | None:
 
 def export(
     model: Path = typer.Argument(..., help="Model folder written by `selfcal selfmodel train`."),
-    out: Path = typer.Option(..., "--out", help="Folder to create: robot.urdf, meshes/, curobo_spheres.yml, robot.srdf, export_report.json."),
-    spheres: int = typer.Option(20, "--spheres", help="At most this many spheres a link (cuRobo)."),
+    out: Path = typer.Option(..., "--out", help="Folder to create: robot.urdf, meshes/, robot.srdf, curobo_spheres.yml, curobo_robot.yml, export_report.json."),
+    spheres: int = typer.Option(64, "--spheres", help="Spheres for the whole body (cuRobo), shared among the links where they hold the most surface."),
     pieces: int = typer.Option(8, "--pieces", help="At most this many convex pieces a link (at most 64 vertices each)."),
     margin: str = typer.Option("auto", "--margin", help="Inflation in mm, or 'auto': the smallest that holds the model's own surface."),
     voxel_mm: float = typer.Option(3.0, "--voxel", help="Grid spacing in mm of each link's body before meshing."),
@@ -55,6 +55,7 @@ def export(
     heldout: Optional[Path] = typer.Option(None, "--heldout", help="A simulated session of the same rig whose poses the export is measured at (default: random configurations of the training session's true arm)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sphere fit, the margin search and the SRDF sampling."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda: where the model answers."),
     json_output: bool = typer.Option(False, "--json", help="Print the export report as JSON."),
 ) -> None:
     """Export a self-model's body as convex pieces (URDF), cuRobo spheres and a MoveIt SRDF."""
@@ -69,21 +70,30 @@ def export(
         exporter = CollisionExporter(max_spheres=spheres, max_pieces=pieces, margin=parse_margin(margin),
                                      voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
         exporter.check()
+        from selfmodel.export import load_model_folder
+        from selfmodel.training import resolve_device
+
+        target = resolve_device(device)  # before the model is read: a refused device costs nothing
+        loaded = load_model_folder(model).to(target)
         with progress_bar("exporting collision geometry") as update:
             report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout,
-                                  progress=update, urdf=urdf)
+                                  progress=update, urdf=urdf, model=loaded)
         if json_output:
             print_json(report)
             return
-        typer.echo(f"{out}: {len(report['links'])} links, margin {report['margin_mm']:.1f} mm ({report['margin_mode']}), "
-                   f"{sum(row['pieces'] for row in report['links'].values())} convex pieces, "
-                   f"{sum(row['spheres'] for row in report['links'].values())} spheres, "
-                   f"{report['srdf']['never'] + report['srdf']['adjacent']} pairs disabled "
-                   f"in the SRDF (export {report['seconds']['export_total']:.0f} s)")
+        recorded = report["recorded_poses_in_collision"]
+        srdf = report["srdf"]
+        typer.echo(f"{out}: free at all {recorded['configurations']} recorded poses (URDF + SRDF as a planner loads "
+                   f"them, and the spheres); {len(report['links'])} links, margin {report['margin_mm']:.1f} mm "
+                   f"({report['margin_mode']}), {sum(row['pieces'] for row in report['links'].values())} convex pieces, "
+                   f"{report['spheres_total']} spheres; SRDF disables {len(srdf['disabled'])} of {srdf['checked_pairs']} "
+                   f"pairs ({srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always, "
+                   f"{srdf['never']} never in {srdf['samples']} samples), {srdf['kept_enabled']} kept enabled for the "
+                   f"description's sake (export {report['seconds']['export_total']:.0f} s)")
         figures = report.get("truth") or {}
         if "pieces" in figures:
             for kind in ("pieces", "spheres"):
                 row = figures[kind]
-                typer.echo(f"  against the true arm at {figures['poses']} poses, {kind}: coverage "
-                           f"{100 * row['coverage']:.2f} %, largest gap {row['largest_gap_mm']:.1f} mm, "
-                           f"volume ratio {row['volume_ratio']:.2f}")
+                typer.echo(f"  against the true arm at {figures['poses']} poses, {kind}: surface coverage "
+                           f"{100 * row['surface_coverage']:.2f} %, largest gap {row['largest_gap_mm']:.1f} mm, "
+                           f"protrusion p95 {row['protrusion_p95_mm']:.1f} mm, volume ratio {row['volume_ratio']:.2f}")

@@ -26,6 +26,25 @@ def _partial(out: Path) -> Path:
     return out.with_name(out.name + ".partial")
 
 
+def parse_holds(items: list[str]) -> dict[str, float]:
+    """``["joint=0.02", ...]`` -> {joint: 0.02}; InputError naming the item that is not JOINT=NUMBER."""
+    import math
+
+    from rigs.errors import InputError
+
+    held = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not name.strip() or not math.isfinite(number):
+            raise InputError(f"--hold {item!r}: expected JOINT=VALUE with the joint's position in rad or m.")
+        held[name.strip()] = number
+    return held
+
+
 def camera_poses_from_calibration(folder: Path) -> tuple[dict, dict]:
     """(camera name -> base_T_camera (4, 4), camera name -> CameraInfo of the cameras whose
     intrinsics it fitted) from a camera calibration folder (read by calib's reader)."""
@@ -107,7 +126,10 @@ def train(
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="A (calibrated) URDF to use instead of the session's."),
     cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found (and the intrinsics, with --fit-intrinsics)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: every core this process may use)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: half the cores this process may use, at least 1: a shared machine's other jobs stall every thread)."),
+    device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda."),
+    previous: Optional[Path] = typer.Option(None, "--previous", help="A model of this arm to start from (its weights and joint corrections): relearning after a crash needs few poses and steps; says what changed."),
+    hold: List[str] = typer.Option([], "--hold", help="JOINT=VALUE (rad or m): where a joint off the chain (a gripper finger) stood, when the session does not record it; repeat for each."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
 ) -> None:
@@ -116,11 +138,13 @@ def train(
         from capture.session import load_session
         from rigs.errors import InputError
         from rigs.files import check_new_output, output_folder
-        from selfmodel.model_io import save_model
+        from selfmodel.model_io import load_model, save_model
         from selfmodel.training import SelfModelTrainer
 
         check_new_output(out)
-        trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads)
+        trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
+                                   hold=parse_holds(hold), device=device)
+        before = load_model(previous) if previous is not None else None
         if urdf is not None and not urdf.is_file():
             raise InputError(f"{urdf}: URDF not found.")
         if urdf is not None and kind == "free":
@@ -136,21 +160,43 @@ def train(
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
         run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-               "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras)}
+               "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras),
+               **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
         with _training_folder(out, run, resume) as (partial, continues):
             with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
-                result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update)
+                result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update,
+                                     previous=before)
             board = (loaded[0].manifest.get("sensors") or {}).get("board")
+            changes = None
+            if before is not None and before.kind == "structured":
+                from selfmodel.changes import what_changed
+
+                changes = what_changed(before, result.model)
             with output_folder(out) as folder:
                 save_model(result, folder, loaded, run, board)
+                if changes is not None:
+                    from rigs.files import atomic_write_json
+
+                    atomic_write_json(folder / "changes.json", {"previous": str(previous), **changes})
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations}
+        if result.corrections is not None:
+            summary["joint_placement"] = result.corrections.to_json()
+        if changes is not None:
+            summary["changes"] = changes
         if json_output:
             print_json(summary)
         else:
             typer.echo(f"{out}: {kind} self-model, {result.steps} steps in {result.seconds / 60:.1f} min on "
                        f"{result.labelled_points} labelled points from {result.configurations} poses")
+            if result.corrections is not None:
+                typer.echo(result.corrections.summary())
+            if changes is not None:
+                from selfmodel.changes import summary as change_lines
+
+                for line in change_lines(changes):
+                    typer.echo(line)
 
 
 @selfmodel_app.command("eval")
@@ -160,6 +206,7 @@ def evaluate(
     poses: Optional[int] = typer.Option(None, "--poses", help="Evaluate the first N poses only."),
     voxel: float = typer.Option(5.0, "--voxel-mm", help="Marching-cubes voxel in mm for the model's surface."),
     seed: int = typer.Option(0, "--seed", help="Seed of the evaluation samples."),
+    device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
     tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable Chamfer-L1 "
                                                  "distance to the true surface, mm (default: 1 % of the "
@@ -182,7 +229,10 @@ def evaluate(
         if voxel <= 0:
             raise InputError(f"--voxel-mm must be positive, got {voxel}.")
         check_positive(tolerance_mm=tolerance_mm, false_free_max=false_free_max)
-        loaded_model = load_model(model)
+        from selfmodel.training import resolve_device
+
+        target = resolve_device(device)
+        loaded_model = load_model(model).to(target)
         loaded = load_session(session)
         pose_ids = loaded.pose_ids[:poses] if poses else None
         with progress_bar("evaluating", len(pose_ids or loaded.pose_ids), unit="poses") as update:
@@ -197,6 +247,11 @@ def evaluate(
                        f"({figures['chamfer_pct_workspace']:.3f} % of {figures['workspace_extent_m']:.2f} m), "
                        f"F-score {figures['fscore']:.3f}, IoU {figures['iou']:.3f}, "
                        f"false-free {100 * figures['false_free_rate']:.2f} %, {figures['queries_per_s']:.0f} queries/s")
+            if "baked_queries_per_s" in figures:
+                typer.echo(f"baked grids ({figures['baked_pitch_mm']:.0f} mm): {figures['baked_queries_per_s']:.0f} queries/s "
+                           f"(x{figures['baked_queries_per_s'] / figures['queries_per_s']:.1f} the network), disagreeing "
+                           f"with the network on {100 * figures['baked_disagreement_workspace']:.2f} % of workspace points "
+                           f"and {100 * figures['baked_disagreement_arm_box']:.2f} % of points around the arm")
     exit_for(verdict, require_pass)
 
 
@@ -229,5 +284,5 @@ def check(
             for row in rows:
                 x, y, z = (1000 * v for v in row.where_link)
                 typer.echo(f"{row.link:<16} {row.deviation_mm:8.1f} mm  {row.kind:<14} at ({x:.0f}, {y:.0f}, {z:.0f}) mm "
-                           f"in the link frame  [shape {row.shape_mm:.1f}, joint {row.joint_mm:.1f}]")
+                           f"in the link frame  [shape {row.shape_mm:.1f}, joint {row.joint_mm:.1f}, added {row.added_mm:.1f}]")
     exit_for(verdict, require_pass)

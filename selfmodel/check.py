@@ -7,10 +7,16 @@ Two kinds of difference are charged to the link that carries them:
   a bent link shows up here, because everything after the bend moves with the joint it carries.
 - ``shape``: the link's own surface differs. At training configurations, with every link posed by
   the LEARNED kinematics (so an upstream difference does not pile up downstream), description
-  surface samples are compared with the learned union's surface and learned surface samples with
-  the description's union, both ways; only surface near what the cameras measured counts (a face
-  no camera saw cannot disagree). A robust maximum (98th percentile) keeps single noisy voxels from
-  ranking a link.
+  surface samples are compared with the learned union's surface (matter the description has and
+  the body lacks: a missing or bent part); only surface near what the cameras measured counts (a
+  face no camera saw cannot disagree). A robust maximum (95th percentile) keeps single noisy
+  voxels from ranking a link.
+- ``added matter``: the other way round: the learned link's surface where the cameras measured it,
+  compared with the description's union posed the same way (matter the body has and the
+  description lacks: a bolted-on tool, a cable bundle); learned surface inside the described solid
+  (where two links' bodies meet) is explained. Its figure is the 95th percentile of the
+  distances that exceed ``ADDED`` (what the description explains is not added), times the share
+  of the link's observed surface they cover, so that a few stray voxels do not outrank a tool.
 
 A calibration board declared in the training session (``sensors.board``) counts as part of the
 description on the tip link: it is equipment the user put there, not damage.
@@ -27,11 +33,13 @@ from scipy.spatial import cKDTree
 
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
-from selfmodel.link_meshes import link_meshes, posed_union
+from rigs.link_meshes import link_meshes, posed_union
 from selfmodel.meshing import link_meshes_of
 from selfmodel.model_io import surface_samples
 
 OBSERVED = 0.015  # m: surface within this distance of a measured point counts as observed
+ADDED = 0.01  # m: learned surface farther than this from every described surface is added matter
+ADDED_SHARE = 0.02  # added matter must cover at least this share of a link's observed surface to count
 PERCENTILE = 95.0
 ANCHORS = np.array([[0.0, 0.0, 0.0], [0.05, 0.0, 0.0], [0.0, 0.05, 0.0], [0.0, 0.0, 0.05]])
 
@@ -40,10 +48,11 @@ ANCHORS = np.array([[0.0, 0.0, 0.0], [0.05, 0.0, 0.0], [0.0, 0.05, 0.0], [0.0, 0
 class LinkDeviation:
     link: str
     deviation_mm: float
-    kind: str  # "shape" or "joint <name>"
+    kind: str  # "shape", "added matter" or "joint <name>"
     where_link: list[float]  # (3,) m, link frame: where the largest deviation is
     shape_mm: float
     joint_mm: float
+    added_mm: float = 0.0  # matter the description lacks (see the module docstring)
 
 
 def _board_box(board: dict | None) -> trimesh.Trimesh | None:
@@ -108,7 +117,7 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
         raise InputError("check needs a structured model (trained with --kind structured): a free model has no links.")
     rng = rng or np.random.default_rng(0)
     urdf_path = Path(urdf_path)
-    spec = ChainSpec.from_urdf(urdf_path, model.base_link, model.tip_link)
+    spec = ChainSpec.from_urdf(urdf_path, model.base_link, model.tip_link, model.spec.held)
     check_joint_names(spec, model.joint_names, str(urdf_path))
     if spec.link_names != model.link_names:
         raise InputError(f"{urdf_path}: its links from base to tip ({', '.join(spec.link_names)}) are not the model's "
@@ -175,6 +184,48 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
             residuals[link] = np.concatenate(distances)
             residual_points[link] = np.concatenate(where)
 
+    # Added matter: the learned link's observed surface against the registered description's union.
+    added = {link: (0.0, np.zeros(3)) for link in links}
+    described_scenes = []
+    link_scenes = {name: _scene(mesh) for name, mesh in description.items()}
+    for k in range(len(chosen)):
+        posed = {name: description[name].copy().apply_transform(learned_poses[k, i] @ alignment[name])
+                 for i, name in enumerate(links) if name in description}
+        described_scenes.append(_scene(trimesh.util.concatenate(list(posed.values()))))
+    for i, link in enumerate(links):
+        mesh = learned.get(link)
+        if mesh is None or len(mesh.faces) == 0:
+            continue
+        points, _ = trimesh.sample.sample_surface(mesh, samples, seed=int(rng.integers(2**31)))
+        distances, where = [], []
+        for k in range(len(chosen)):
+            base_points = trimesh.transform_points(points, learned_poses[k, i])
+            seen = observed[k].query(base_points)[0] < OBSERVED
+            if seen.any():
+                distance = _distance(described_scenes[k], base_points[seen])
+                # Where two learned links meet inside the body their surfaces are inner faces: a point
+                # inside the described solid is explained, however far from its surface.
+                far = np.flatnonzero(distance > ADDED)
+                if len(far):
+                    far_points = base_points[seen][far]
+                    inside = np.zeros(len(far), dtype=bool)
+                    for j, name in enumerate(links):  # per link: overlapping meshes break a union's parity
+                        if name in link_scenes:
+                            local = trimesh.transform_points(far_points, np.linalg.inv(learned_poses[k, j] @ alignment[name]))
+                            inside |= _occupied(link_scenes[name], local)
+                    distance[far[inside]] = 0.0
+                distances.append(distance)
+                where.append(points[seen])
+        if not distances:
+            continue
+        distances, where = np.concatenate(distances), np.concatenate(where)
+        beyond = distances > ADDED
+        share = float(np.mean(beyond))
+        if share >= ADDED_SHARE:
+            value = float(np.percentile(distances[beyond], PERCENTILE) * 1000)
+            centre = where[beyond].mean(axis=0)
+            added[link] = (value * min(1.0, share / (5 * ADDED_SHARE)), centre)
+
     # Joints: registered parent and child against the description's joint, at the same configurations;
     # the deviation is how far that joint alone moves everything after it (child and descendants).
     joint_mm = {link: (0.0, np.zeros(3), "") for link in links}
@@ -208,8 +259,12 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
             shape_mm = float(np.percentile(residuals[link], PERCENTILE) * 1000)
             where = residual_points[link][int(np.argmin(np.abs(residuals[link] * 1000 - shape_mm)))]
         joint_value, joint_where, joint_name = joint_mm[link]
-        if joint_value > shape_mm:
-            result.append(LinkDeviation(link, joint_value, joint_name, joint_where.tolist(), shape_mm, joint_value))
+        added_mm, added_where = added[link]
+        largest = max(joint_value, shape_mm, added_mm)
+        if largest == added_mm and added_mm > 0:
+            result.append(LinkDeviation(link, added_mm, "added matter", added_where.tolist(), shape_mm, joint_value, added_mm))
+        elif joint_value > shape_mm:
+            result.append(LinkDeviation(link, joint_value, joint_name, joint_where.tolist(), shape_mm, joint_value, added_mm))
         else:
-            result.append(LinkDeviation(link, shape_mm, "shape", where.tolist(), shape_mm, joint_value))
+            result.append(LinkDeviation(link, shape_mm, "shape", where.tolist(), shape_mm, joint_value, added_mm))
     return sorted(result, key=lambda row: -row.deviation_mm)

@@ -184,13 +184,15 @@ def _interior_point(normals: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return result.x[:3]
 
 
-def conservative_hull(points: np.ndarray, max_vertices: int = 64, rng: np.random.Generator | None = None) -> ConvexPiece:
+def conservative_hull(points: np.ndarray, max_vertices: int = 64, rng: np.random.Generator | None = None,
+                      keep: np.ndarray | None = None) -> ConvexPiece:
     """A convex polytope with at most ``max_vertices`` vertices that contains every point (N, 3).
 
     The exact hull when it is small enough; else planes along area-weighted clusters of the
     hull's face normals, each pushed out to the farthest point (its support plane). Such a
     polytope contains the hull by construction; fewer planes give fewer vertices (at most
-    2K - 4 for K planes) and a little more volume.
+    2K - 4 for K planes) and a little more volume. ``keep`` (K, 3) unit normals are always among
+    the planes: a piece cut flat by a plane stays cut.
     """
     rng = rng or np.random.default_rng(0)
     points = np.asarray(points, dtype=float)
@@ -201,7 +203,8 @@ def conservative_hull(points: np.ndarray, max_vertices: int = 64, rng: np.random
         return polytope(normals, hull.equations[:, 3] * -1.0)
     triangles = points[hull.simplices]
     areas = 0.5 * np.linalg.norm(np.cross(triangles[:, 1] - triangles[:, 0], triangles[:, 2] - triangles[:, 0]), axis=1)
-    axes = np.vstack([np.eye(3), -np.eye(3)])  # keep the box planes: they bound any cluster choice
+    # Keep the box planes (they bound any cluster choice) and the planes asked for.
+    axes = np.vstack([np.eye(3), -np.eye(3)] + ([np.asarray(keep, dtype=float).reshape(-1, 3)] if keep is not None else []))
     best = None
     for planes in range(max_vertices // 2 + 2, 5, -2):
         directions = np.vstack([axes, _weighted_directions(normals, areas, planes - 6, rng)]) if planes > 6 else axes
@@ -210,8 +213,8 @@ def conservative_hull(points: np.ndarray, max_vertices: int = 64, rng: np.random
         if len(piece.vertices) <= max_vertices:
             best = piece
             break
-    if best is None:  # cannot happen with the six box planes (8 vertices), kept as a guard
-        raise RuntimeError("no polytope within the vertex limit")
+    if best is None:  # cannot happen with the six box planes alone (8 vertices); kept planes may add some
+        best = polytope(axes, (hull_points @ axes.T).max(axis=0))
     return best
 
 

@@ -5,13 +5,17 @@ per-link occupancy; for the free model, of what stays occupied in the link's fra
 configurations), then
 
 - convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
-- a sphere cover (at most N a link, containing the whole meshed surface),
 - a margin: by default the smallest inflation that puts the model's own 0.5 level set, sampled
-  afresh around every link (at training configurations for the free model), inside both,
+  afresh around every link (at training configurations for the free model), inside the pieces,
+- sphere covers holding the inflated body, one budget for the whole body (:mod:`selfmodel.spheres`),
+- at every recorded configuration, links apart: overlapping bodies are refused, overlapping pieces
+  cut and spheres shrunk (:mod:`selfmodel.export_separation`),
 
 written as ``robot.urdf`` (the model's URDF, learned joint placements, every ``<collision>``
-replaced by the pieces, ``<visual>`` untouched), ``curobo_spheres.yml``, ``robot.srdf`` and
-``export_report.json``.
+replaced by the pieces, ``<visual>`` untouched), ``robot.srdf`` (MoveIt's rules, :mod:`selfmodel.srdf`),
+``curobo_spheres.yml`` and ``curobo_robot.yml`` (:mod:`selfmodel.curobo_config`) and
+``export_report.json``; before the folder is kept, the URDF and SRDF as written are loaded the way a
+planner loads them and every recorded configuration must be free.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ import yaml
 
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
-from rigs.files import atomic_write_json, atomic_write_text, output_folder
+from rigs.files import atomic_write_json, output_folder
 from selfmodel.collision import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                  pieces_outside_distance)
 from selfmodel.export_margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
                                      own_level_set)
+from selfmodel.export_separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
+                                         without_cells)
 from selfmodel.export_sources import less_parent, link_sources, prepare_free_model, training_session_paths
-from selfmodel.spheres import SphereCover, fit_sphere_cover
+from selfmodel.spheres import SphereCover, SphereTarget, fit_sphere_covers
 from selfmodel.srdf import CollisionMatrix, collision_matrix, write_srdf
 
 Progress = Callable[[int, int], None]
@@ -46,8 +52,16 @@ class LinkCollision:
     body: LinkBody
     pieces: list[ConvexPiece]  # margin applied
     spheres: SphereCover  # margin applied
-    margin_needed: dict[str, float]  # m, what this link's level-set samples needed (pieces, spheres)
+    margin_needed: float  # m, what this link's level-set samples needed outside its pieces
     surface_samples: int
+
+
+@dataclass
+class Recorded:
+    """The configurations the arm really stood at (the model's training poses)."""
+
+    pose_ids: list[str]
+    q: np.ndarray  # (C, dof)
 
 
 @dataclass
@@ -59,6 +73,12 @@ class CollisionExport:
     margin_mode: str  # "auto" or "given"
     seconds: dict[str, float] = field(default_factory=dict)
     joint_origins: dict[str, np.ndarray] = field(default_factory=dict)  # learned joint placements written
+    joint_names: list[str] = field(default_factory=list)
+    base_link: str = ""
+    tip_link: str = ""
+    held: dict[str, float] = field(default_factory=dict)
+    recorded: Recorded | None = None
+    separation: Separation | None = None
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -69,18 +89,47 @@ class CollisionExport:
         return {name: link.spheres for name, link in self.links.items()}
 
 
-class CollisionExporter:
-    """Configure, then ``fit(model)`` -> :class:`CollisionExport`; ``write`` puts it on disk.
+def recorded_configurations(model) -> Recorded | None:
+    """The model's training configurations with their pose ids, when it knows them."""
+    q = getattr(model, "training_q", None)
+    ids = getattr(model, "training_pose_ids", None)
+    if q is None and getattr(model, "folder", None) is not None and getattr(model, "kind", "") == "structured":
+        from selfmodel.model_io import surface_samples
 
-    ``margin``: metres, or None for the automatic margin. ``voxel``: grid spacing of the bodies (m).
+        _, _, q = surface_samples(model)
+    if q is None or not len(q):
+        return None
+    q = np.asarray(q, dtype=float)
+    if ids is None or len(ids) != len(q):
+        ids = [f"configuration {k}" for k in range(len(q))]
+    return Recorded(list(ids), q)
+
+
+def chain_of(model):
+    """The model's chain (links, joints, held joints), from the model or its URDF."""
+    from selfmodel.chain import ChainSpec
+
+    spec = getattr(model, "spec", None)
+    if spec is not None:
+        return spec
+    return ChainSpec.from_urdf(Path(model.urdf_path), model.base_link, model.tip_link, getattr(model, "held", None))
+
+
+class CollisionExporter:
+    """Configure, then ``fit(model)`` -> :class:`CollisionExport`; ``write_export`` puts it on disk.
+
+    ``max_spheres``: the sphere budget for the whole body. ``margin``: metres, or None for the
+    automatic margin. ``voxel``: grid spacing of the bodies (m). ``overlap_tolerance``: how deep (m)
+    inside both of two links' learned bodies space they both claim at a recorded configuration may
+    lie before the model is refused (shallower overlap is settled: see selfmodel.export_separation).
     ``free_configurations``: how many configurations define a free model's link bodies, and
     ``free_consistency`` the mean occupancy across them that counts as the link's body.
     """
 
-    def __init__(self, max_spheres: int = 20, max_pieces: int = 8, margin: float | None = None,
+    def __init__(self, max_spheres: int = 64, max_pieces: int = 8, margin: float | None = None,
                  voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
                  margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
-                 free_consistency: float = 0.8, seed: int = 0):
+                 free_consistency: float = 0.8, overlap_tolerance: float = 0.015, seed: int = 0):
         self.max_spheres = max_spheres
         self.max_pieces = max_pieces
         self.margin = margin
@@ -91,6 +140,7 @@ class CollisionExporter:
         self.margin_climbs = margin_climbs
         self.free_configurations = free_configurations
         self.free_consistency = free_consistency
+        self.overlap_tolerance = overlap_tolerance
         self.seed = seed
 
     def check(self) -> None:
@@ -109,7 +159,10 @@ class CollisionExporter:
         self.check()
         rng = np.random.default_rng(self.seed)
         sources = link_sources(model, rng, where, self.free_configurations, self.free_consistency)
-        seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0}
+        if self.max_spheres < len(sources):
+            raise InputError(f"--spheres {self.max_spheres}: the model has {len(sources)} links with a body; the "
+                             f"sphere budget must give each at least one.")
+        seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0, "separation": 0.0}
         bodies: dict[str, LinkBody] = {}
         occupancies = {}
         for source in sources:
@@ -124,6 +177,23 @@ class CollisionExporter:
         # A given margin is checked before minutes of decomposition, a measured one after.
         if self.margin is not None:
             check_margin(float(self.margin), bodies, "--margin", where)
+        spec = chain_of(model)
+        recorded = recorded_configurations(model)
+        kinds = pair_kinds(spec, list(bodies))
+        separation = Separation(kinds)
+        poses = None
+        if recorded is not None:
+            poses = self._recorded_poses(model, spec, recorded, list(bodies))
+            separation.configurations = len(recorded.q)
+            start = time.perf_counter()
+            lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
+            for source in sources:
+                if len(lost[source.link]):
+                    occupancies[source.link] = without_cells(occupancies[source.link], bodies[source.link],
+                                                             lost[source.link])
+                    bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
+                                                    self.voxel, source.level, where=where)
+            seconds["separation"] += time.perf_counter() - start
         links: dict[str, LinkCollision] = {}
         for done, source in enumerate(sources):
             body, occupancy = bodies[source.link], occupancies[source.link]
@@ -134,35 +204,14 @@ class CollisionExporter:
                 raise InputError(f"{where}: link {source.link!r}: {error}") from None
             seconds["pieces"] += time.perf_counter() - start
             start = time.perf_counter()
-            spheres = fit_sphere_cover(body.mesh.triangles, self.max_spheres, rng, body.inside)
-            seconds["spheres"] += time.perf_counter() - start
-            start = time.perf_counter()
-            # The body's own occupancy, shifted so that its level set sits at 0.5, and nothing outside
-            # the bounds the body was cut from (a body cut off by them ends there).
-            own = own_level_set(occupancy, source, body)
-            level_sets = source.level_sets or [own]
-            samples = np.vstack([
-                level_set_samples(level_set, body.mesh, max(self.margin_samples // len(level_sets), 200),
-                                  2.0 * self.voxel, rng)
-                for level_set in level_sets])
-            need = {}
-            for kind, outside in (("pieces", lambda x: pieces_outside_distance(pieces, x)),
-                                  ("spheres", spheres.outside_distance)):
-                if not len(samples):
-                    need[kind] = 0.0
-                    continue
-                distance = outside(samples)
-                need[kind] = float(distance.max())
-                if source.climb:
-                    worst = samples[np.argsort(distance)[-min(self.margin_climbs, len(samples)):]]
-                    climbed = climb_outward(own, worst, outside, self.voxel, rng)
-                    need[kind] = max(need[kind], float(outside(climbed).max()))
+            need, samples = self._margin_needed(source, body, occupancy, pieces, rng)
             seconds["margin"] += time.perf_counter() - start
-            links[source.link] = LinkCollision(source.link, body, pieces, spheres, need, len(samples))
+            links[source.link] = LinkCollision(source.link, body, pieces, SphereCover(np.zeros((0, 3)), np.zeros(0)),
+                                               need, samples)
             if progress is not None:
                 progress(done + 1, len(sources))
         if self.margin is None:
-            needed = max(max(link.margin_needed.values()) for link in links.values())
+            needed = max(link.margin_needed for link in links.values())
             margin, mode = math.ceil(needed * 1e4) / 1e4, "auto"  # round up to 0.1 mm
             check_margin(margin, bodies, "the measured margin", where)
         else:
@@ -170,10 +219,114 @@ class CollisionExporter:
         start = time.perf_counter()
         for link in links.values():
             link.pieces = [_inflate(piece, margin, self.max_piece_vertices, rng) for piece in link.pieces]
-            link.spheres = link.spheres.inflated(margin)
         seconds["pieces"] += time.perf_counter() - start
+        start = time.perf_counter()
+        targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
+        if poses is not None:
+            limit_spheres(targets, bodies, poses, kinds)
+        covers = fit_sphere_covers(targets, self.max_spheres, rng=rng)
+        for name, cover in covers.items():
+            links[name].spheres = cover
+        seconds["spheres"] += time.perf_counter() - start
+        if poses is not None:
+            start = time.perf_counter()
+            cut = separate_pieces({name: link.pieces for name, link in links.items()}, bodies, poses, kinds,
+                                  recorded.pose_ids, self.max_pieces, self.max_piece_vertices, self.voxel,
+                                  rng, where, separation)
+            shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation)
+            for name, link in links.items():
+                link.pieces, link.spheres = cut[name], shrunk[name]
+            seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
-        return CollisionExport(links, margin, mode, seconds, origins)
+        return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
+                               model.base_link, model.tip_link, dict(spec.held), recorded, separation)
+
+    def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
+                       rng: np.random.Generator) -> tuple[float, int]:
+        """m the model's own level set reaches outside the pieces, and how many samples said so."""
+        # The body's own occupancy, shifted so that its level set sits at 0.5, and nothing outside
+        # the bounds the body was cut from (a body cut off by them ends there).
+        own = own_level_set(occupancy, source, body)
+        level_sets = source.level_sets or [own]
+        samples = np.vstack([
+            level_set_samples(level_set, body.mesh, max(self.margin_samples // len(level_sets), 200),
+                              2.0 * self.voxel, rng)
+            for level_set in level_sets])
+        if not len(samples):
+            return 0.0, 0
+
+        def outside(x):
+            return pieces_outside_distance(pieces, x)
+
+        distance = outside(samples)
+        need = float(distance.max())
+        if source.climb:
+            worst = samples[np.argsort(distance)[-min(self.margin_climbs, len(samples)):]]
+            climbed = climb_outward(own, worst, outside, self.voxel, rng)
+            need = max(need, float(outside(climbed).max()))
+        return need, len(samples)
+
+    @staticmethod
+    def _recorded_poses(model, spec, recorded: Recorded, links: list[str]) -> dict[str, np.ndarray]:
+        """link -> (C, 4, 4) poses in the base frame at the recorded configurations, by the kinematics
+        the export writes (the learned ones of a structured model, the URDF's for a free one)."""
+        from selfmodel.chain import link_poses_numpy
+
+        if hasattr(model, "base_T_links"):
+            poses = model.base_T_links(recorded.q)
+            names = list(model.link_names)
+        else:
+            poses = link_poses_numpy(spec, recorded.q)
+            names = list(spec.link_names)
+        return {link: poses[:, names.index(link)] for link in links}
+
+
+def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
+                  kinds: dict[tuple[str, str], str]) -> None:
+    """Each candidate sphere may not reach the body of a checked neighbour at any recorded pose (one
+    grid cell to spare): its radius is capped at the distance to the nearest such cell."""
+    from scipy.spatial import cKDTree
+
+    from selfmodel.export_separation import _boundary_cells
+
+    boundary = {link: _boundary_cells(body) for link, body in bodies.items()}
+    for target in targets:
+        reach = float(np.max(target.clearance)) + 0.05
+        centre = target.centres.mean(axis=0)
+        span = float(np.linalg.norm(target.centres - centre, axis=1).max()) + reach
+        near = []
+        for (a, b), kind in kinds.items():
+            if kind != "checked" or target.link not in (a, b):
+                continue
+            other = b if a == target.link else a
+            for c in range(len(poses[other])):
+                own_T_other = np.linalg.inv(poses[target.link][c]) @ poses[other][c]
+                points = boundary[other] @ own_T_other[:3, :3].T + own_T_other[:3, 3]
+                near.append(points[np.linalg.norm(points - centre, axis=1) < span])
+        near = [points for points in near if len(points)]
+        if not near:
+            continue
+        distance, _ = cKDTree(np.vstack(near)).query(target.centres)
+        target.limit = np.maximum(distance - bodies[target.link].voxel, 1e-4)
+
+
+def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Generator, surface_count: int = 4000,
+                  candidates: int = 2000) -> SphereTarget:
+    """What a link's spheres must hold: the body grown by ``margin`` (its surface moved out along the
+    normals), with candidate centres in the body and their clearance to its grown surface."""
+    from scipy import ndimage
+
+    mesh = body.mesh
+    points, faces = mesh.sample(surface_count, return_index=True, seed=int(rng.integers(2**31)))
+    # Vertices too: the corners and edges, where a cover is likeliest to fall short.
+    vertices = rng.choice(len(mesh.vertices), min(surface_count, len(mesh.vertices)), replace=False)
+    surface = np.vstack([np.asarray(points) + margin * mesh.face_normals[faces],
+                         np.asarray(mesh.vertices)[vertices] + margin * mesh.vertex_normals[vertices]])
+    depth = ndimage.distance_transform_edt(np.pad(body.solid, 1))[1:-1, 1:-1, 1:-1]
+    cells = np.argwhere(body.solid)
+    cells = cells[rng.choice(len(cells), min(candidates, len(cells)), replace=False)]
+    clearance = np.maximum(depth[tuple(cells.T)] - 0.5, 0.0) * body.voxel + margin
+    return SphereTarget(link, surface, float(mesh.area) / len(surface), body.origin + body.voxel * cells, clearance)
 
 
 def _inflate(piece: ConvexPiece, margin: float, max_vertices: int, rng: np.random.Generator) -> ConvexPiece:
@@ -221,21 +374,55 @@ def write_collision_urdf(model_urdf: Path, export: CollisionExport, folder: Path
     return path
 
 
-def curobo_spheres_yaml(export: CollisionExport) -> str:
-    """cuRobo's ``collision_spheres`` (link frames, metres); the margin is already in the radii."""
-    spheres = {name: [{"center": [round(float(v), 6) for v in centre], "radius": round(float(radius), 6)}
-                      for centre, radius in zip(link.spheres.centres, link.spheres.radii)]
-               for name, link in export.links.items()}
-    header = ("# selfcal selfmodel export: sphere covers of the learned body, link frames, metres;\n"
-              f"# radii include the export margin of {export.margin * 1000:.1f} mm.\n")
-    return header + yaml.safe_dump({"collision_spheres": spheres}, sort_keys=False, default_flow_style=None)
-
-
 def robot_name(urdf_path: Path) -> str:
     return urdf_io.parse_urdf(urdf_path).getroot().get("name", "robot")
 
 
-def export_report(export: CollisionExport, matrix: CollisionMatrix) -> dict:
+def recorded_collisions(fitted: CollisionExport, urdf_path: Path, srdf_path: Path) -> dict:
+    """The written URDF and SRDF loaded as a planner loads them (Pinocchio and coal), and the exported
+    spheres as cuRobo checks them (pairs not ignored), at every recorded configuration."""
+    from selfmodel.collision_world import CollisionWorld
+    from selfmodel.srdf import LinkTree
+
+    result = {"configurations": 0, "pieces": {"poses": 0, "pairs": {}}, "spheres": {"poses": 0, "pairs": {}}}
+    if fitted.recorded is None:
+        return result
+    world = CollisionWorld(urdf_path, fitted.joint_names, fitted.base_link, srdf=srdf_path, held=fitted.held)
+    disabled = {(a, b) for a, b, _ in _disabled(srdf_path)}
+    result["configurations"] = len(fitted.recorded.q)
+    for pose, q in zip(fitted.recorded.pose_ids, fitted.recorded.q):
+        pairs = world.colliding_pairs(q)
+        if pairs:
+            result["pieces"]["poses"] += 1
+            for pair in pairs:
+                result["pieces"]["pairs"].setdefault("/".join(pair), []).append(pose)
+    names = sorted(fitted.spheres)
+    for pose, q in zip(fitted.recorded.pose_ids, fitted.recorded.q):
+        found = []
+        centres = {}
+        for link in names:
+            pose_link = world.link_pose(link, q)
+            centres[link] = fitted.spheres[link].centres @ pose_link[:3, :3].T + pose_link[:3, 3]
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if (a, b) in disabled or (b, a) in disabled:
+                    continue
+                reach = fitted.spheres[a].radii[:, None] + fitted.spheres[b].radii[None]
+                if np.any(np.linalg.norm(centres[a][:, None] - centres[b][None], axis=2) < reach):
+                    found.append(f"{a}/{b}")
+        if found:
+            result["spheres"]["poses"] += 1
+            for pair in found:
+                result["spheres"]["pairs"].setdefault(pair, []).append(pose)
+    return result
+
+
+def _disabled(srdf_path: Path) -> list[tuple[str, str, str]]:
+    root = urdf_io.parse_xml(srdf_path).getroot()
+    return [(e.get("link1"), e.get("link2"), e.get("reason")) for e in root.findall("disable_collisions")]
+
+
+def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: dict) -> dict:
     links = {}
     for name, link in export.links.items():
         links[name] = {
@@ -245,44 +432,69 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix) -> dict:
             "body_volume_m3": link.body.volume,
             "pieces_volume_m3": float(sum(piece.volume for piece in link.pieces)),
             "spheres_summed_volume_m3": link.spheres.summed_volume,
-            "margin_needed_mm": {kind: 1000.0 * value for kind, value in link.margin_needed.items()},
+            "margin_needed_mm": 1000.0 * link.margin_needed,
             "surface_samples": link.surface_samples,
             "touches_bounds": link.body.touches_bounds,
             "dropped_blob_fraction": link.body.dropped_fraction,
         }
-    disabled = matrix.disabled()
     return {
         "margin_mm": export.margin * 1000.0,
         "margin_mode": export.margin_mode,
         "links": links,
-        "srdf": {"samples": matrix.samples,
-                 **{reason.lower(): sum(1 for _, _, r in disabled if r == reason) for reason in ("Adjacent", "Never")},
-                 "touching_in_every_sample": sum(1 for key, reason in matrix.reasons.items()
-                                                 if reason is None and matrix.contact_fraction[key] == 1.0),
-                 "checked_pairs": len(matrix.reasons)},
+        "spheres_total": int(sum(len(link.spheres.radii) for link in export.links.values())),
+        "srdf": {"samples": matrix.samples, "always_threshold": matrix.always_threshold, **matrix.counts(),
+                 "checked_pairs": len(matrix.reasons),
+                 "kept_enabled_why": {"/".join(pair): why for pair, why in sorted(matrix.kept.items())},
+                 "disabled": [list(item) for item in matrix.disabled()]},
+        "separation": export.separation.report() if export.separation is not None else None,
+        "recorded_poses_in_collision": recorded,
         "learned_joint_origins": sorted(export.joint_origins),
+        "held_joints": export.held,
         "seconds": export.seconds,
     }
 
 
 def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samples: int = 10_000, force: bool = False,
                  evaluate: Callable[[Path, CollisionExport], dict] | None = None,
-                 progress: Progress | None = None, seed: int = 0) -> dict:
+                 progress: Progress | None = None, seed: int = 0, description: Path | None = None) -> dict:
     """Write the export folder atomically; returns the report (also ``out/export_report.json``).
 
-    ``evaluate(exported_urdf, fitted)`` may add report keys (``truth``, ``measured_surface``).
+    ``description``: the URDF whose visual meshes stand for the real arm when the SRDF's disabled
+    pairs are checked (default: ``model_urdf``). ``evaluate(exported_urdf, fitted)`` may add report
+    keys (``truth``, ``measured_surface``). InputError, and no folder, when the written model is in
+    collision at a recorded configuration.
     """
+    from rigs.files import atomic_write_text
+    from selfmodel.curobo_config import dump, robot_document, spheres_document
+    from selfmodel.srdf import LinkTree
+
+    out = Path(out)
     with output_folder(out, force) as folder:
         start = time.perf_counter()
         urdf_path = write_collision_urdf(model_urdf, fitted, folder)
-        atomic_write_text(folder / "curobo_spheres.yml", curobo_spheres_yaml(fitted))
-        matrix = collision_matrix(urdf_path, fitted.spheres, srdf_samples, np.random.default_rng(seed), progress)
-        write_srdf(folder / "robot.srdf", robot_name(urdf_path), matrix)
+        matrix = collision_matrix(urdf_path, fitted.joint_names, fitted.base_link, srdf_samples,
+                                  np.random.default_rng(seed), fitted.held,
+                                  description=Path(description or model_urdf), progress=progress)
+        write_srdf(folder / "robot.srdf", robot_name(urdf_path), matrix, fitted.base_link, fitted.tip_link,
+                   LinkTree(urdf_path).root, fitted.joint_names,
+                   note=f"checked against the description's meshes at the same samples")
+        recorded = recorded_collisions(fitted, urdf_path, folder / "robot.srdf")
+        for kind in ("pieces", "spheres"):
+            if recorded[kind]["poses"]:
+                pair, poses = max(recorded[kind]["pairs"].items(), key=lambda item: len(item[1]))
+                raise InputError(f"{out}: the exported {kind} are in collision at {recorded[kind]['poses']} of "
+                                 f"{recorded['configurations']} recorded poses ({pair} at {', '.join(poses[:5])}"
+                                 f"{', ...' if len(poses) > 5 else ''}), where the arm really stood; not written.")
+        atomic_write_text(folder / "curobo_spheres.yml", dump(spheres_document(fitted.spheres)))
+        retract = fitted.recorded.q[0] if fitted.recorded is not None else matrix.default_q
+        atomic_write_text(folder / "curobo_robot.yml", dump(robot_document(
+            out, "robot.urdf", fitted.base_link, fitted.tip_link, fitted.spheres, matrix.disabled(),
+            fitted.joint_names, fitted.held, retract)))
         fitted.seconds["write_and_srdf"] = time.perf_counter() - start
-        report = export_report(fitted, matrix)
+        report = export_report(fitted, matrix, recorded)
         # The export's own time: the fit (its parts are listed too) and writing; evaluation apart.
         fitted.seconds["export_total"] = float(fitted.seconds.get("fit", sum(
-            fitted.seconds.get(part, 0.0) for part in ("bodies", "pieces", "spheres", "margin")))
+            fitted.seconds.get(part, 0.0) for part in ("bodies", "pieces", "spheres", "margin", "separation")))
             + fitted.seconds["write_and_srdf"])
         report["truth"] = None
         start = time.perf_counter()
@@ -302,6 +514,18 @@ def load_model_folder(folder: Path):
     return load_model(Path(folder))
 
 
+def name_recorded_poses(model, model_folder: Path) -> None:
+    """A structured model keeps its training configurations; its sessions, when still there, name them."""
+    from capture.session import load_session
+
+    ids = []
+    for path in training_session_paths(model_folder):
+        if not (path / "session.json").is_file():
+            return
+        ids += [f"{path.name}/{pose}" for pose in load_session(path).pose_ids]
+    model.training_pose_ids = ids
+
+
 def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, force: bool = False,
                  evaluate_truth: bool = True, heldout: Path | None = None, truth_poses: int = 10,
                  progress: Progress | None = None, model=None, urdf: Path | None = None) -> dict:
@@ -319,6 +543,8 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
     model = model if model is not None else load_model_folder(model_folder)
     if getattr(model, "kind", "") == "free":
         prepare_free_model(model, model_folder, urdf)
+    else:
+        name_recorded_poses(model, model_folder)
     urdf_path = getattr(model, "urdf_path", None)
     if urdf_path is None:
         raise InputError(f"{model_folder}: the model names no URDF, so its links cannot be placed.")

@@ -75,13 +75,13 @@ def free_link_sources(model, rng: np.random.Generator, where: str, free_configur
     """A free model knows no links: a link's body is what stays occupied in that link's frame
     (URDF kinematics) across many configurations; elsewhere the other links come and go."""
     from selfmodel.chain import ChainSpec, link_poses_numpy
-    from selfmodel.link_meshes import link_meshes
+    from rigs.link_meshes import link_meshes
 
     urdf_path = getattr(model, "urdf_path", None)
     base_link, tip_link = getattr(model, "base_link", None), getattr(model, "tip_link", None)
     if urdf_path is None or not base_link or not tip_link:
         raise InputError(f"{where}: a free model needs a URDF with base and tip links to cut its body into links.")
-    spec = ChainSpec.from_urdf(Path(urdf_path), base_link, tip_link)
+    spec = ChainSpec.from_urdf(Path(urdf_path), base_link, tip_link, getattr(model, "held", None))
     if list(spec.joint_names) != list(model.joint_names):
         raise InputError(f"{urdf_path}: its joints ({', '.join(spec.joint_names)}) do not match the model's "
                          f"({', '.join(model.joint_names)}).")
@@ -151,4 +151,6 @@ def prepare_free_model(model, folder: Path, urdf: Path | None) -> None:
                          f"and its training configurations are unknown.")
     model.urdf_path = Path(urdf)
     model.base_link, model.tip_link = sessions[0].base_link, sessions[0].tip_link
+    model.held = sessions[0].held_joints
     model.training_q = np.vstack([session.q for session in sessions])
+    model.training_pose_ids = [pose for session in sessions for pose in session.pose_ids]

@@ -2,15 +2,20 @@
 
 The truth is the session's ``truth/robot.urdf`` visual meshes posed at ``truth/joints_reached.csv``;
 the export is posed by its own URDF at the commanded angles of ``joints.csv``, as a planner would.
-Figures, per geometry kind (convex pieces, spheres):
+The true meshes are read as solids (:mod:`rigs.solids`): pybullet_data's meshes are not all closed,
+and a ray-parity test calls points outside an open mesh inside (it reported a volume ratio of 1.0003
+for pieces whose real ratio was 1.6). Figures per geometry kind (convex pieces, spheres), with
+cuRobo's definitions (its sphere ``--compute-metrics``) on the whole posed arm:
 
-- ``coverage``: fraction of true surface samples inside the export (faces hidden inside another
-  link, where links join, are not surface and are left out);
-- ``largest_gap_mm``: the farthest any true surface sample lies outside the export;
-- ``protrusion_mm`` / ``protrusion_max_mm``: mean and largest distance of the export's outer
-  surface from the true body (how much free space the cover takes away);
-- ``volume_ratio``: volume of the export over the true body's volume (uniform samples in a box
-  around both).
+- ``surface_coverage``: share of true surface samples inside the export (faces hidden inside another
+  link, where links join, are not surface and are left out); ``coverage``: share of points inside
+  the true body that are inside the export;
+- ``surface_gap_mean_mm`` (over the uncovered samples), ``surface_gap_p95_mm`` (over all),
+  ``largest_gap_mm``: how far true surface samples lie outside the export;
+- ``protrusion_share``: share of the export's outer surface that lies outside the true body, and
+  ``protrusion_mean_mm`` / ``protrusion_p95_mm`` / ``protrusion_max_mm``: how far those points lie from it;
+- ``volume_ratio``: the export's (union) volume over the true volume (uniform samples in a box around
+  both); for spheres also ``summed_volume_ratio``, cuRobo's (summed sphere volumes, overlaps twice).
 
 Reads ``truth/``, so a fit must never call it.
 """
@@ -26,9 +31,12 @@ from scipy.spatial import ConvexHull, QhullError
 
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
+from rigs.solids import Solid, solid_of
 from rigs.transforms import invert, transform_points
 from selfmodel.collision import ConvexPiece, polytope
 from selfmodel.spheres import SphereCover
+
+TRUTH_PITCH = 0.001  # m: grid of the true solids
 
 
 @dataclass
@@ -39,6 +47,7 @@ class PosedExport:
     base_link: str
     pieces: dict[str, list[ConvexPiece]]
     spheres: dict[str, SphereCover] = field(default_factory=dict)
+    held: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,12 +60,12 @@ class TruthAtPoses:
     base_T_links: np.ndarray  # (P, L, 4, 4)
     q_commanded: np.ndarray  # (P, dof) from joints.csv
     joint_names: list[str]
+    solids: dict[str, Solid] = field(default_factory=dict)
 
-
-def _o3d():
-    import open3d as o3d  # before coacd in any process (see selfmodel.collision.import_coacd)
-
-    return o3d
+    def solid(self, link: str) -> Solid:
+        if link not in self.solids:
+            self.solids[link] = solid_of(self.meshes[link], TRUTH_PITCH)
+        return self.solids[link]
 
 
 def load_truth(session_path: Path, pose_ids: list[str] | None = None) -> TruthAtPoses:
@@ -74,118 +83,132 @@ def load_truth(session_path: Path, pose_ids: list[str] | None = None) -> TruthAt
 
 
 def export_link_poses(export: PosedExport, links: list[str], joint_names: list[str], q: np.ndarray) -> np.ndarray:
-    """(P, dof) commanded angles -> (P, L, 4, 4) poses of ``links`` of the export, base frame."""
+    """(P, dof) commanded angles -> (P, L, 4, 4) poses of ``links`` of the export, base frame
+    (joints off the chain where the export holds them)."""
     import pinocchio as pin
 
     from selfmodel.srdf import full_configurations, link_poses
 
     model = pin.buildModelFromUrdf(str(export.urdf_path))
+    names = list(joint_names) + [name for name in export.held if model.existJointName(name)]
+    q = np.atleast_2d(np.asarray(q, dtype=float))
+    values = np.hstack([q, np.tile([export.held[name] for name in names[len(joint_names):]], (len(q), 1))])
     try:
-        full = full_configurations(model, joint_names, q)
+        full = full_configurations(model, names, values)
     except KeyError as error:
         raise InputError(f"{export.urdf_path}: joint {error.args[0]!r} of the session is not in this URDF.") from None
     poses = link_poses(model, [export.base_link] + links, full)
     return np.einsum("pij,pljk->plik", np.linalg.inv(poses[:, 0]), poses[:, 1:])
 
 
-class _Scenes:
-    """open3d raycasting scenes of meshes, one per key, queried in the mesh's own frame."""
+def _scene(mesh: trimesh.Trimesh):
+    import open3d as o3d  # before coacd in any process (see selfmodel.collision.import_coacd)
 
-    def __init__(self, meshes: dict[str, trimesh.Trimesh]):
-        o3d = _o3d()
-        self.scenes = {}
-        for key, mesh in meshes.items():
-            scene = o3d.t.geometry.RaycastingScene()
-            scene.add_triangles(o3d.core.Tensor(np.asarray(mesh.vertices, dtype=np.float32)),
-                                o3d.core.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
-            self.scenes[key] = scene
-
-    def occupancy(self, key: str, points: np.ndarray) -> np.ndarray:
-        o3d = _o3d()
-        # Several rays vote: robust on meshes that are not quite watertight (FACTS.md).
-        return self.scenes[key].compute_occupancy(o3d.core.Tensor(points.astype(np.float32)), nsamples=3).numpy() > 0.5
-
-    def distance(self, key: str, points: np.ndarray) -> np.ndarray:
-        o3d = _o3d()
-        return self.scenes[key].compute_distance(o3d.core.Tensor(points.astype(np.float32))).numpy().astype(float)
+    scene = o3d.t.geometry.RaycastingScene()
+    scene.add_triangles(o3d.core.Tensor(np.asarray(mesh.vertices, dtype=np.float32)),
+                        o3d.core.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
+    return scene
 
 
-def _to_frames(points: np.ndarray, base_T_links: np.ndarray) -> list[np.ndarray]:
-    return [transform_points(invert(pose), points) for pose in base_T_links]
+def _distance(scene, points: np.ndarray) -> np.ndarray:
+    import open3d as o3d
+
+    return scene.compute_distance(o3d.core.Tensor(np.asarray(points, dtype=np.float32))).numpy().astype(float)
+
+
+class _PosedTruth:
+    """The true arm at one pose: inside test and distance to its surface, base frame."""
+
+    def __init__(self, truth: TruthAtPoses, pose: int):
+        self.items = [(truth.solid(link), invert(truth.base_T_links[pose, i])) for i, link in enumerate(truth.link_names)]
+
+    def inside(self, points: np.ndarray) -> np.ndarray:
+        result = np.zeros(len(points), dtype=bool)
+        for solid, link_T_base in self.items:
+            result |= solid.contains(transform_points(link_T_base, points))
+        return result
+
+    def distance(self, points: np.ndarray) -> np.ndarray:
+        return np.min([solid.distance_to_surface(transform_points(link_T_base, points))
+                       for solid, link_T_base in self.items], axis=0)
 
 
 def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Generator,
                     surface_samples: int = 20000, volume_samples: int = 100_000) -> dict:
-    """Coverage, gap, protrusion and volume ratio of the export's pieces (and spheres) against the truth."""
+    """The figures of the module docstring, for the export's pieces (and spheres) against the truth."""
     links = sorted(set(export.pieces) | set(export.spheres))
     poses = export_link_poses(export, links, truth.joint_names, truth.q_commanded)
-    true_scenes = _Scenes(truth.meshes)
     piece_meshes = {link: trimesh.util.concatenate([piece.mesh() for piece in export.pieces[link]])
                     for link in links if export.pieces.get(link)}
-    piece_scenes = _Scenes(piece_meshes)
+    piece_scenes = {link: _scene(mesh) for link, mesh in piece_meshes.items()}
     areas = np.array([truth.meshes[link].area for link in truth.link_names])
     counts = np.maximum((surface_samples * areas / areas.sum()).astype(int), 50)
     link_samples = {link: np.asarray(truth.meshes[link].sample(int(n), seed=int(rng.integers(2**31)))) for link, n in
                     zip(truth.link_names, counts)}
     kinds = ["pieces"] + (["spheres"] if export.spheres else [])
-    totals = {kind: {"covered": 0, "samples": 0, "gap": 0.0, "protrusion": [], "export_volume": 0, "true_volume": 0}
-              for kind in kinds}
+    totals = {kind: {"gaps": [], "interior": [0, 0], "export_volume": 0, "true_volume": 0, "protrusion": [],
+                     "outer": 0} for kind in kinds}
     per_link = {link: {kind: [0, 0, 0.0] for kind in kinds} for link in truth.link_names}
+    summed_sphere_volume = float(sum(cover.summed_volume for cover in export.spheres.values()))
+    true_volume = float(sum(truth.solid(link).volume for link in truth.link_names))
     for p in range(len(truth.pose_ids)):
-        true_poses, export_poses = truth.base_T_links[p], poses[p]
-        # True surface samples at this pose, less the faces hidden inside another link.
+        posed = _PosedTruth(truth, p)
+        export_poses = poses[p]
         for i, link in enumerate(truth.link_names):
-            points = transform_points(true_poses[i], link_samples[link])
+            points = transform_points(truth.base_T_links[p, i], link_samples[link])
+            # Faces hidden inside another link (where links join) are not the arm's surface.
             hidden = np.zeros(len(points), dtype=bool)
-            for j, other in enumerate(truth.link_names):
+            for j, (solid, link_T_base) in enumerate(posed.items):
                 if j != i:
-                    hidden |= true_scenes.occupancy(other, transform_points(invert(true_poses[j]), points))
+                    hidden |= solid.contains(transform_points(link_T_base, points))
             points = points[~hidden]
             for kind in kinds:
-                outside = _outside_distance(export, piece_scenes, kind, links, export_poses, points)
-                covered = outside <= 1e-9
-                totals[kind]["covered"] += int(covered.sum())
-                totals[kind]["samples"] += len(points)
-                gap = float(outside.max()) if len(points) else 0.0
-                totals[kind]["gap"] = max(totals[kind]["gap"], gap)
-                per_link[link][kind][0] += int(covered.sum())
+                gaps = _outside_distance(export, piece_scenes, kind, links, export_poses, points)
+                totals[kind]["gaps"].append(gaps)
+                per_link[link][kind][0] += int(np.sum(gaps <= 1e-9))
                 per_link[link][kind][1] += len(points)
-                per_link[link][kind][2] = max(per_link[link][kind][2], gap)
-        # Volume: uniform samples in a box around the true arm and the export.
-        corners = [transform_points(true_poses[i], truth.meshes[link].bounds) for i, link in enumerate(truth.link_names)]
-        corners += [transform_points(export_poses[k], m.bounds) for k, link in enumerate(links)
-                    for m in ([piece_meshes[link]] if link in piece_meshes else [])]
+                per_link[link][kind][2] = max(per_link[link][kind][2], float(gaps.max()) if len(gaps) else 0.0)
+        corners = [transform_points(truth.base_T_links[p, i], truth.meshes[link].bounds) for i, link in enumerate(truth.link_names)]
+        corners += [transform_points(export_poses[k], piece_meshes[link].bounds) for k, link in enumerate(links) if link in piece_meshes]
         corners += [transform_points(export_poses[k], _sphere_bounds(export.spheres[link])) for k, link in enumerate(links)
-                    if link in export.spheres]
+                    if link in export.spheres and len(export.spheres[link].radii)]
         corners = np.vstack(corners)
         box_lo, box_hi = corners.min(axis=0) - 0.01, corners.max(axis=0) + 0.01
         volume_points = rng.uniform(box_lo, box_hi, (volume_samples, 3))
-        inside_true = _true_occupancy(true_scenes, truth, true_poses, volume_points)
+        inside_true = posed.inside(volume_points)
         for kind in kinds:
             inside_export = _outside_distance(export, piece_scenes, kind, links, export_poses, volume_points,
                                               distances=False) <= 1e-9
             totals[kind]["export_volume"] += int(inside_export.sum())
             totals[kind]["true_volume"] += int(inside_true.sum())
-            # Protrusion: the export's outer surface, measured from the true body.
+            totals[kind]["interior"][0] += int(np.sum(inside_export & inside_true))
+            totals[kind]["interior"][1] += int(inside_true.sum())
             surface = _export_surface(export, kind, links, export_poses, rng)
-            inside = _true_occupancy(true_scenes, truth, true_poses, surface)
-            distance = np.full(len(surface), np.inf)
-            for i, link in enumerate(truth.link_names):
-                distance = np.minimum(distance, true_scenes.distance(link, transform_points(invert(true_poses[i]), surface)))
-            totals[kind]["protrusion"].append(np.where(inside, 0.0, distance))
+            outside = ~posed.inside(surface)
+            totals[kind]["outer"] += len(surface)
+            totals[kind]["protrusion"].append(posed.distance(surface[outside]))
     result = {"poses": len(truth.pose_ids), "pose_ids": truth.pose_ids}
     for kind in kinds:
         t = totals[kind]
-        protrusion = np.concatenate(t["protrusion"]) if t["protrusion"] else np.zeros(1)
+        gaps = np.concatenate(t["gaps"]) if t["gaps"] else np.zeros(1)
+        protrusion = np.concatenate(t["protrusion"]) if t["protrusion"] else np.zeros(0)
         result[kind] = {
-            "coverage": t["covered"] / max(t["samples"], 1),
-            "surface_samples": t["samples"],
-            "largest_gap_mm": 1000.0 * t["gap"],
-            "protrusion_mm": 1000.0 * float(protrusion.mean()),
-            "protrusion_max_mm": 1000.0 * float(protrusion.max()),
+            "surface_coverage": float(np.mean(gaps <= 1e-9)),
+            "coverage": t["interior"][0] / max(t["interior"][1], 1),
+            "surface_samples": int(len(gaps)),
+            "surface_gap_mean_mm": 1000.0 * float(gaps[gaps > 1e-9].mean()) if np.any(gaps > 1e-9) else 0.0,
+            "surface_gap_p95_mm": 1000.0 * float(np.percentile(gaps, 95)),
+            "largest_gap_mm": 1000.0 * float(gaps.max()),
+            "protrusion_share": len(protrusion) / max(t["outer"], 1),
+            "protrusion_mean_mm": 1000.0 * float(protrusion.mean()) if len(protrusion) else 0.0,
+            "protrusion_p95_mm": 1000.0 * float(np.percentile(protrusion, 95)) if len(protrusion) else 0.0,
+            "protrusion_max_mm": 1000.0 * float(protrusion.max()) if len(protrusion) else 0.0,
             "volume_ratio": t["export_volume"] / max(t["true_volume"], 1),
         }
-    result["per_link"] = {link: {kind: {"coverage": v[0] / max(v[1], 1), "largest_gap_mm": 1000.0 * v[2]}
+    if "spheres" in kinds:
+        result["spheres"]["summed_volume_ratio"] = summed_sphere_volume / true_volume
+        result["spheres"]["count"] = int(sum(len(cover.radii) for cover in export.spheres.values()))
+    result["per_link"] = {link: {kind: {"surface_coverage": v[0] / max(v[1], 1), "largest_gap_mm": 1000.0 * v[2]}
                                  for kind, v in kinds_values.items()}
                           for link, kinds_values in per_link.items()}
     return result
@@ -195,23 +218,15 @@ def _sphere_bounds(cover: SphereCover) -> np.ndarray:
     return np.vstack([(cover.centres - cover.radii[:, None]).min(axis=0), (cover.centres + cover.radii[:, None]).max(axis=0)])
 
 
-def _true_occupancy(scenes: _Scenes, truth: TruthAtPoses, true_poses: np.ndarray, points: np.ndarray) -> np.ndarray:
-    inside = np.zeros(len(points), dtype=bool)
-    for i, link in enumerate(truth.link_names):
-        inside |= scenes.occupancy(link, transform_points(invert(true_poses[i]), points))
-    return inside
-
-
-def _outside_distance(export: PosedExport, piece_scenes: _Scenes, kind: str, links: list[str], export_poses: np.ndarray,
+def _outside_distance(export: PosedExport, piece_scenes: dict, kind: str, links: list[str], export_poses: np.ndarray,
                       points: np.ndarray, distances: bool = True) -> np.ndarray:
     """(N, 3) base frame -> (N,) m outside the export's union (0 inside; with ``distances=False``,
     1 outside)."""
     outside = np.full(len(points), np.inf)
-    local_points = _to_frames(points, export_poses)
     for k, link in enumerate(links):
-        local = local_points[k]
+        local = transform_points(invert(export_poses[k]), points)
         if kind == "spheres":
-            if link in export.spheres:
+            if link in export.spheres and len(export.spheres[link].radii):
                 outside = np.minimum(outside, export.spheres[link].outside_distance(local))
             continue
         pieces = export.pieces.get(link) or []
@@ -223,7 +238,7 @@ def _outside_distance(export: PosedExport, piece_scenes: _Scenes, kind: str, lin
         if distances:
             distance = np.zeros(len(local))
             if (~inside).any():
-                distance[~inside] = piece_scenes.distance(link, local[~inside])
+                distance[~inside] = _distance(piece_scenes[link], local[~inside])
             outside = np.minimum(outside, distance)
         else:
             outside = np.minimum(outside, np.where(inside, 0.0, 1.0))
@@ -253,9 +268,8 @@ def _export_surface(export: PosedExport, kind: str, links: list[str], export_pos
     points = np.vstack(parts)
     # Keep the outer surface only: a point strictly inside another part of the union is not on it.
     strictly_inside = np.zeros(len(points), dtype=bool)
-    local_points = _to_frames(points, export_poses)
     for k, link in enumerate(links):
-        local = local_points[k]
+        local = transform_points(invert(export_poses[k]), points)
         if kind == "spheres" and link in export.spheres:
             cover = export.spheres[link]
             gaps = np.linalg.norm(local[:, None] - cover.centres[None], axis=2) - cover.radii[None]
@@ -325,7 +339,7 @@ def truth_at_random_configurations(session_path: Path, count: int, rng: np.rando
     session = load_session(session_path)
     arm = true_arm(session, session.pose_ids[:1])
     truth_urdf = session.path / "truth" / "robot.urdf"
-    spec = ChainSpec.from_urdf(truth_urdf, session.base_link, session.tip_link)
+    spec = ChainSpec.from_urdf(truth_urdf, session.base_link, session.tip_link, session.held_joints)
     infos = urdf_io.joints(urdf_io.parse_urdf(truth_urdf), truth_urdf)
     lower = np.array([infos[name].lower for name in spec.joint_names])
     upper = np.array([infos[name].upper for name in spec.joint_names])
@@ -335,3 +349,74 @@ def truth_at_random_configurations(session_path: Path, count: int, rng: np.rando
     columns = [spec.link_names.index(link) for link in links]
     return TruthAtPoses([f"random{k:03d}" for k in range(count)], links, arm.meshes, poses[:, columns], q,
                         list(session.joint_names))
+
+
+class TrueWorld:
+    """The true arm of a simulated session among box obstacles, asked as a planner's world is
+    (``collides(q)`` at commanded joint values): its meshes (and the board on the tip) touch an
+    obstacle, or two of its links joined by more than one moving joint touch (the pairs a real arm
+    can bring into contact; rigid and one-joint pairs are the arm's own build). Meshes are triangle
+    soups for coal, so a box wholly inside a link (or a link inside a box) is caught by testing points
+    of one inside the other's solid. Evaluation only: reads ``truth/``."""
+
+    def __init__(self, session_path: Path, obstacles=(), samples: int = 1500, seed: int = 0):
+        import json
+
+        from capture.session import load_session
+        from rigs.self_contact import MOVING
+        from rigs.simulator import board_plate
+        from selfmodel.collision_world import CollisionWorld
+        from selfmodel.srdf import LinkTree
+
+        session = load_session(session_path)
+        urdf = session.path / "truth" / "robot.urdf"
+        extra = {}
+        board = (session.manifest.get("sensors") or {}).get("board")
+        parameters = json.loads((session.path / "truth" / "parameters.json").read_text())
+        if board and "tip_T_board" in parameters:
+            extra[session.tip_link] = board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
+                np.asarray(parameters["tip_T_board"], dtype=float))
+        from rigs.link_meshes import link_meshes
+
+        meshes = link_meshes(urdf, fold_fixed=False)
+        for link, mesh in extra.items():
+            meshes[link] = trimesh.util.concatenate([meshes[link], mesh]) if link in meshes else mesh
+        tree = LinkTree(urdf)
+        moving = set(session.joint_names)
+        names = sorted(meshes)
+        self.self_pairs = {tuple(sorted((a, b))) for i, a in enumerate(names) for b in names[i + 1:]
+                           if sum(1 for joint in tree.path(a, b) if joint.type in MOVING and joint.name in moving) >= 2}
+        self.world = CollisionWorld(urdf, session.joint_names, session.base_link, held=session.held_joints,
+                                    obstacles=list(obstacles), convex=False, geometry="visual", extra=extra,
+                                    pairs=self.self_pairs)
+        self.obstacles = list(obstacles)
+        rng = np.random.default_rng(seed)
+        self.links = names
+        self.samples = {link: np.asarray(meshes[link].sample(samples, seed=int(rng.integers(2**31)))) for link in names}
+        # Plain arrays: trimesh's tracked arrays cost more than the arithmetic in a loop run millions of times.
+        self.balls = {link: (np.array(meshes[link].bounding_sphere.primitive.center, dtype=float),
+                             float(meshes[link].bounding_sphere.primitive.radius)) for link in names}
+        self.solids = {link: solid_of(meshes[link], 0.002) for link in names}
+        self.joint_names = list(session.joint_names)
+
+    def collides(self, q: np.ndarray) -> bool:
+        if self.world.collides(q):
+            return True
+        return self._contained(q)
+
+    def _contained(self, q: np.ndarray) -> bool:
+        if not self.obstacles:
+            return False
+        for link, pose in zip(self.links, self.world.link_poses(self.links, q)):
+            centre, radius = self.balls[link]
+            centre = pose[:3, :3] @ centre + pose[:3, 3]
+            for box in self.obstacles:
+                local = box.base_T_box[:3, :3].T @ (centre - box.base_T_box[:3, 3])
+                if np.any(np.abs(local) - box.size / 2 > radius):
+                    continue
+                if box.contains(self.samples[link] @ pose[:3, :3].T + pose[:3, 3]).any():
+                    return True
+                inside_link = np.linalg.inv(pose) @ box.base_T_box
+                if self.solids[link].signed_distance(inside_link[None, :3, 3]).min() < 0:
+                    return True
+        return False

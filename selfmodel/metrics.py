@@ -25,7 +25,7 @@ import trimesh
 from capture.session import Session
 from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, link_poses_numpy
-from selfmodel.link_meshes import link_meshes
+from rigs.link_meshes import link_meshes
 from selfmodel.meshing import arm_mesh, link_meshes_of
 
 HIDDEN_OFFSET = 0.002  # m: a true surface sample whose outward neighbour is inside the arm is a hidden face
@@ -52,13 +52,9 @@ def _board_mesh(parameters: dict, manifest: dict) -> trimesh.Trimesh | None:
     board = (manifest.get("sensors") or {}).get("board")
     if not board or "tip_T_board" not in parameters:
         return None
-    from rigs.simulator import BOARD_MARGIN_SQUARES, BOARD_TEXTURE_PX_PER_SQUARE
+    from rigs.simulator import board_plate
 
-    square = float(board["square_m"])
-    margin = round(BOARD_MARGIN_SQUARES * BOARD_TEXTURE_PX_PER_SQUARE) / BOARD_TEXTURE_PX_PER_SQUARE * square
-    size = [board["squares"][0] * square + 2 * margin, board["squares"][1] * square + 2 * margin, 0.0035]
-    # The printed face lies at board z = 0, the grey backing behind it down to z = -3.5 mm.
-    plate = trimesh.creation.box(size, transform=trimesh.transformations.translation_matrix([0, 0, -0.00175]))
+    plate = board_plate(tuple(board["squares"]), float(board["square_m"]))
     return plate.apply_transform(np.asarray(parameters["tip_T_board"], dtype=float))
 
 
@@ -78,7 +74,7 @@ def true_arm(session: Session, pose_ids: list[str] | None = None) -> TrueArmPose
     missing = [p for p in pose_ids if p not in reached]
     if missing:
         raise InputError(f"{reached_path}: pose {missing[0]!r} has no row.")
-    spec = ChainSpec.from_urdf(urdf, session.base_link, session.tip_link)
+    spec = ChainSpec.from_urdf(urdf, session.base_link, session.tip_link, session.held_joints)
     meshes = link_meshes(urdf, spec.link_names)
     parameters = json.loads((truth / "parameters.json").read_text()) if (truth / "parameters.json").is_file() else {}
     board = _board_mesh(parameters, session.manifest)
@@ -237,7 +233,21 @@ def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[s
         "iou": inter / union if union else 0.0,
         "false_free_rate": inside_free / inside_total if inside_total else 0.0,
         "queries_per_s": queries_per_second(model, truth.q_commanded, rng),
+        **baked_figures(model, truth.q_commanded, rng),
     }
+
+
+def baked_figures(model, q: np.ndarray, rng: np.random.Generator) -> dict:
+    """A structured model's baked grids beside the network: queries per second (same batches) and
+    how often the two disagree (``selfmodel.baked.agreement``); {} for a free model."""
+    if getattr(model, "kind", "") != "structured":
+        return {}
+    from selfmodel.baked import BAKED, agreement, bake, load_baked
+
+    folder = getattr(model, "folder", None)
+    baked = load_baked(model, folder) if folder is not None and (folder / BAKED).is_file() else bake(model)
+    return {"baked_queries_per_s": queries_per_second(baked, q, rng), "baked_pitch_mm": baked.pitch * 1000,
+            **agreement(model, baked, q[:5], rng)}
 
 
 def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int = 4000,
@@ -272,3 +282,24 @@ def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int
             "free_labels_deep_inside": free_deep / max(free_total, 1),
             "occupied_labels_far_outside": occupied_far / max(occupied_total, 1),
             "free_labels": free_total, "occupied_labels": occupied_total, "labels": len(data.points)}
+
+
+def true_corrections(session: Session, spec: ChainSpec) -> np.ndarray:
+    """(dof, 6) the simulated arm's true joint placements in the self-model's convention
+    (``origin @ exp6(delta) @ motion(q)``): placement error, zero offset and a bend of the parent
+    link folded into one delta per movable joint. Evaluation only: reads truth/parameters.json."""
+    from rigs.transforms import axis_angle, exp6, log6
+
+    path = session.path / "truth" / "parameters.json"
+    if not path.is_file():
+        raise InputError(f"{session.path}: not a simulated session (truth/parameters.json is missing).")
+    truth = json.loads(path.read_text())
+    out = np.zeros((spec.dof, 6))
+    movable = [joint for joint in spec.joints if joint.type != "fixed"]
+    for i, joint in enumerate(movable):
+        entry = truth["joints"][joint.name]
+        true = exp6(np.asarray(entry["placement_delta"], dtype=float))
+        true[:3, :3] = true[:3, :3] @ axis_angle(joint.axis, float(entry["zero_offset"]))
+        bend = np.asarray(truth["bend_transforms"].get(joint.name, np.eye(4)), dtype=float)
+        out[i] = log6(np.linalg.inv(joint.origin) @ bend @ joint.origin @ true)
+    return out

@@ -9,6 +9,7 @@ model/
   robot_corrected.urdf     the same with the learned joint placements written in (structured)
   surface_samples.npz      measured surface samples in the frame of the link that claims each,
                            with the training configurations (structured; for collision margins)
+  baked.npz                per-link logit grids in link frames (structured; selfmodel.baked)
 ```
 
 ``load_model(folder)`` gives the model back; a folder of another format version is refused with
@@ -68,12 +69,21 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
         urdf_io.write_urdf(corrected, folder / CORRECTED_URDF)
         config.update({"urdf": "robot.urdf", "corrected_urdf": CORRECTED_URDF, "base_link": model.base_link,
                        "tip_link": model.tip_link, "link_names": model.link_names, "board": board,
+                       "held_joints": dict(model.spec.held),
                        "joint_corrections": model.chain.deltas.detach().numpy().tolist()})
+        if result.corrections is not None:
+            config["joint_placement"] = result.corrections.to_json()
         buffer = io.BytesIO()
         np.savez_compressed(buffer, points_link=result.surface_points_link.astype(np.float32),
                             link_index=result.surface_link_index, config=result.surface_config,
                             q=result.q.astype(np.float64))
         atomic_write_bytes(folder / SURFACE, buffer.getvalue())
+        from selfmodel.baked import BAKED, bake, save_baked
+
+        # The planner-speed form: every link network read once on a grid in its own frame.
+        baked = bake(model)
+        save_baked(baked, folder)
+        config.update({"baked": BAKED, "baked_pitch_m": baked.pitch})
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     atomic_write_bytes(folder / WEIGHTS, buffer.getvalue())
@@ -134,7 +144,7 @@ def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
             corrected = inside_folder(folder, config["corrected_urdf"], f"{folder / CONFIG}: key 'corrected_urdf'",
                                       "URDF path")
             urdf_io.check_meshes(urdf)
-            spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"])
+            spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"], config.get("held_joints") or {})
             if spec.link_names != config["link_names"] or spec.joint_names != config["joint_names"]:
                 raise InputError(f"{folder / CONFIG}: its links and joints are not those of the chain of {urdf.name} "
                                  f"({spec.link_names}; {spec.joint_names}).")
@@ -143,6 +153,15 @@ def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
                                         network["hidden"], network["layers"], network["frequencies"], urdf_path=urdf,
                                         base_link=config["base_link"], tip_link=config["tip_link"])
             model.corrected_urdf_path = corrected
+            model.corrections = None
+            if config.get("joint_placement") is not None:
+                from selfmodel.placement import JointCorrections
+
+                try:
+                    model.corrections = JointCorrections.from_json(config["joint_placement"], spec.joint_names)
+                except (KeyError, TypeError, ValueError, IndexError):
+                    raise InputError(f"{folder / CONFIG}: key 'joint_placement' is not a placement fit of joints "
+                                     f"{', '.join(spec.joint_names)}.") from None
             model.board = config.get("board")
             model.folder = folder
         else:

@@ -58,16 +58,23 @@ class _Occupancy(nn.Module):
     def _inside(self, points: np.ndarray) -> np.ndarray:
         return np.all((points >= self.workspace_lo) & (points <= self.workspace_hi), axis=1)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (a model is moved with ``.to(device)``; queries come back as numpy)."""
+        return next(self.parameters()).device
+
     def occupancy(self, points, q) -> np.ndarray:
         """points (N, 3) base frame m, q (N, dof) or (dof,) -> (N,) occupancy probabilities."""
         points, q = _as_queries(points, q, self.dof)
         out = np.zeros(len(points), dtype=np.float32)
         inside = np.flatnonzero(self._inside(points))
+        device = self.device
         with torch.no_grad():
             for start in range(0, len(inside), QUERY_BATCH):
                 rows = inside[start:start + QUERY_BATCH]
-                logits = self.logits(torch.from_numpy(points[rows]), torch.from_numpy(np.ascontiguousarray(q[rows])))
-                out[rows] = torch.sigmoid(logits).numpy()
+                logits = self.logits(torch.from_numpy(points[rows]).to(device),
+                                     torch.from_numpy(np.ascontiguousarray(q[rows])).to(device))
+                out[rows] = torch.sigmoid(logits).cpu().numpy()
         return out
 
 
@@ -94,8 +101,9 @@ class StructuredSelfModel(_Occupancy):
         self.networks = nn.ModuleList([
             FourierMLP((lo + hi) / 2, float(np.max(hi - lo) / 2), hidden, layers, frequencies)
             for lo, hi in zip(self.domains_lo, self.domains_hi)])
-        self._lo = torch.from_numpy(self.domains_lo)
-        self._hi = torch.from_numpy(self.domains_hi)
+        # Not saved (the config holds the domains), but moved with the model.
+        self.register_buffer("_lo", torch.from_numpy(self.domains_lo), persistent=False)
+        self.register_buffer("_hi", torch.from_numpy(self.domains_hi), persistent=False)
 
     # -- the contract with collision export ---------------------------------------------------
     def link_bounds(self, link: str) -> tuple[np.ndarray, np.ndarray]:
@@ -110,15 +118,15 @@ class StructuredSelfModel(_Occupancy):
         out = np.zeros(len(points), dtype=np.float32)
         with torch.no_grad():
             for start in range(0, len(points), QUERY_BATCH):
-                chunk = points[start:start + QUERY_BATCH]
-                out[start:start + QUERY_BATCH] = torch.sigmoid(self._link_logits(index, chunk)).numpy()
+                chunk = points[start:start + QUERY_BATCH].to(self.device)
+                out[start:start + QUERY_BATCH] = torch.sigmoid(self._link_logits(index, chunk)).cpu().numpy()
         return out
 
     def base_T_links(self, q) -> np.ndarray:
         """q (N, dof) or (dof,) -> (N, L, 4, 4) learned link poses in the base frame."""
         q = np.atleast_2d(np.asarray(q, dtype=np.float32))
         with torch.no_grad():
-            return self.chain.base_T_links(torch.from_numpy(q)).double().numpy()
+            return self.chain.base_T_links(torch.from_numpy(q)).double().cpu().numpy()
 
     def corrected_joint_origins(self) -> dict[str, np.ndarray]:
         """Movable joint name -> learned origin (4, 4) in its parent link's frame."""
@@ -127,7 +135,7 @@ class StructuredSelfModel(_Occupancy):
     # -- evaluation ---------------------------------------------------------------------------
     def _link_logits(self, index: int, points_link: torch.Tensor) -> torch.Tensor:
         inside = torch.all((points_link >= self._lo[index]) & (points_link <= self._hi[index]), dim=1)
-        logits = torch.full((len(points_link),), OUTSIDE_LOGIT)
+        logits = torch.full((len(points_link),), OUTSIDE_LOGIT, device=points_link.device)
         rows = torch.nonzero(inside).squeeze(1)
         if len(rows):
             logits = logits.index_put((rows,), self.networks[index](points_link[rows]))

@@ -1,11 +1,15 @@
 """Sphere covers of a link body, the shape GPU planners (cuRobo) check fastest.
 
-A cover is ``centres (k, 3)`` and ``radii (k,)`` in a link frame, metres, whose union contains
-every given point of the body (surface and interior samples). It is built like k-means: points
-go to the sphere that must grow least, each sphere becomes the smallest ball around its points,
-and the rounds repeat while the summed sphere volume drops. Surface triangles are assigned whole
-and the final radii are measured, so the cover contains the whole surface by construction,
-whatever the quality of the fit.
+A cover is ``centres (k, 3)`` and ``radii (k,)`` in a link frame, metres. A good cover holds the
+body's surface and gives away little free space, measured as cuRobo measures it
+(:func:`cover_metrics`): coverage, the share of the body's points inside some sphere; protrusion,
+the share of the union's surface that lies outside the body, with the mean and 95th percentile of
+how far; the surface gap (how far uncovered surface points lie outside); and the volume ratio.
+
+The fit works on the union, not on the sum of sphere volumes: spheres are chosen for the surface
+they add to the union (one budget for the whole body, so a long link gets more than a short one),
+with a bound on how far each may bulge beyond the body, and the union must hold all of the surface
+(see :func:`fit_sphere_covers`).
 """
 
 from __future__ import annotations
@@ -13,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.cluster.vq import kmeans2
-from scipy.spatial import ConvexHull, QhullError
 
 
 @dataclass
@@ -28,6 +30,7 @@ class SphereCover:
 
     def outside_distance(self, points: np.ndarray, batch: int = 100_000) -> np.ndarray:
         """(N, 3) -> (N,) m: distance outside the union of spheres (0 inside)."""
+        points = np.asarray(points, dtype=float)
         result = np.empty(len(points))
         for start in range(0, len(points), batch):
             chunk = points[start:start + batch]
@@ -42,15 +45,128 @@ class SphereCover:
     def summed_volume(self) -> float:
         return float(4.0 / 3.0 * np.pi * np.sum(self.radii ** 3))
 
+    def surface_points(self, per_sphere: int, rng: np.random.Generator) -> np.ndarray:
+        """Points (M, 3) on the union's outer surface: on each sphere, outside every other one."""
+        directions = rng.normal(size=(len(self.radii), per_sphere, 3))
+        directions /= np.linalg.norm(directions, axis=2, keepdims=True)
+        points = (self.centres[:, None] + self.radii[:, None, None] * directions).reshape(-1, 3)
+        gaps = np.linalg.norm(points[:, None] - self.centres[None], axis=2) - self.radii[None]
+        own = np.repeat(np.arange(len(self.radii)), per_sphere)
+        gaps[np.arange(len(points)), own] = np.inf
+        return points[gaps.min(axis=1) > -1e-9]
 
-def enclosing_ball(points: np.ndarray, rounds: int = 40) -> tuple[np.ndarray, float]:
+
+@dataclass
+class SphereTarget:
+    """One link's body for the sphere fit (link frame, m): ``surface`` (S, 3) points to hold, each
+    worth ``area`` m^2 of surface; candidate centres ``centres`` (C, 3) inside the body with
+    ``clearance`` (C,), their distance to the body's surface; ``limit`` (C,): the largest radius a
+    sphere there may have (it must not reach other links where the arm really stood)."""
+
+    link: str
+    surface: np.ndarray
+    area: float
+    centres: np.ndarray
+    clearance: np.ndarray
+    limit: np.ndarray | None = None
+
+    def radii(self, bulge: float) -> np.ndarray:
+        radii = self.clearance + bulge
+        return radii if self.limit is None else np.minimum(radii, self.limit)
+
+
+def fit_sphere_covers(targets: list[SphereTarget], budget: int, bulges: tuple[float, ...] = (0.004, 0.008, 0.012,
+                      0.018, 0.025), rng: np.random.Generator | None = None) -> dict[str, SphereCover]:
+    """At most ``budget`` spheres over all links (at least one a link) whose union holds every surface
+    point, sharing the budget where it buys the most surface.
+
+    A sphere centred at a candidate with radius ``clearance + bulge`` reaches at most ``bulge``
+    beyond the body (every point of it is within ``bulge`` of the ball of radius ``clearance``,
+    which lies inside). For each bulge, spheres are chosen greedily, over all links at once, by the
+    surface area they newly hold; what the budget leaves uncovered is taken in by growing the
+    nearest chosen sphere. The bulge whose cover has the smallest 95th percentile of protrusion
+    (its union's surface outside the body) wins.
+    """
+    rng = rng or np.random.default_rng(0)
+    if budget < len(targets):
+        raise ValueError(f"a sphere budget of {budget} cannot give each of {len(targets)} links one")
+    distances = [np.linalg.norm(t.surface[None].astype(np.float32) - t.centres[:, None].astype(np.float32), axis=2)
+                 for t in targets]
+    best, best_score = None, None
+    for bulge in bulges:
+        chosen = _greedy(targets, distances, bulge, budget)
+        covers = {t.link: tighten(_hold_all(t, d, picks, bulge), t.surface) for t, d, picks in zip(targets, distances, chosen)}
+        protrusion = np.concatenate([_protrusion(covers[t.link], t, rng) for t in targets])
+        score = (float(np.percentile(protrusion, 95)), float(protrusion.mean()))
+        if best_score is None or score < best_score:
+            best, best_score = covers, score
+    return best
+
+
+def _greedy(targets: list[SphereTarget], distances: list[np.ndarray], bulge: float, budget: int) -> list[list[int]]:
+    covers = [(d <= t.radii(bulge)[:, None]).astype(np.float32) for t, d in zip(targets, distances)]
+    gains = [matrix.sum(axis=1) * t.area for t, matrix in zip(targets, covers)]  # area each would add now
+    covered = [np.zeros(len(t.surface), dtype=bool) for t in targets]
+    chosen: list[list[int]] = [[] for _ in targets]
+    for step in range(budget):
+        # The first round gives every link its first sphere; then the best over all links.
+        candidates = [step] if step < len(targets) else range(len(targets))
+        i = max(candidates, key=lambda n: gains[n].max())
+        k = int(np.argmax(gains[i]))
+        if gains[i][k] <= 0 and step >= len(targets):
+            break
+        chosen[i].append(k)
+        new = covers[i][k] > 0
+        new &= ~covered[i]
+        covered[i] |= new
+        gains[i] = gains[i] - covers[i][:, new].sum(axis=1) * targets[i].area
+    return chosen
+
+
+def _hold_all(target: SphereTarget, distances: np.ndarray, picks: list[int], bulge: float) -> SphereCover:
+    centres = target.centres[picks]
+    radii = target.radii(bulge)[picks]
+    limit = np.full(len(picks), np.inf) if target.limit is None else target.limit[picks]
+    gaps = distances[picks].T - radii[None]  # (S, k)
+    # Points the chosen spheres miss go to the nearest sphere that may grow enough to take them.
+    room = limit[None] - radii[None] - gaps
+    gaps = np.where(room >= 0, gaps, np.inf)
+    nearest = np.argmin(gaps, axis=1)
+    need = gaps[np.arange(len(gaps)), nearest]
+    for k in range(len(radii)):
+        mine = need[(nearest == k) & np.isfinite(need)]
+        if len(mine) and mine.max() > 0:
+            radii[k] = min(radii[k] + float(mine.max()), limit[k])
+    return SphereCover(centres.astype(float), radii.astype(float) + 1e-6)
+
+
+def tighten(cover: SphereCover, surface: np.ndarray, rounds: int = 3) -> SphereCover:
+    """Each sphere, largest first, becomes the smallest ball around the surface points no other
+    sphere holds (dropped when there are none): the union still holds every point it held."""
+    centres, radii = cover.centres.copy(), cover.radii.copy()
+    keep = np.ones(len(radii), dtype=bool)
+    for _ in range(rounds):
+        for k in np.argsort(-radii):
+            if not keep[k]:
+                continue
+            held = np.linalg.norm(surface[:, None] - centres[None], axis=2) <= radii[None] + 1e-9
+            held[:, ~keep] = False
+            others = held.copy()
+            others[:, k] = False
+            mine = surface[held[:, k] & ~others.any(axis=1)]
+            if not len(mine):
+                if keep.sum() > 1:
+                    keep[k] = False
+                continue
+            centre, radius = enclosing_ball(mine)
+            if radius < radii[k]:
+                centres[k], radii[k] = centre, radius + 1e-7
+    return SphereCover(centres[keep], radii[keep])
+
+
+def enclosing_ball(points: np.ndarray, rounds: int = 60) -> tuple[np.ndarray, float]:
     """A near-smallest ball around points (N, 3): Badoiu-Clarkson core-set steps, then the exact
     radius about the centre found, so the ball always contains every point."""
-    if len(points) > 64:
-        try:  # the farthest point is always a hull vertex: work on those alone
-            points = points[ConvexHull(points).vertices]
-        except QhullError:
-            pass
     centre = points.mean(axis=0)
     for step in range(1, rounds + 1):
         farthest = points[np.argmax(np.einsum("ij,ij->i", points - centre, points - centre))]
@@ -58,73 +174,39 @@ def enclosing_ball(points: np.ndarray, rounds: int = 40) -> tuple[np.ndarray, fl
     return centre, float(np.sqrt(np.max(np.einsum("ij,ij->i", points - centre, points - centre))))
 
 
-def fit_sphere_cover(triangles: np.ndarray, max_spheres: int, rng: np.random.Generator,
-                     volume_points: np.ndarray | None = None, rounds: int = 15, restarts: int = 2) -> SphereCover:
-    """At most ``max_spheres`` spheres whose union contains a surface and sampled volume.
+def _protrusion(cover: SphereCover, target: SphereTarget, rng: np.random.Generator, per_sphere: int = 200) -> np.ndarray:
+    """How far (m) points of the union's outer surface lie beyond the body, approximated by their
+    distance beyond the body's surface points (0 where a surface point is as far out)."""
+    from scipy.spatial import cKDTree
 
-    ``triangles`` (T, 3, 3), m: the body's surface; each triangle goes whole to one sphere, and a
-    ball holding a triangle's corners holds the triangle, so the union contains the whole surface
-    exactly, not just samples of it. ``volume_points`` (P, 3), m, interior samples, seed the
-    centres (spheres spread along the body's volume, not its skin) and are covered too.
+    shell = cover.surface_points(per_sphere, rng)
+    tree = cKDTree(target.centres)
+    depth_of, index = tree.query(shell)
+    # Outside by at least (distance to the nearest candidate) - (its clearance); candidates fill the
+    # body, so this is the distance beyond the body to within their spacing.
+    return np.maximum(depth_of - target.clearance[index], 0.0)
+
+
+def cover_metrics(cover: SphereCover, surface: np.ndarray, interior: np.ndarray, body_volume: float,
+                  outside_distance, inside, rng: np.random.Generator, per_sphere: int = 400) -> dict:
+    """cuRobo's sphere metrics of a cover against a body (one frame, m).
+
+    ``surface`` (S, 3) and ``interior`` (P, 3) sample the body; ``outside_distance(points)`` (m, 0
+    inside) and ``inside(points)`` (bool) answer for the body; ``body_volume`` m^3.
     """
-    triangles = np.asarray(triangles, dtype=float).reshape(-1, 3, 3)
-    volume_points = np.zeros((0, 3)) if volume_points is None else np.asarray(volume_points, dtype=float)
-    # A unit is a triangle or a volume point; units are assigned by their centroid.
-    units = np.vstack([triangles.mean(axis=1), volume_points])
-    unit_points = [triangles, volume_points[:, None, :]]
-    seeds = volume_points if len(volume_points) >= 4 * max_spheres else units
-    count = int(min(max_spheres, len(np.unique(np.round(seeds, 6), axis=0))))
-    best: SphereCover | None = None
-    for _ in range(restarts):
-        centres, _ = kmeans2(seeds, count, minit="++", seed=rng, iter=10)
-        radii = np.zeros(len(centres))
-        previous, cover = np.inf, None
-        for _ in range(rounds):
-            # Assign to the sphere that has to grow least: big spheres keep what they already cover.
-            owner = _assign(units, centres, radii)
-            cover = _balls(unit_points, owner, len(centres))
-            centres, radii = cover.centres, cover.radii
-            if cover.summed_volume >= previous * (1 - 1e-4):
-                break
-            previous = cover.summed_volume
-        # Exact radii for the last assignment: every unit's every corner is inside its sphere.
-        owner = _assign(units, cover.centres, cover.radii)
-        cover = _radii_for(unit_points, owner, cover.centres)
-        if best is None or cover.summed_volume < best.summed_volume:
-            best = cover
-    return best
-
-
-def _split(unit_points: list[np.ndarray], owner: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(corner points (n, 3), their sphere) pairs per kind of unit."""
-    pieces, start = [], 0
-    for corners in unit_points:
-        mine = owner[start:start + len(corners)]
-        pieces.append((corners.reshape(-1, 3), np.repeat(mine, corners.shape[1])))
-        start += len(corners)
-    return pieces
-
-
-def _balls(unit_points: list[np.ndarray], owner: np.ndarray, count: int) -> SphereCover:
-    points = np.vstack([p for p, _ in _split(unit_points, owner)])
-    labels = np.concatenate([o for _, o in _split(unit_points, owner)])
-    balls = [enclosing_ball(points[labels == index]) for index in range(count) if np.any(labels == index)]
-    return SphereCover(np.array([centre for centre, _ in balls]), np.array([radius for _, radius in balls]))
-
-
-def _radii_for(unit_points: list[np.ndarray], owner: np.ndarray, centres: np.ndarray) -> SphereCover:
-    radii = np.zeros(len(centres))
-    for points, labels in _split(unit_points, owner):
-        if len(points):
-            np.maximum.at(radii, labels, np.linalg.norm(points - centres[labels], axis=1))
-    used = np.bincount(owner, minlength=len(centres)) > 0
-    return SphereCover(centres[used].copy(), radii[used])
-
-
-def _assign(points: np.ndarray, centres: np.ndarray, radii: np.ndarray, batch: int = 100_000) -> np.ndarray:
-    owner = np.empty(len(points), dtype=int)
-    for start in range(0, len(points), batch):
-        chunk = points[start:start + batch]
-        squared = (chunk ** 2).sum(axis=1)[:, None] - 2.0 * chunk @ centres.T + (centres ** 2).sum(axis=1)[None]
-        owner[start:start + batch] = np.argmin(np.sqrt(np.maximum(squared, 0.0)) - radii[None], axis=1)
-    return owner
+    gaps = cover.outside_distance(surface)
+    shell = cover.surface_points(per_sphere, rng)
+    out = ~inside(shell)
+    distance = outside_distance(shell[out]) if out.any() else np.zeros(1)
+    return {
+        "spheres": int(len(cover.radii)),
+        "coverage": float(np.mean(cover.contains(interior))) if len(interior) else 1.0,
+        "surface_coverage": float(np.mean(gaps <= 1e-9)),
+        "surface_gap_mean_mm": 1000.0 * float(gaps[gaps > 0].mean()) if np.any(gaps > 0) else 0.0,
+        "surface_gap_p95_mm": 1000.0 * float(np.percentile(gaps, 95)),
+        "largest_gap_mm": 1000.0 * float(gaps.max()),
+        "protrusion_share": float(out.mean()) if len(shell) else 0.0,
+        "protrusion_mean_mm": 1000.0 * float(distance.mean()),
+        "protrusion_p95_mm": 1000.0 * float(np.percentile(distance, 95)),
+        "volume_ratio": cover.summed_volume / body_volume if body_volume > 0 else float("inf"),
+    }

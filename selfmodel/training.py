@@ -7,8 +7,16 @@ clock, so how many steps fit depends on the machine's speed (the data, initialis
 order are still fixed by the seed).
 
 The structured model gets one more kind of label: space that no camera ever saw free, in a link's
-own frame, counts as that link's matter. Shell labels alone make a hollow body (a prototype called
-15 % of the inside free), which is the wrong mistake for collision checking.
+own frame, is matter at every configuration. Shell labels alone make a hollow body (a prototype called
+15 % of the inside free), which is the wrong mistake for collision checking. That matter is the
+union's, not necessarily the link's: the core of a joint looks still from both links it joins.
+
+Two links cannot hold the same space at the same moment, and the arm really stood at every training
+pose. So the structured model also pays for overlap: at training configurations, a point's
+probabilities beyond the largest one (``sum - max`` over links) are penalised, on the labelled points
+and on the never-seen-free points. Ownership then goes to the link whose frame the matter moves
+with; without it, a base network happily keeps the part of the shoulder it always saw there, and
+the exported bodies are in collision at every recorded pose.
 """
 
 from __future__ import annotations
@@ -27,8 +35,11 @@ from rigs.errors import InputError
 from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
 from selfmodel.depth_labels import ArmRegion, LabelSettings, TrainingData, depth_training_data
 from selfmodel.models import FreeSelfModel, StructuredSelfModel
+from selfmodel.placement import JointCorrections, PlacementSettings, fit_placements
 
 KINDS = ("structured", "free")
+CLEAR, MATTER, OWN = 0.0, 1.0, 2.0  # labels of the never-seen-free prior (see SelfModelTrainer._prior_pool)
+DESCRIBED_PITCH = 0.003  # m: grid of the description's solids (the ownership prior)
 CHECKPOINT = "checkpoint.pt"
 
 
@@ -39,12 +50,149 @@ def _domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi:
     return ArmRegion(link_poses_numpy(spec, q), lo, hi)
 
 
-def default_threads() -> int:
-    """Every core this process may use (torch's own default can count cores it may not use)."""
+def usable_cores() -> int:
+    """Cores this process may use (os.cpu_count can count cores it may not use)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
+
+
+def default_threads() -> int:
+    """Torch's intra-op threads when the user does not say: half the usable cores, at least one.
+
+    The trainer's steps are many small kernels; each one waits for its slowest thread, so a thread
+    that shares its core with another process stalls every step. Measured on a 2-core machine with
+    one competing process, 2 threads ran several times slower than 1 (BENCHMARKS.md, thread table),
+    while 1 thread on a quiet machine lost well under half; leaving a core free keeps a --minutes
+    budget near its steps when the machine is shared.
+    """
+    return max(1, usable_cores() // 2)
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads (``threads`` or the default) and one inter-op thread; returns the count."""
+    count = threads or default_threads()
+    torch.set_num_threads(count)
+    try:
+        torch.set_num_interop_threads(1)  # nothing here runs operators in parallel with each other
+    except RuntimeError:
+        pass  # torch allows setting it once per process, before any parallel work: already set
+    return count
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when torch sees a GPU, else cpu; ``cuda`` without one is refused with a sentence."""
+    if name not in DEVICES:
+        raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {name!r}.")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: torch sees no GPU on this machine (the CPU wheel, or no driver); "
+                         "use --device cpu or auto.")
+    return torch.device(name)
+
+
+def check_previous(previous, kind: str, spec: ChainSpec | None, joint_names: list[str] | None = None) -> None:
+    """A previous model to start from must be of the same kind and the same chain."""
+    where = str(getattr(previous, "folder", "the previous model"))
+    if previous.kind != kind:
+        raise InputError(f"{where}: a {previous.kind} model cannot start a {kind} training; use --kind {previous.kind}.")
+    names = spec.joint_names if spec is not None else joint_names
+    if list(previous.joint_names) != list(names):
+        raise InputError(f"{where}: its joints ({', '.join(previous.joint_names)}) are not the session's "
+                         f"({', '.join(names)}).")
+    if spec is not None and list(previous.link_names) != list(spec.link_names):
+        raise InputError(f"{where}: its links ({', '.join(previous.link_names)}) are not those of the chain "
+                         f"({', '.join(spec.link_names)}).")
+
+
+def _size(previous, key: str, default: int) -> int:
+    return int(previous.hyper[key]) if previous is not None else default
+
+
+def start_from(model, previous) -> None:
+    """Copy a previous model's weights into ``model`` (the joint corrections stay the new fit's)."""
+    state = {name: value for name, value in previous.state_dict().items() if not name.startswith("chain.")}
+    if isinstance(model, FreeSelfModel):
+        model.workspace_lo, model.workspace_hi = previous.workspace_lo.copy(), previous.workspace_hi.copy()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [name for name in missing if not name.startswith("chain.")]:
+        raise InputError(f"{getattr(previous, 'folder', 'the previous model')}: its networks are not of this size "
+                         f"({', '.join((unexpected or missing)[:3])}).")
+
+
+def board_mesh(board: dict | None):
+    """The calibration board a session declares (``sensors.board``) as a plate in the tip frame, or None."""
+    if not board:
+        return None
+    from rigs.simulator import board_plate
+
+    return board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
+        np.asarray(board["tip_T_board_nominal"], dtype=float))
+
+
+def described_meshes(spec: ChainSpec, urdf_path: Path, tip: str, board: dict | None) -> dict:
+    """Link -> its description's surface (URDF visual meshes, and a board the session declares on the
+    tip), trimesh in the link frame."""
+    import trimesh
+
+    from rigs.link_meshes import link_meshes
+
+    meshes = link_meshes(Path(urdf_path), spec.link_names)
+    plate = board_mesh(board)
+    if plate is not None:
+        meshes[tip] = trimesh.util.concatenate([meshes[tip], plate]) if tip in meshes else plate
+    return meshes
+
+
+def described_solids(meshes: dict) -> dict:
+    """Link -> the solid its description's surface (``described_meshes``) encloses, link frame: the
+    prior on which link owns matter the data cannot assign."""
+    from rigs.solids import solid_of
+
+    return {link: solid_of(mesh, DESCRIBED_PITCH) for link, mesh in meshes.items()}
+
+
+def described_owners(spec: ChainSpec, data: TrainingData, described: dict, deltas: np.ndarray | None = None) -> np.ndarray:
+    """(M,) for every labelled point: the link whose description alone holds it at its configuration
+    (description kinematics with the placement corrections ``deltas`` (dof, 6)), else -1. Only points
+    labelled occupied get an owner."""
+    poses = link_poses_numpy(spec, data.q, deltas)
+    owners = np.full(len(data.points), -1, dtype=np.int8)
+    counts = np.zeros(len(data.points), dtype=np.int8)
+    occupied = np.flatnonzero(data.occupied > 0.5)
+    order = occupied[np.argsort(data.config[occupied], kind="stable")]
+    bounds = np.searchsorted(data.config[order], np.arange(len(data.q) + 1))
+    for c in range(len(data.q)):
+        rows = order[bounds[c]:bounds[c + 1]]
+        if not len(rows):
+            continue
+        for index, link in enumerate(spec.link_names):
+            if link not in described:
+                continue
+            link_T_base = np.linalg.inv(poses[c, index])
+            local = data.points[rows] @ link_T_base[:3, :3].T + link_T_base[:3, 3]
+            inside = described[link].signed_distance(local) < 0
+            owners[rows[inside]] = index
+            counts[rows[inside]] += 1
+    owners[counts > 1] = -1
+    return owners
+
+
+def overlap(link_logits: torch.Tensor, owner: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, L) per-link logits at points and configurations -> mean over points of the probability
+    mass beyond the owner's: the link ``owner`` (N,) names (its description holds the point), or,
+    where it is -1 or not given, the most likely link. 0 where only the owner claims a point."""
+    probabilities = torch.sigmoid(link_logits)
+    kept = probabilities.max(dim=1).values
+    if owner is not None:
+        named = owner >= 0
+        kept = torch.where(named, probabilities.gather(1, owner.clamp(min=0)[:, None]).squeeze(1), kept)
+    return (probabilities.sum(dim=1) - kept).mean()
 
 
 @dataclass
@@ -55,6 +203,7 @@ class TrainResult:
     final_loss: float
     labelled_points: int
     configurations: int
+    corrections: object = None  # selfmodel.placement.JointCorrections (structured models)
     surface_points_link: np.ndarray | None = None  # (S, 3) measured surface samples in their owner link's frame
     surface_link_index: np.ndarray | None = None  # (S,) owner link index
     surface_config: np.ndarray | None = None  # (S,) configuration index into q
@@ -72,16 +221,17 @@ class SelfModelTrainer:
     prior_batch: int = 2048
     learning_rate: float | None = None  # 2e-3 structured, 1e-4 free (SIREN layers diverge at higher rates)
     final_learning_rate: float | None = None
-    kinematics_learning_rate: float = 5e-4
-    kinematics_start: float = 0.15  # fraction of the run before joint corrections start to move
-    kinematics_weight: float = 1.0  # L2 pull of the corrections towards the description
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    overlap_weight: float = 1.0  # exclusive ownership: weight of the mean (sum - max) of link probabilities
     hidden: int | None = None  # network width (kind's default when None)
     layers: int | None = None
     domain_margin: float = 0.05  # m around each link's joint origins and description geometry
     tip_margin: float = 0.10  # m: tools and boards sit on the tip
     prior_voxel: float = 0.015  # m: resolution of the "never seen free" grids
-    threads: int | None = None
+    threads: int | None = None  # torch intra-op threads; default_threads() when None
+    device: str = "auto"  # auto (a GPU when torch sees one), cpu or cuda
     labels: LabelSettings = field(default_factory=LabelSettings)
+    hold: dict[str, float] = field(default_factory=dict)  # off-chain joints' positions stated by the user (rad or m)
 
     def __post_init__(self):
         if self.learning_rate is None:
@@ -92,13 +242,16 @@ class SelfModelTrainer:
             raise InputError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}.")
         if self.steps is None and (self.minutes is None or self.minutes <= 0):
             raise InputError(f"--minutes must be positive, got {self.minutes}.")
+        resolve_device(self.device)  # an unknown or unavailable device is refused before any work
         if self.steps is not None and self.steps < 1:
             raise InputError(f"--steps must be at least 1, got {self.steps}.")
 
     # -- the run ------------------------------------------------------------------------------
     def fit(self, sessions: list[Session], urdf_path: Path | None = None, checkpoint_dir: Path | None = None,
-            resume: bool = False, progress=None) -> TrainResult:
-        torch.set_num_threads(self.threads or default_threads())
+            resume: bool = False, progress=None, previous: StructuredSelfModel | FreeSelfModel | None = None) -> TrainResult:
+        """Train on ``sessions``; with ``previous`` (a loaded model of the same kind and chain) start from
+        its weights, and from its joint corrections (the start and centre of the placement fit)."""
+        set_threads(self.threads)
         rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
         first = sessions[0] if sessions else None
@@ -106,24 +259,60 @@ class SelfModelTrainer:
             if first is None:
                 raise InputError("no session given.")
             urdf_path = Path(urdf_path) if urdf_path is not None else first.urdf_path
-            spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link)
+            spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
             check_joint_names(spec, first.joint_names, str(urdf_path))
-            domains = self._domains(spec, urdf_path)
+            domains = self._domains(spec, urdf_path, first.tip_link)
+            if previous is not None:
+                check_previous(previous, "structured", spec)
+                domains = (previous.domains_lo, previous.domains_hi)
             data = depth_training_data(sessions, self.labels, rng, arm_region=_domain_region(spec, sessions, *domains))
             model = StructuredSelfModel(spec, domains[0], domains[1], data.workspace_lo, data.workspace_hi,
-                                        self.hidden or 64, self.layers or 3, urdf_path=urdf_path,
+                                        self.hidden or _size(previous, "hidden", 64), self.layers or _size(previous, "layers", 3),
+                                        _size(previous, "frequencies", 6), urdf_path=urdf_path,
                                         base_link=first.base_link, tip_link=first.tip_link)
-            prior = self._prior_pool(model, spec, data, sessions, rng)
+            board = (first.manifest.get("sensors") or {}).get("board")
+            meshes = described_meshes(spec, urdf_path, first.tip_link, board)
+            # The gauge: joint placements are fitted first, with the description's geometry as the
+            # reference, and held while the networks learn the shapes in those frames.
+            start = previous.chain.deltas.detach().numpy().astype(float) if previous is not None else None
+            corrections = fit_placements(spec, meshes, data.surface, data.surface_config, data.q, start, self.placement)
+            with torch.no_grad():
+                model.chain.deltas.copy_(torch.from_numpy(corrections.deltas.astype(np.float32)))
+            model.chain.deltas.requires_grad_(False)
+            described = described_solids(meshes)
+            prior = self._prior_pool(model, spec, data, sessions, rng, described, corrections.deltas)
+            owners = described_owners(spec, data, described, corrections.deltas)
         else:
             data = depth_training_data(sessions, self.labels, rng)
-            model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, data.q.min(axis=0),
-                                  data.q.max(axis=0), self.hidden or 256, self.layers or 5)
-            prior = None
-        return self._train(model, data, prior, checkpoint_dir, resume, progress)
+            q_lo, q_hi = data.q.min(axis=0), data.q.max(axis=0)
+            if previous is not None:
+                check_previous(previous, "free", None, first.joint_names)
+                q_lo, q_hi = previous.q_lo, previous.q_hi
+            model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, q_lo, q_hi,
+                                  self.hidden or _size(previous, "hidden", 256), self.layers or _size(previous, "layers", 5))
+            prior, owners, corrections = None, None, None
+        if previous is not None:
+            start_from(model, previous)
+        result = self._train(model, data, prior, owners, checkpoint_dir, resume, progress)
+        result.corrections = corrections
+        return result
 
-    def _domains(self, spec: ChainSpec, urdf_path: Path) -> tuple[np.ndarray, np.ndarray]:
+    def held_joints(self, sessions: list[Session]) -> dict[str, float]:
+        """Where the joints off the chain stood: as recorded (``robot.held_joints``), or as stated;
+        sessions that disagree are refused (the links they carry would not be one body)."""
+        held: dict[str, float] = {}
+        for session in sessions:
+            for name, value in session.held_joints.items():
+                if name not in self.hold and name in held and abs(held[name] - value) > 1e-9:
+                    raise InputError(f"{session.path}/session.json: robot.held_joints {name} = {value} differs from "
+                                     f"{held[name]} in another session; state one with --hold {name}=VALUE.")
+                held[name] = value
+        held.update(self.hold)
+        return held
+
+    def _domains(self, spec: ChainSpec, urdf_path: Path, tip_link: str) -> tuple[np.ndarray, np.ndarray]:
         """Per link, the box (lo (L, 3), hi (L, 3)) in its frame where its matter can be."""
-        from selfmodel.link_meshes import link_meshes
+        from rigs.link_meshes import link_meshes
 
         meshes = link_meshes(urdf_path, spec.link_names)
         lo, hi = [], []
@@ -134,41 +323,51 @@ class SelfModelTrainer:
             if link in meshes:
                 corners += list(meshes[link].bounds)
             corners = np.array(corners)
-            margin = self.tip_margin if index == len(spec.link_names) - 1 else self.domain_margin
+            # Tools and boards sit on the tip; so do links beyond it (fingers), which follow the chain.
+            margin = self.tip_margin if index >= spec.link_names.index(tip_link) else self.domain_margin
             lo.append(corners.min(axis=0) - margin)
             hi.append(corners.max(axis=0) + margin)
         return np.array(lo), np.array(hi)
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
-                    rng: np.random.Generator, per_link: int = 30_000) -> list[np.ndarray]:
-        """Per link: points (n, 3) in the link frame that no camera ever saw free at any configuration."""
+                    rng: np.random.Generator, described: dict, deltas: np.ndarray | None = None,
+                    per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per link: candidate points (n, 3) in the link frame and (n,) labels: ``MATTER`` where no
+        camera ever saw the point free at any configuration (some link's matter), ``OWN`` where it is
+        also inside the link's description (its matter), ``CLEAR`` where some camera saw it clearly
+        free (not this link's, whatever other links do there)."""
         from selfmodel.depth_labels import never_seen_free
 
-        poses = link_poses_numpy(spec, data.q)  # (C, L, 4, 4) description kinematics
+        poses = link_poses_numpy(spec, data.q, deltas)  # (C, L, 4, 4) description kinematics, corrected
         candidates = [rng.uniform(model.domains_lo[i], model.domains_hi[i], (per_link, 3)) for i in range(len(spec.link_names))]
         never, clear = never_seen_free(sessions, poses, candidates, self.labels)
         # The base frame is the workspace's frame: the model answers nothing outside the workspace.
         never[0] &= np.all((candidates[0] >= data.workspace_lo) & (candidates[0] <= data.workspace_hi), axis=1)
-        # A link's own matter is occupied at every configuration: what some camera saw clearly free
-        # in the link's frame is not the link's, whatever other links do there.
+        # Where the data cannot tell two links apart (the core of a joint looks still from both links
+        # it joins), the description says whose matter it is: a prior on ownership only; whether
+        # there is matter at all is still the cameras' word.
         pools = []
-        for points, occupied, free in zip(candidates, never, clear):
+        for link, points, occupied, free in zip(spec.link_names, candidates, never, clear):
+            inside = described[link].signed_distance(points) < 0 if link in described else False
+            labels = np.where(occupied, np.where(inside, OWN, MATTER), CLEAR)
             keep = occupied | free
-            pools.append((points[keep].astype(np.float32), occupied[keep].astype(np.float32)))
+            pools.append((points[keep].astype(np.float32), labels[keep].astype(np.float32)))
         return pools
 
-    def _train(self, model, data: TrainingData, prior, checkpoint_dir: Path | None, resume: bool, progress) -> TrainResult:
-        points = torch.from_numpy(data.points)
-        labels = torch.from_numpy(data.occupied)
+    def _train(self, model, data: TrainingData, prior, owners: np.ndarray | None, checkpoint_dir: Path | None,
+               resume: bool, progress) -> TrainResult:
+        device = resolve_device(self.device)
+        model.to(device)
+        points = torch.from_numpy(data.points).to(device)
+        labels = torch.from_numpy(data.occupied).to(device)
+        owners = torch.from_numpy(owners.astype(np.int64)).to(device) if owners is not None else None
         if prior is not None:
-            prior = [(torch.from_numpy(p), torch.from_numpy(l)) for p, l in prior]
-        configs = torch.from_numpy(data.config.astype(np.int64))
-        q_all = torch.from_numpy(data.q.astype(np.float32))
+            prior = [(torch.from_numpy(p).to(device), torch.from_numpy(l).to(device)) for p, l in prior]
+        configs = torch.from_numpy(data.config.astype(np.int64)).to(device)
+        q_all = torch.from_numpy(data.q.astype(np.float32)).to(device)
         network_parameters = [p for name, p in model.named_parameters() if not name.startswith("chain.")]
         groups = [{"params": network_parameters, "lr": self.learning_rate}]
         structured = isinstance(model, StructuredSelfModel)
-        if structured:
-            groups.append({"params": [model.chain.deltas], "lr": self.kinematics_learning_rate})
         optimizer = torch.optim.Adam(groups)
         generator = torch.Generator().manual_seed(self.seed)
         step, total, elapsed = 0, self.steps, 0.0
@@ -196,8 +395,8 @@ class SelfModelTrainer:
         # drawn the next batch already, and a resumed run must draw it again.
         run = {"step": step, "loss": float("nan"), "history": history, "generator": generator.get_state()}
         try:
-            self._loop(model, optimizer, generator, points, labels, configs, q_all, prior, structured, run, total,
-                       budget, started, checkpoint, progress)
+            self._loop(model, optimizer, generator, points, labels, owners, configs, q_all, prior, structured, run,
+                       total, budget, started, checkpoint, progress)
         except BaseException:
             # Interrupted (Ctrl-C, a crash): keep what was learned so --resume can continue from here.
             if checkpoint is not None:
@@ -206,6 +405,7 @@ class SelfModelTrainer:
             raise
         step, loss_value, history = run["step"], run["loss"], run["history"]
         seconds = time.perf_counter() - started
+        model.to("cpu")  # what is saved, baked and queried afterwards lives on the CPU
         if checkpoint is not None:
             self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total, seconds, history)
         result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), q=data.q, history=history)
@@ -213,12 +413,13 @@ class SelfModelTrainer:
             self._surface_owners(result, data)
         return result
 
-    def _loop(self, model, optimizer, generator, points, labels, configs, q_all, prior, structured, run: dict, total,
-              budget, started, checkpoint, progress) -> None:
+    def _loop(self, model, optimizer, generator, points, labels, owners, configs, q_all, prior, structured, run: dict,
+              total, budget, started, checkpoint, progress) -> None:
         """Steps until done; ``run`` (step, loss, history) is kept current after every step."""
         bce = torch.nn.functional.binary_cross_entropy_with_logits
         last_save = time.perf_counter()
         step, history = run["step"], run["history"]
+        poses_all = None
         while True:
             # The schedule runs on the fraction done: of the steps, or of the time budget (so a
             # machine that slows down mid-run still ends on time, with the rate annealed).
@@ -227,31 +428,28 @@ class SelfModelTrainer:
                 break
             rate = self.final_learning_rate + 0.5 * (self.learning_rate - self.final_learning_rate) * (1 + math.cos(math.pi * fraction))
             optimizer.param_groups[0]["lr"] = rate
-            if structured:
-                optimizer.param_groups[1]["lr"] = self.kinematics_learning_rate * rate / self.learning_rate
-            rows = torch.randint(0, len(points), (self.batch,), generator=generator)
+            # The batch generator stays on the CPU: the same seed draws the same batches on any device.
+            rows = torch.randint(0, len(points), (self.batch,), generator=generator).to(points.device)
             batch_points, batch_labels = points[rows], labels[rows]
             if structured:
-                poses = model.chain.base_T_links(q_all)
-                logits = torch.logsumexp(model.link_logits(batch_points, poses[configs[rows]]), dim=1)
-                loss = bce(logits, batch_labels)
-                prior_terms = []
-                for index, (pool, pool_labels) in enumerate(prior):
-                    if len(pool) == 0:
-                        continue
-                    take = torch.randint(0, len(pool), (max(1, self.prior_batch // len(prior)),), generator=generator)
-                    prior_logits = model.networks[index](pool[take])
-                    prior_terms.append(bce(prior_logits, pool_labels[take]))
+                if poses_all is None:  # the placements are held: the poses never change
+                    poses_all = model.chain.base_T_links(q_all)
+                poses = poses_all
+                link_logits = model.link_logits(batch_points, poses[configs[rows]])
+                loss = bce(torch.logsumexp(link_logits, dim=1), batch_labels)
+                prior_terms, matter_logits, matter_owner = self._prior_terms(model, prior, poses.detach(), generator)
                 if prior_terms:
                     loss = loss + 0.25 * torch.stack(prior_terms).mean()
-                loss = loss + self.kinematics_weight * (model.chain.deltas ** 2).sum()
+                owner = owners[rows]
+                if matter_logits is not None:
+                    link_logits = torch.cat([link_logits, matter_logits])
+                    owner = torch.cat([owner, matter_owner])
+                loss = loss + self.overlap_weight * overlap(link_logits, owner)
             else:
                 logits = model.logits(batch_points, q_all[configs[rows]])
                 loss = bce(logits, batch_labels)
             optimizer.zero_grad()
             loss.backward()
-            if structured and fraction < self.kinematics_start:
-                model.chain.deltas.grad = None
             optimizer.step()
             step += 1
             run["step"], run["loss"], run["generator"] = step, float(loss.detach()), generator.get_state()
@@ -263,6 +461,38 @@ class SelfModelTrainer:
                 self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total,
                                       time.perf_counter() - started, history)
                 last_save = time.perf_counter()
+
+    def _prior_terms(self, model: StructuredSelfModel, prior, poses: torch.Tensor, generator: torch.Generator):
+        """Never-seen-free points are matter at every configuration: the union must be occupied there
+        (at a random training configuration, posed by ``poses`` (C, L, 4, 4)), and the link's own where
+        its description holds them; points some camera saw clearly free in a link's frame are not that
+        link's. Returns the BCE terms, the (M, L) link logits at the matter points and their owners (M,)
+        (the link whose description holds the point, else -1), for the overlap penalty."""
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        terms, matter_points, matter_configs, owners = [], [], [], []
+        per_link = max(1, self.prior_batch // len(prior))
+        for index, (pool, pool_labels) in enumerate(prior):
+            if len(pool) == 0:
+                continue
+            take = torch.randint(0, len(pool), (per_link,), generator=generator).to(pool.device)
+            points, labels = pool[take], pool_labels[take]
+            free, own = labels == CLEAR, labels == OWN
+            if free.any() or own.any():
+                mine = free | own
+                terms.append(bce(model.networks[index](points[mine]), own[mine].float()))
+            matter = points[~free]
+            if len(matter):
+                configs = torch.randint(0, len(poses), (len(matter),), generator=generator).to(pool.device)
+                pose = poses[configs, index]
+                matter_points.append(torch.einsum("nij,nj->ni", pose[:, :3, :3], matter) + pose[:, :3, 3])
+                matter_configs.append(configs)
+                owners.append(torch.where(own[~free], index, -1))
+        if not matter_points:
+            return terms, None, None
+        configs = torch.cat(matter_configs)
+        logits = model.link_logits(torch.cat(matter_points), poses[configs])
+        terms.append(bce(torch.logsumexp(logits, dim=1), torch.ones(len(logits), device=logits.device)))
+        return terms, logits, torch.cat(owners)
 
     @staticmethod
     def _save_checkpoint(path: Path, model, optimizer, generator_state, step, total, elapsed, history) -> None:

@@ -76,8 +76,9 @@ def check_verdict(rows: list, threshold_mm: float | None = None) -> Verdict:
     tolerance, spread = check_threshold([row.deviation_mm for row in rows], threshold_mm)
     worst = max(rows, key=lambda row: row.deviation_mm)
     where = ", ".join(f"{1000 * v:.0f}" for v in worst.where_link)
-    what = (f"{worst.link}'s own shape differs from the description:" if worst.kind == "shape" else
-            f"{worst.link}'s {worst.kind} moves what follows it by")
+    what = {"shape": f"{worst.link}'s own shape differs from the description:",
+            "added matter": f"{worst.link} carries matter the description lacks (a tool, a cable?), reaching"
+            }.get(worst.kind, f"{worst.link}'s {worst.kind} moves what follows it by")
     verdict = judge(what, worst.deviation_mm, tolerance, spread, "the spread an intact link of this model shows")
     if verdict.result == PASS:
         return Verdict(PASS, f"no link differs beyond the threshold of {tolerance.text()} (largest: {worst.link}, "

@@ -1516,6 +1516,21 @@ def _(fx, case):
     return ["selfmodel", "train", _s(fx.box), "--out", _s(case / "model"), "--steps", "2", "--threads", "0"]
 
 
+@case("selfmodel train: --device bogus")
+def _(fx, case):
+    return _train(fx, case, "--device", "tpu")
+
+
+@case("selfmodel train: --previous missing")
+def _(fx, case):
+    return _train(fx, case, "--previous", _s(case / "nomodel"))
+
+
+@case("selfmodel train: --previous of another kind")
+def _(fx, case):
+    return _train(fx, case, "--previous", _s(copy(fx.model, case, "previous")), "--kind", "free")
+
+
 @case("selfmodel train: --urdf missing")
 def _(fx, case):
     return _train(fx, case, "--urdf", _s(case / "none.urdf"))
@@ -1591,6 +1606,16 @@ def _model(fx, case, edit: Callable[[Path], None]) -> Path:
 
 def _eval(fx, case, edit, *extra: str) -> list[str]:
     return ["selfmodel", "eval", _s(_model(fx, case, edit)), _s(fx.box), "--poses", "1", "--voxel-mm", "20", *extra]
+
+
+@case("selfmodel eval: baked.npz garbage")
+def _(fx, case):
+    return _eval(fx, case, lambda m: (m / "baked.npz").write_bytes(b"not a zip"))
+
+
+@case("selfmodel eval: --device bogus")
+def _(fx, case):
+    return _eval(fx, case, lambda m: None, "--device", "tpu")
 
 
 @case("selfmodel eval: model folder missing")

@@ -132,7 +132,7 @@ def test_a_calibration_names_only_its_own_robot_urdf(iiwa_session, tmp_path):
 def test_a_model_names_only_its_own_urdf_and_check_reads_meshes_beside_its_urdf(tmp_path):
     from capture.simulate import capture_simulated
     from rigs import load_rig
-    from selfmodel.link_meshes import link_meshes
+    from rigs.link_meshes import link_meshes
     from selfmodel.model_io import load_model
 
     session = capture_simulated(load_rig(DATA / "selfmodel" / "two_joint_box.toml"), 3, 1, tmp_path / "box")

@@ -1,0 +1,304 @@
+"""A self-model you can trust and query fast, written to BENCHMARKS.md section ``selfmodel-trust``.
+
+On the xArm6 seen by four depth cameras, intact (true placement errors 0.3 mm / 0.03 degrees) and
+crashed (link3 bent 3 degrees):
+
+- joint corrections against the truth: per joint the largest error of a *determined* component and
+  how many components the depth data determine, the crashed rig's bend at joint4 (intact control
+  beside every damage figure);
+- the network against its baked per-link grids: queries per second (same batches) and disagreement;
+- relearning the crashed arm from the intact model (``--previous``) on few poses and steps, against
+  a fresh model of the crashed arm: Chamfer and seconds;
+- training steps per second at 1 and 2 torch threads, with and without a competing process.
+
+Step budgets and one torch thread for the comparisons (the machine is shared); captures and models
+are cached under --workdir.
+
+    nice -n 10 .venv/bin/python scripts/bench_selfmodel_trust.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import table, write_section  # noqa: E402
+
+from capture.session import load_session  # noqa: E402
+from capture.simulate import capture_simulated  # noqa: E402
+from rigs import load_rig  # noqa: E402
+from rigs.files import output_folder  # noqa: E402
+
+SCALE = np.array([1000.0] * 3 + [180 / np.pi] * 3)  # m, rad -> mm, deg
+
+
+def captured(workdir: Path, rig: str, poses: int, seed: int) -> Path:
+    out = workdir / f"{rig}-{poses}-{seed}"
+    if not out.exists():
+        print(f"capturing {out} ...", flush=True)
+        capture_simulated(load_rig(rig), poses, seed, out)
+    return out
+
+
+def trained(workdir: Path, label: str, session: Path, steps: int, previous: Path | None = None,
+            threads: int = 1) -> tuple[Path, float]:
+    """Model folder and wall seconds of the whole training (data, placement fit, steps)."""
+    from selfmodel.model_io import load_model, read_config, save_model
+    from selfmodel.training import SelfModelTrainer
+
+    out = workdir / "models" / label
+    if out.exists():
+        training = read_config(out)["training"]
+        if training.get("requested_steps") == steps:
+            print(f"reusing {out}", flush=True)
+            return out, float(training["wall_seconds"])
+        import shutil
+
+        shutil.rmtree(out)
+    print(f"training {label} ({steps} steps{', from ' + str(previous) if previous else ''}) ...", flush=True)
+    start = time.perf_counter()
+    loaded = load_session(session)
+    before = load_model(previous) if previous is not None else None
+    result = SelfModelTrainer(steps=steps, seed=0, threads=threads, device="cpu").fit([loaded], previous=before)
+    wall = time.perf_counter() - start
+    board = (loaded.manifest.get("sensors") or {}).get("board")
+    with output_folder(out, force=False) as folder:
+        save_model(result, folder, [loaded], {"requested_steps": steps, "wall_seconds": wall}, board)
+    print(f"  {result.steps} steps in {result.seconds:.0f} s of training, {wall:.0f} s in all", flush=True)
+    return out, wall
+
+
+def evaluated(model_folder: Path, session: Path, poses: int) -> dict:
+    from selfmodel.metrics import evaluate
+    from selfmodel.model_io import load_model
+
+    cache = model_folder.with_name(model_folder.name + f".eval-{poses}.json")
+    if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
+        return json.loads(cache.read_text())
+    loaded = load_session(session)
+    figures = evaluate(load_model(model_folder), loaded, np.random.default_rng(0), loaded.pose_ids[:poses], 0.005)
+    print(json.dumps(figures, indent=1), flush=True)
+    cache.write_text(json.dumps(figures))
+    return figures
+
+
+def correction_rows(label: str, model_folder: Path, session: Path) -> tuple[list, dict]:
+    from selfmodel.chain import ChainSpec
+    from selfmodel.metrics import true_corrections
+    from selfmodel.model_io import load_model
+    from selfmodel.placement import TOLERANCE
+
+    model = load_model(model_folder)
+    loaded = load_session(session)
+    spec = ChainSpec.from_urdf(loaded.urdf_path, loaded.base_link, loaded.tip_link, loaded.held_joints)
+    fit = model.corrections
+    error = (fit.deltas - true_corrections(loaded, spec)) * SCALE
+    tolerance = TOLERANCE * SCALE
+    rows, outside = [], 0
+    for j, name in enumerate(fit.joint_names):
+        determined = fit.determined[j]
+        t = np.abs(error[j, :3])[determined[:3]]
+        r = np.abs(error[j, 3:])[determined[3:]]
+        bad = int(np.sum(determined & (np.abs(error[j]) > tolerance)))
+        outside += bad
+        rows.append([label, name, f"{int(determined.sum())}/6", f"{t.max():.2f}" if len(t) else "-",
+                     f"{r.max():.3f}" if len(r) else "-",
+                     f"{np.abs(error[j, :3]).max():.2f}", f"{np.abs(error[j, 3:]).max():.3f}", bad])
+    true = true_corrections(loaded, spec)
+    joint4 = fit.joint_names.index("joint4")
+    bend = {"learned_rotation_deg": float(np.degrees(np.linalg.norm(fit.deltas[joint4, 3:]))),
+            "true_rotation_deg": float(np.degrees(np.linalg.norm(true[joint4, 3:]))),
+            "rotation_error_deg": float(np.degrees(np.linalg.norm(fit.deltas[joint4, 3:] - true[joint4, 3:]))),
+            "determined": int(fit.determined.sum()), "outside": outside, "points": fit.points, "rms_mm": fit.rms_mm}
+    return rows, bend
+
+
+def checked(workdir: Path, models: dict) -> dict:
+    """``selfmodel check`` of each model against its session's URDF: label -> rows (largest first)."""
+    from dataclasses import asdict
+
+    from selfmodel.check import check_against
+    from selfmodel.model_io import load_model
+
+    out = {}
+    for label, (folder, session) in models.items():
+        cache = folder.with_name(folder.name + ".check.json")
+        if cache.is_file() and cache.stat().st_mtime > (folder / "weights.pt").stat().st_mtime:
+            out[label] = json.loads(cache.read_text())
+            continue
+        rows = [asdict(row) for row in check_against(load_model(folder), load_session(session).urdf_path)]
+        cache.write_text(json.dumps(rows))
+        out[label] = rows
+    return out
+
+
+def steps_per_second(session: Path, threads: int, compete: bool, steps: int) -> float:
+    from selfmodel.training import SelfModelTrainer
+
+    competitor = None
+    if compete:  # one process that keeps a core busy, as another job on a shared machine does
+        competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        # In a fresh process each: torch's thread pools are set once per process.
+        code = ("import sys, json; from capture.session import load_session; from selfmodel.training import SelfModelTrainer; "
+                f"r = SelfModelTrainer(steps={steps}, seed=0, threads={threads}, device='cpu').fit([load_session(sys.argv[1])]); "
+                "print(json.dumps({'steps': r.steps, 'seconds': r.seconds}))")
+        out = subprocess.run([sys.executable, "-c", code, str(session)], capture_output=True, text=True, check=True)
+        figures = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        if competitor is not None:
+            competitor.kill()
+            competitor.wait()
+    return figures["steps"] / figures["seconds"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/selfmodel-trust"))
+    parser.add_argument("--poses", type=int, default=120)
+    parser.add_argument("--heldout", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--relearn-poses", type=int, default=30)
+    parser.add_argument("--relearn-steps", type=int, default=300)
+    parser.add_argument("--thread-steps", type=int, default=40)
+    parser.add_argument("--skip-threads", action="store_true")
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    command = "nice -n 10 .venv/bin/python scripts/bench_selfmodel_trust.py " + " ".join(sys.argv[1:])
+    import torch
+
+    torch.set_num_threads(1)
+    intact = captured(args.workdir, "xarm6-cameras", args.poses, 1)
+    crashed = captured(args.workdir, "xarm6-cameras-crashed", args.poses, 1)
+    crashed_few = captured(args.workdir, "xarm6-cameras-crashed", args.relearn_poses, 3)
+    intact_heldout = captured(args.workdir, "xarm6-cameras", args.heldout, 2)
+    crashed_heldout = captured(args.workdir, "xarm6-cameras-crashed", args.heldout, 2)
+    results: dict = {"args": vars(args)}
+
+    intact_model, intact_wall = trained(args.workdir, f"intact-{args.poses}", intact, args.steps)
+    crashed_model, crashed_wall = trained(args.workdir, f"crashed-{args.poses}", crashed, args.steps)
+    rows_i, bend_i = correction_rows("intact", intact_model, intact)
+    rows_c, bend_c = correction_rows("crashed", crashed_model, crashed)
+    results.update(corrections=rows_i + rows_c, intact=bend_i, crashed=bend_c)
+    report(args, results, command)
+
+    results["eval_intact"] = evaluated(intact_model, intact_heldout, args.heldout)
+    results["eval_crashed"] = evaluated(crashed_model, crashed_heldout, args.heldout)
+    report(args, results, command)
+
+    relearned, relearn_wall = trained(args.workdir, f"relearned-{args.relearn_poses}", crashed_few, args.relearn_steps,
+                                      previous=intact_model)
+    rows_r, bend_r = correction_rows("relearned", relearned, crashed_few)
+    results["corrections"] += rows_r
+    results.update(relearned=bend_r, relearn_wall=relearn_wall, fresh_wall=crashed_wall,
+                   eval_relearned=evaluated(relearned, crashed_heldout, args.heldout))
+    changes = json.loads((relearned / "changes.json").read_text()) if (relearned / "changes.json").is_file() else None
+    if changes is None:
+        from selfmodel.changes import what_changed
+        from selfmodel.model_io import load_model
+
+        changes = what_changed(load_model(intact_model), load_model(relearned))
+    results["changes"] = changes
+    report(args, results, command)
+
+    results["check"] = checked(args.workdir, {"intact": (intact_model, intact), "crashed": (crashed_model, crashed)})
+    report(args, results, command)
+
+    if not args.skip_threads:
+        cache = args.workdir / f"threads-{args.thread_steps}.json"
+        if cache.is_file():
+            speeds = {tuple(json.loads(key)): value for key, value in json.loads(cache.read_text()).items()}
+        else:
+            speeds = {}
+            for threads in (1, 2):
+                for compete in (False, True):
+                    speeds[(threads, compete)] = steps_per_second(crashed_few, threads, compete, args.thread_steps)
+                    print(threads, compete, speeds[(threads, compete)], flush=True)
+            cache.write_text(json.dumps({json.dumps(list(key)): value for key, value in speeds.items()}))
+        results["threads"] = speeds
+        report(args, results, command)
+
+
+def report(args, results: dict, command: str) -> None:
+    lines = []
+    i, c = results["intact"], results["crashed"]
+    lines += [f"Joint corrections fitted from depth against the description's geometry (held while the networks "
+              f"learn), {args.poses} training poses x 4 cameras. Intact: {i['determined']} of 36 components "
+              f"determined, {i['outside']} determined component(s) outside 1 mm / 0.2 deg of the truth. Crashed: "
+              f"joint4 (carried by the bent link3) rotated {c['learned_rotation_deg']:.2f} deg against a true "
+              f"{c['true_rotation_deg']:.2f} deg (error {c['rotation_error_deg']:.2f} deg, target <= 0.5); intact "
+              f"control: joint4 rotated {i['learned_rotation_deg']:.2f} deg against a true {i['true_rotation_deg']:.2f} deg.",
+              "", table(["rig", "joint", "determined", "max error determined mm", "max error determined deg",
+                         "max error any mm", "max error any deg", "determined outside tolerance"],
+                        results["corrections"]),
+              "", "The crashed rig bends link3's own geometry too (about its middle), which no joint correction "
+                  "can represent: joint3's determined translation error there is that bend seen through link3's "
+                  "description, the shape change `check` reports."]
+    rows = []
+    for label, key in (("intact", "eval_intact"), ("crashed, fresh", "eval_crashed"), ("crashed, relearned", "eval_relearned")):
+        f = results.get(key)
+        if f:
+            rows.append([label, f"{f['chamfer_l1_mm']:.2f}", f"{f['chamfer_pct_workspace']:.3f}", f"{f['fscore']:.3f}",
+                         f"{100 * f['false_free_rate']:.2f}", f"{f['queries_per_s']:.3g}", f"{f['baked_queries_per_s']:.3g}",
+                         f"x{f['baked_queries_per_s'] / f['queries_per_s']:.1f}",
+                         f"{100 * f['baked_disagreement_workspace']:.3f}", f"{100 * f['baked_disagreement_arm_box']:.2f}"])
+    if rows:
+        lines += ["", f"Held-out evaluation ({args.heldout} poses; {args.steps} steps fresh, "
+                      f"{args.relearn_steps} steps relearned; one torch thread), network and baked grids "
+                      f"(4 mm, trilinear) in the same run, batches of 100k queries at one configuration:", "",
+                  table(["model", "Chamfer-L1 mm", "% of workspace", "F-score", "false-free %", "network queries/s",
+                         "baked queries/s", "baked / network", "baked disagreement % (workspace)",
+                         "baked disagreement % (box around the arm)"], rows)]
+    if results.get("eval_relearned") and results.get("eval_crashed"):
+        r, f = results["eval_relearned"], results["eval_crashed"]
+        lines += ["", f"Relearning after the crash: {args.relearn_poses} poses and {args.relearn_steps} steps from the "
+                      f"intact model reach Chamfer {r['chamfer_l1_mm']:.2f} mm against {f['chamfer_l1_mm']:.2f} mm for a "
+                      f"fresh {args.poses}-pose, {args.steps}-step model (x{r['chamfer_l1_mm'] / f['chamfer_l1_mm']:.2f}; "
+                      f"target <= x1.2) in {results['relearn_wall']:.0f} s against {results['fresh_wall']:.0f} s "
+                      f"(data, placement fit and steps, one thread, shared machine; target <= 120 s on 2 cores)."]
+        changes = results.get("changes")
+        if changes:
+            from selfmodel.changes import summary
+
+            lines += ["", "What the relearned model says changed (changes.json):", "", "```", *summary(changes), "```"]
+    if results.get("check"):
+        check = results["check"]
+        rows = []
+        for label, found in check.items():
+            for rank, row in enumerate(found[:4]):
+                rows.append([label, rank + 1, row["link"], f"{row['deviation_mm']:.1f}", row["kind"], f"{row['shape_mm']:.1f}",
+                             f"{row['joint_mm']:.1f}", f"{row.get('added_mm', 0.0):.1f}"])
+        first = {label: found[0] for label, found in check.items()}
+        lines += ["", "`selfmodel check` against the session's URDF, the intact control beside the crashed arm "
+                      "(four largest per model):", "",
+                  table(["model", "rank", "link", "deviation mm", "kind", "shape mm", "joint mm", "added mm"], rows),
+                  "", "Crashed: " + (f"{first['crashed']['link']} first ({first['crashed']['deviation_mm']:.1f} mm, "
+                                     f"{first['crashed']['kind']}); intact: {first['intact']['link']} first "
+                                     f"({first['intact']['deviation_mm']:.1f} mm)."),
+                  "", "The intact control shows what a figure is worth: 'added matter' on link6 and link5 stands at "
+                      "about 20 mm on the intact arm as on the crashed one (learned matter around the flange and "
+                      "board that the description does not hold), so on the xArm6 it is a floor, not damage; the "
+                      "bent link's joint figure is the one the intact arm does not have. On the 2-joint test arm a "
+                      "4 x 4 x 8 cm tool is named first (tests/test_selfmodel_trust.py)."]
+    if results.get("threads"):
+        s = results["threads"]
+        lines += ["", f"Training steps per second ({args.thread_steps} steps on the {args.relearn_poses}-pose crashed "
+                      f"session, each run in its own process; 'busy' = one other process spinning on a core):", "",
+                  table(["threads", "quiet steps/s", "busy steps/s", "busy / quiet"],
+                        [[t, f"{s[(t, False)]:.2f}", f"{s[(t, True)]:.2f}", f"{s[(t, True)] / s[(t, False)]:.2f}"]
+                         for t in (1, 2)]),
+                  "", "Default: half the usable cores (1 on 2 cores), one inter-op thread. The machine was shared "
+                      "with other helpers' jobs throughout, so 'quiet' is not idle."]
+    write_section("selfmodel-trust", "Self-model: identifiable corrections, baked queries, relearning, threads",
+                  "\n".join(lines), command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""Collision models a planner can use: judged by the planner that loads them.
+
+The stand-in self-model of test_export.py (analytic bodies on a two-joint URDF) is exported with
+recorded configurations; the URDF and SRDF are loaded into Pinocchio/coal (the collision checking
+the OMPL planner uses) as they are written, and cuRobo's configuration is read back with a YAML
+parser. The real arms' pieces are here too: the simulator's self-contact rules on the xArm6 and the
+Panda, the Panda's fingers held where the rig holds them, and open meshes read as solids.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trimesh
+import yaml
+
+from rigs.errors import InputError
+from test_export import JOINTS, URDF, StandInModel
+
+# Recorded configurations: link2 held high (joint2 within +-0.8 rad), where the real arm stood.
+RECORDED = np.array([[a, b] for a in (-2.5, -1.0, 0.0, 1.2, 2.6) for b in (-0.8, -0.3, 0.0, 0.4, 0.8)])
+
+
+class RecordedStandIn(StandInModel):
+    def __init__(self, recorded=RECORDED, **kwargs):
+        super().__init__(**kwargs)
+        self.training_q = np.asarray(recorded, dtype=float)
+        self.training_pose_ids = [f"p{k:04d}" for k in range(len(self.training_q))]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    from selfmodel.export import CollisionExporter, write_export
+
+    exporter = CollisionExporter(max_spheres=36, max_pieces=4, srdf_samples=4000, voxel=0.004, seed=0)
+    fitted = exporter.fit(RecordedStandIn())
+    out = tmp_path_factory.mktemp("planner") / "collision"
+    report = write_export(fitted, URDF, out, exporter.srdf_samples)
+    return out, report, fitted
+
+
+def test_planner_loads_urdf_and_srdf_recorded_poses_are_free_a_folded_pose_is_not(written):
+    from rigs.transforms import make_transform
+    from selfmodel.collision_world import Box, CollisionWorld
+
+    out, report, _ = written
+    assert report["recorded_poses_in_collision"] == {
+        "configurations": len(RECORDED), "pieces": {"poses": 0, "pairs": {}}, "spheres": {"poses": 0, "pairs": {}}}
+    box = Box("crate", np.array([0.08, 0.08, 0.08]), make_transform([0.24, 0.165, 0.40]))  # clear of every recorded pose
+    world = CollisionWorld(out / "robot.urdf", JOINTS, "base", srdf=out / "robot.srdf", obstacles=[box])
+    assert ("base", "link1") not in world.checked_pairs and ("base", "link2") in world.checked_pairs
+    for q in RECORDED:
+        assert not world.colliding_pairs(q), q
+    # Turned towards the crate, link2 reaches into it ...
+    assert world.colliding_pairs(np.array([0.6, 0.0])) == {("link2", "obstacle:crate")}
+    # ... and folded down over the base, into the base itself.
+    assert ("base", "link2") in world.colliding_pairs(np.array([0.0, 1.75]))
+
+
+def test_planned_path_around_an_obstacle_stays_clear_of_the_true_shapes(written):
+    from rigs.transforms import make_transform
+    from selfmodel.collision_world import Box, CollisionWorld
+    from selfmodel.planning import densify, plan, replay
+
+    out, _, _ = written
+    wall = Box("wall", np.array([0.08, 0.5, 0.5]), make_transform([0.28, 0.0, 0.3]))
+    world = CollisionWorld(out / "robot.urdf", JOINTS, "base", srdf=out / "robot.srdf", obstacles=[wall])
+    truth = CollisionWorld(URDF, JOINTS, "base", srdf=out / "robot.srdf", obstacles=[wall])  # the analytic boxes
+    start, goal = np.array([2.0, -0.6]), np.array([-2.0, -0.6])
+    lower, upper = np.array([-3.1, -2.8]), np.array([3.1, 2.8])
+    result = plan(world, start, goal, lower, upper, seconds=5.0, seed=0)
+    assert result.solved, result.reason
+    assert np.allclose(result.path[0], start) and np.allclose(result.path[-1], goal)
+    assert replay(world, result.path) is None and replay(truth, result.path) is None
+    # The straight line goes through the wall: the planner had to go round it.
+    assert any(truth.collides(q) for q in densify(np.stack([start, goal]), 0.01))
+
+
+def test_srdf_has_the_chain_group_a_fixed_virtual_joint_and_reasons_moveit_knows(written):
+    out, report, _ = written
+    root = ET.parse(out / "robot.srdf").getroot()
+    chain = root.find("group/chain")
+    assert root.find("group").get("name") == "arm" and (chain.get("base_link"), chain.get("tip_link")) == ("base", "link2")
+    virtual = root.find("virtual_joint")
+    assert virtual.get("type") == "fixed" and virtual.get("child_link") == "world"
+    assert {e.get("reason") for e in root.findall("disable_collisions")} <= {"Adjacent", "Never", "Always", "Default"}
+    state = {j.get("name"): float(j.get("value")) for j in root.findall("group_state/joint")}
+    assert state == {"joint1": 0.0, "joint2": 0.0}
+    assert report["srdf"]["adjacent"] == 2 and report["srdf"]["samples"] == 4000
+
+
+def test_curobo_config_names_only_existing_links_and_files(written):
+    out, report, fitted = written
+    text = (out / "curobo_robot.yml").read_text()
+    assert "&id" not in text  # no YAML aliases: every list written out where it belongs
+    config = yaml.safe_load(text)["robot_cfg"]["kinematics"]
+    urdf = Path(config["urdf_path"])
+    assert urdf.is_file() and urdf.resolve() == (out / "robot.urdf").resolve()
+    assert Path(config["asset_root_path"]).is_dir()
+    tree = ET.parse(urdf).getroot()
+    links = {link.get("name") for link in tree.findall("link")}
+    joints = {joint.get("name") for joint in tree.findall("joint")}
+    named = {config["base_link"], config["ee_link"], *config["collision_link_names"], *config["mesh_link_names"],
+             *config["collision_spheres"], *config["self_collision_buffer"], *config["self_collision_ignore"],
+             *(other for others in config["self_collision_ignore"].values() for other in others)}
+    assert named <= links, named - links
+    assert set(config["collision_spheres"]) == set(config["collision_link_names"]) == set(fitted.links)
+    assert config["self_collision_ignore"] == {"base": ["link1"], "link1": ["link2"]}
+    cspace = config["cspace"]
+    assert set(cspace["joint_names"]) <= joints and len(cspace["retract_config"]) == len(cspace["joint_names"])
+    for link, spheres in config["collision_spheres"].items():
+        np.testing.assert_allclose([s["radius"] for s in spheres], fitted.links[link].spheres.radii, atol=1e-6)
+    for mesh in tree.iter("mesh"):  # every file the URDF names is in the folder
+        assert (out / mesh.get("filename")).is_file()
+
+
+def test_bodies_that_overlap_where_the_arm_stood_are_refused_with_links_poses_and_depth(tmp_path):
+    """A recorded pose with link2 swung down through the base cannot be real: say so, write nothing."""
+    from selfmodel.export import CollisionExporter, write_export
+
+    recorded = np.vstack([RECORDED, [[0.0, 1.75]]])
+    with pytest.raises(InputError, match=r"bodies of base and link2 overlap by up to \d+ mm at 1 of 26 recorded poses "
+                                         r"\(p0025 \(\d+ mm\)\)"):
+        fitted = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.006).fit(RecordedStandIn(recorded))
+        write_export(fitted, URDF, tmp_path / "collision", 500)
+    assert not (tmp_path / "collision").exists()
+
+
+def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp_path):
+    """link2 swung low (but clear of the base) where the arm stood: the inflated pieces of the two
+    come within the margin of each other there, are cut apart, and the pose is free."""
+    from selfmodel.collision_world import CollisionWorld
+    from selfmodel.export import CollisionExporter, write_export
+
+    low = np.array([[0.0, 1.14], [np.pi / 2, 1.14]])  # link2 10 mm clear of the base's top edge
+    fitted = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.006, margin=0.008).fit(RecordedStandIn(low))
+    report = write_export(fitted, URDF, tmp_path / "collision", 500)
+    assert report["separation"]["piece_cuts"] >= 1
+    world = CollisionWorld(tmp_path / "collision" / "robot.urdf", JOINTS, "base", srdf=tmp_path / "collision" / "robot.srdf")
+    assert not any(world.collides(q) for q in low)
+
+
+# -- the real arms: the simulator's rules, the Panda's fingers, open meshes ---------------------------
+
+def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():
+    import pybullet_data
+
+    from selfmodel.chain import ChainSpec
+
+    urdf = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
+    with pytest.raises(InputError, match=r"joint 'panda_finger_joint1' moves link 'panda_leftfinger'.*--hold panda_finger_joint1=VALUE"):
+        ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand")
+    spec = ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0.01, "panda_finger_joint2": 0.01})
+    assert spec.link_names[-3:] == ["panda_hand", "panda_leftfinger", "panda_rightfinger"]
+    assert "panda_link8" not in spec.link_names and len(spec.joint_names) == 7
+    from selfmodel.chain import link_poses_numpy
+
+    poses = link_poses_numpy(spec, np.zeros((1, 7)))[0]
+    left, right = poses[spec.link_names.index("panda_leftfinger")], poses[spec.link_names.index("panda_rightfinger")]
+    hand = poses[spec.link_names.index("panda_hand")]
+    # Each finger 1 cm out from the hand's axis, 5.84 cm down it; the hand 10.7 cm beyond link7.
+    assert np.allclose(np.linalg.inv(hand) @ left[:, 3], [0, 0.01, 0.0584, 1], atol=1e-9)
+    assert np.allclose(np.linalg.inv(hand) @ right[:, 3], [0, -0.01, 0.0584, 1], atol=1e-9)
+    assert np.isclose(np.linalg.norm(hand[:3, 3] - poses[spec.link_names.index("panda_link7")][:3, 3]), 0.107)
+    with pytest.raises(InputError, match="held joint 'panda_joint3' is not a movable joint off the chain"):
+        ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0, "panda_finger_joint2": 0,
+                                                                 "panda_joint3": 0.0})
+
+
+def test_rig_file_held_joints_are_checked_against_the_urdf(tmp_path):
+    from rigs import load_rig
+    from rigs.spec import BUILTIN_DIR
+
+    rig = load_rig("panda-cameras")
+    assert rig.robot.held_joints == {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}
+    text = (BUILTIN_DIR / "panda-cameras.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("panda_finger_joint2 = 0.0", "panda_finger_joint2 = 0.07"))
+    with pytest.raises(InputError, match=r"held_joints.panda_finger_joint2' = 0.07 is outside the joint's limits"):
+        load_rig(bad)
+    bad.write_text(text.replace("panda_finger_joint2 = 0.0", "panda_joint2 = 0.0"))
+    with pytest.raises(InputError, match="'panda_joint2' is not a movable joint of .* off the chain"):
+        load_rig(bad)
+
+
+def test_simulator_refuses_a_pose_where_the_true_panda_passes_through_itself_and_records_only_real_ones(tmp_path):
+    from capture.session import load_session
+    from capture.simulate import capture_simulated
+    from rigs import load_rig
+    from rigs.self_contact import SelfContact
+    from selfmodel.metrics import true_arm
+
+    rig = load_rig("panda-cameras")
+    session = load_session(capture_simulated(rig, 4, 3, tmp_path / "panda"))
+    assert session.held_joints == rig.robot.held_joints
+    arm = true_arm(session)
+    assert {"panda_leftfinger", "panda_rightfinger", "panda_hand"} <= set(arm.meshes)  # the whole body, once
+    rules = SelfContact(session.path / "truth" / "robot.urdf", session.joint_names, session.held_joints, clearance=0.0)
+    assert rules.pairs[("panda_leftfinger", "panda_rightfinger")] == "rigid"
+    assert rules.pairs[("panda_hand", "panda_link6")] == "one joint"
+    for p in range(len(arm.pose_ids)):
+        poses = {link: arm.base_T_links[p, arm.link_names.index(link)] for link in rules.links}
+        assert not rules.contacts(poses), arm.pose_ids[p]
+    # Random configurations the true arm cannot take (about one in ten) are the ones the simulator refuses.
+    from rigs.simulator import Simulator
+    from rigs.truth import draw_truth
+
+    with Simulator(rig, draw_truth(rig), session.path / "truth" / "robot.urdf") as sim:
+        rules, generator, refused = sim.self_contact(), np.random.default_rng(5), 0
+        for q in generator.uniform(sim.chain.lower, sim.chain.upper, (60, 7)):
+            sim.set_q(q)
+            impossible = bool(rules.contacts({link: sim.base_T_link(link) for link in rules.links}))
+            refused += impossible
+            assert not impossible or sim.in_collision(q)
+        assert refused >= 2
+
+
+def test_open_meshes_are_read_as_the_solid_they_enclose():
+    """A closed box split into two open halves with a 0.4 mm crack between them: ray parity sees an
+    open mesh; the solid is the box, and a point in front of the crack is outside."""
+    from rigs.solids import solid_of
+
+    box = trimesh.creation.box([0.1, 0.06, 0.04])
+    halves = []
+    for sign in (1.0, -1.0):  # each half loses its face at the crack
+        half = trimesh.creation.box([0.1, 0.06, 0.0198], transform=trimesh.transformations.translation_matrix(
+            [0.0, 0.0, sign * (0.0002 + 0.0099)]))
+        half.update_faces(half.face_normals[:, 2] * sign > -0.5)
+        halves.append(half)
+    open_mesh = trimesh.util.concatenate(halves)
+    assert not open_mesh.is_watertight
+    solid = solid_of(open_mesh, 0.001)
+    assert abs(solid.volume / box.volume - 1.0) < 0.05
+    rng = np.random.default_rng(0)
+    points = rng.uniform(-0.07, 0.07, (20_000, 3))
+    truth = np.all(np.abs(points) <= [0.05, 0.03, 0.02], axis=1)
+    assert np.mean(solid.contains(points) == truth) > 0.995
+    assert not solid.contains(np.array([[0.06, 0.0, 0.0], [0.0, 0.0, 0.025]])).any()
+    assert solid.contains(np.array([[0.0, 0.0, 0.0], [0.045, 0.025, 0.0]])).all()
+    assert np.all(np.abs(solid.signed_distance(np.array([[0.0, 0.0, 0.0]])) + 0.02) < 0.0015)
+
+
+def test_a_pair_the_real_arm_can_bring_into_contact_is_never_disabled(tmp_path):
+    """The export's link2 came out 15 cm short: on its own geometry link2 never reaches the base, but
+    the description's meshes (the real arm) do, so the pair stays enabled and the report says why."""
+    from selfmodel.srdf import collision_matrix
+
+    text = URDF.read_text().replace('lower="-2.8" upper="2.8"', 'lower="-1.7" upper="1.7"')
+    (tmp_path / "description.urdf").write_text(text)
+    short = text.replace('<collision><origin xyz="0.175 0 0"/><geometry><box size="0.35 0.06 0.05"/>',
+                         '<collision><origin xyz="0.1 0 0"/><geometry><box size="0.2 0.06 0.05"/>')
+    assert short != text
+    (tmp_path / "short.urdf").write_text(short)
+    alone = collision_matrix(tmp_path / "short.urdf", JOINTS, "base", 3000, np.random.default_rng(0))
+    assert alone.reasons[("base", "link2")] == "Never"
+    checked = collision_matrix(tmp_path / "short.urdf", JOINTS, "base", 3000, np.random.default_rng(0),
+                               description=tmp_path / "description.urdf")
+    assert checked.reasons[("base", "link2")] is None
+    assert "description's meshes touch in" in checked.kept[("base", "link2")]
