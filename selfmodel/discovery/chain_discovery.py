@@ -1,0 +1,337 @@
+"""Discovering an arm's serial chain from depth and joint readings alone: no description is read.
+
+For each joint (the joint readings' columns, base to tip) its sweep gives pairs of depth frames in
+which only that joint moved. What changed between a pair is what the joint carries (plus what it
+uncovered or hid); Open3D's point-to-plane ICP registers it onto the second frame, one rigid motion
+per consecutive pair. A motion that turns by about the reading's change is a revolute joint (its
+rotation vectors give the axis direction, the fixed line of the motions the axis position); one
+that only translates by it is prismatic. A joint fit of all pairs against the frame nearest home,
+with the angles from the readings, refines the axis. Which points follow the fitted motion at home
+says what each link is: a point belongs to the farthest joint that carries it.
+
+Everything is in the base frame at the home pose (the pose every sweep starts from and returns
+to; the sweeps' other joints stand there). The cameras' poses come from the session (its manifest
+or a board calibration), never from ``truth/``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.spatial import cKDTree
+
+from capture.session import Session
+from rigs.errors import InputError
+from rigs.files import atomic_write_json, read_json
+from selfmodel.discovery.depth_points import DepthFrames, Sweep, find_sweeps
+from selfmodel.discovery.screws import (axis_point, cloud_with_normals, register, rotation_vector, screw_motion,
+                                        slide_motion, thin)
+
+Progress = Callable[[int, int], None]
+FORMAT = "selfcal-discovered-chain"
+
+
+@dataclass
+class DiscoveredJoint:
+    """One joint as discovered: type, axis direction (3,) and a point on it (3,) m, base frame at home.
+
+    ``angle_scale``: the registered motion's size over the reading's change (1 when the readings
+    are radians or metres of the motion itself). ``direction_sd_deg``/``position_sd_mm``: spread of
+    the per-step estimates over the square root of their number. ``range``: the readings recorded.
+    """
+
+    name: str
+    type: str
+    direction: list[float]
+    point: list[float]
+    home: float
+    lower: float
+    upper: float
+    angle_scale: float
+    direction_sd_deg: float
+    position_sd_mm: float
+    steps: int
+    moving_points: int
+    fit_rms_mm: float
+
+
+@dataclass
+class DiscoveredChain:
+    """The chain base to tip: joints in the readings' order, home pose (dof,), per-link points at home."""
+
+    joints: list[DiscoveredJoint]
+    home: list[float]
+    base_link: str = "base"
+    tip_link: str = "tip"
+    link_points: dict[str, list[list[float]]] = field(default_factory=dict)  # link -> (n, 3) m base frame at home
+    source: dict = field(default_factory=dict)
+
+    @property
+    def joint_names(self) -> list[str]:
+        return [j.name for j in self.joints]
+
+    def save(self, path: Path) -> None:
+        document = {"format": FORMAT, "format_version": 1, "units": {"length": "m", "angle": "rad"},
+                    **asdict(self)}
+        atomic_write_json(Path(path), document)
+
+    @classmethod
+    def load(cls, path: Path) -> "DiscoveredChain":
+        document = read_json(Path(path), "discovered chain")
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            raise InputError(f"{path}: is not a discovered chain (format {FORMAT!r}).")
+        try:
+            joints = [DiscoveredJoint(**joint) for joint in document["joints"]]
+            return cls(joints, list(document["home"]), document["base_link"], document["tip_link"],
+                       document.get("link_points", {}), document.get("source", {}))
+        except (KeyError, TypeError) as error:
+            raise InputError(f"{path}: a discovered chain without a valid {error} field.") from None
+
+
+@dataclass
+class ChainDiscovery:
+    """Configure, then ``fit(session)`` -> :class:`DiscoveredChain`.
+
+    ``max_step``: the largest change of one reading between consecutive sweep frames (rad or m);
+    ``voxel`` (m): the clouds are thinned to one point per cube of this side; ``change``: a pixel
+    changed between frames when its depth moved by more than this many noise sigmas (and 5 mm).
+    """
+
+    max_step: float = 0.2
+    voxel: float = 0.004
+    change: float = 4.0
+    refine_pairs: int = 8
+    seed: int = 0
+
+    def fit(self, session: Session, progress: Progress | None = None) -> DiscoveredChain:
+        frames = DepthFrames(session)
+        q = session.q
+        sweeps = {}
+        for sweep in find_sweeps(q, self.max_step):
+            if sweep.joint not in sweeps or len(sweep.rows) > len(sweeps[sweep.joint].rows):
+                sweeps[sweep.joint] = sweep
+        missing = [name for j, name in enumerate(session.joint_names) if j not in sweeps]
+        if missing:
+            raise InputError(f"{session.path / 'joints.csv'}: no sweep of joint {missing[0]!r} (3 or more consecutive "
+                             f"poses moving it alone by at most {self.max_step} per step); record a plan from "
+                             f"`selfcal plan --sweeps`.")
+        joints, moved_masks, home_points = [], [], None
+        previous_point = np.zeros(3)
+        for j, name in enumerate(session.joint_names):
+            joint, moved, reference = self._fit_joint(frames, session, sweeps[j], name, previous_point)
+            joints.append(joint)
+            moved_masks.append(moved)
+            if home_points is None:
+                home_points = {c: frames.frame(reference, c).points.copy() for c in frames.cameras}
+            if joint.type == "revolute":
+                previous_point = np.array(joint.point)
+            frames.forget(set(sweeps[j].rows))
+            if progress is not None:
+                progress(j + 1, len(session.joint_names))
+        dof = q.shape[1]
+        # Home: where each joint stands while the others sweep.
+        home = [float(q[sweeps[(j + 1) % dof].rows[0], j]) if dof > 1 else float(np.median(q[sweeps[0].rows, 0]))
+                for j in range(dof)]
+        for joint, value in zip(joints, home):
+            joint.home = value
+        base = session.manifest.get("robot", {}).get("base_link") or "base"
+        tip = session.manifest.get("robot", {}).get("tip_link") or "tip"
+        link_names = [base] + [f"{joint.name}_link" for joint in joints[:-1]] + [tip]
+        link_points = self._link_points(home_points, moved_masks, link_names)
+        return DiscoveredChain(joints, home, base, tip, link_points,
+                               {"session": str(session.path), "sweep_poses": sum(len(s.rows) for s in sweeps.values()),
+                                "cameras": frames.cameras})
+
+    # -- one joint ---------------------------------------------------------------------------------
+
+    def _masks(self, frames: DepthFrames, rows: list[int], camera: str) -> tuple[np.ndarray, float]:
+        """Pixels (H, W) that change anywhere in the sweep, and the change threshold at their depth."""
+        depth = np.stack([frames.frame(r, camera).depth for r in rows])
+        valid = np.stack([frames.frame(r, camera).valid for r in rows])
+        reference = np.median(np.where(valid, depth, np.nan), axis=0)
+        threshold = self._threshold(frames, camera, np.nan_to_num(reference, nan=1.0))
+        deviates = valid & (np.abs(depth - reference) > threshold)
+        return deviates.any(axis=0) | ~np.isfinite(reference), threshold
+
+    def _threshold(self, frames: DepthFrames, camera: str, depth: np.ndarray) -> np.ndarray:
+        return np.maximum(self.change * frames.sigma(camera, depth), 0.005)
+
+    def _pair_points(self, frames: DepthFrames, a: int, b: int, moving: dict[str, np.ndarray]):
+        """Source: frame a's pixels that changed by frame b; target: frame b's pixels that change in the sweep."""
+        source, target = [], []
+        for camera in frames.cameras:
+            fa, fb = frames.frame(a, camera), frames.frame(b, camera)
+            threshold = self._threshold(frames, camera, fa.depth)
+            same = fb.valid & (np.abs(fa.depth - fb.depth) < threshold)
+            source.append(fa.points[fa.valid & moving[camera] & ~same])
+            target.append(fb.points[fb.valid & moving[camera]])
+        return np.concatenate(source), np.concatenate(target)
+
+    def _noise(self, frames: DepthFrames, rows: list[int]) -> float:
+        """A typical depth noise sigma (m) of the arm's pixels."""
+        camera = frames.cameras[0]
+        depth = frames.frame(rows[0], camera).depth
+        return float(np.median(frames.sigma(camera, depth[depth > 0]))) if (depth > 0).any() else 0.002
+
+    def _fit_joint(self, frames: DepthFrames, session: Session, sweep: Sweep, name: str,
+                   previous_point: np.ndarray) -> tuple[DiscoveredJoint, dict[str, np.ndarray], int]:
+        j, rows = sweep.joint, sweep.rows
+        readings = session.q[rows, j]
+        moving = {camera: self._masks(frames, rows, camera)[0] for camera in frames.cameras}
+        noise = self._noise(frames, rows)
+        voxel = max(self.voxel, noise)
+        steps = []
+        for a, b in zip(rows[:-1], rows[1:]):
+            source, target = self._pair_points(frames, a, b, moving)
+            if len(source) < 30 or len(target) < 30:
+                continue
+            source = thin(source, voxel)
+            target, normals = cloud_with_normals(target, voxel, 5 * voxel)
+            motion, fitness = register(source, target, normals, np.eye(4), (0.05, 0.02, 6 * noise), noise)
+            steps.append((a, b, float(session.q[b, j] - session.q[a, j]), motion, fitness))
+        if len(steps) < 2:
+            raise InputError(f"joint {name!r}: fewer than 2 sweep steps where the cameras saw something move; the "
+                             f"cameras may not see what this joint carries.")
+        deltas = np.array([s[2] for s in steps])
+        vectors = np.array([rotation_vector(s[3]) for s in steps])
+        angles = np.linalg.norm(vectors, axis=1)
+        shifts = np.array([np.linalg.norm(s[3][:3, 3]) for s in steps])
+        rotation_ratio = float(np.median(angles / np.abs(deltas)))
+        revolute = rotation_ratio > 0.5
+        if revolute:
+            signed = vectors * np.sign(deltas)[:, None]
+            direction = signed.sum(axis=0)
+            direction /= np.linalg.norm(direction)
+            point = axis_point([s[3] for s in steps], direction, previous_point)
+            per_step = signed / np.linalg.norm(signed, axis=1, keepdims=True)
+            scale = rotation_ratio
+        else:
+            signed = np.array([s[3][:3, 3] for s in steps]) * np.sign(deltas)[:, None]
+            direction = signed.sum(axis=0)
+            direction /= np.linalg.norm(direction)
+            per_step = signed / np.maximum(np.linalg.norm(signed, axis=1, keepdims=True), 1e-12)
+            scale = float(np.median(shifts / np.abs(deltas)))
+            point = previous_point.copy()
+        spread = np.degrees(np.arccos(np.clip(per_step @ direction, -1, 1)))
+        direction_sd = float(np.sqrt(np.mean(spread ** 2)) / np.sqrt(len(steps)))
+        direction, point, rms, moved, position_sd, reference = self._refine(frames, session, rows, j, moving, revolute, direction,
+                                                                 point, noise, voxel, previous_point)
+        joint = DiscoveredJoint(name, "revolute" if revolute else "prismatic", direction.tolist(), point.tolist(),
+                                0.0, float(session.q[:, j].min()), float(session.q[:, j].max()), scale, direction_sd,
+                                position_sd * 1000.0, len(steps), int(sum(m.sum() for m in moved.values())), rms * 1000)
+        return joint, moved, reference
+
+    def _motion(self, revolute: bool, direction: np.ndarray, point: np.ndarray, delta: float) -> np.ndarray:
+        return screw_motion(direction, point, delta) if revolute else slide_motion(direction, delta)
+
+    def _refine(self, frames, session, rows, j, moving, revolute, direction, point, noise, voxel, previous_point):
+        """All pairs (reference frame, another sweep frame) at once, the angles from the readings."""
+        readings = session.q[rows, j]
+        reference = rows[int(np.argmin(np.abs(readings - np.median(readings))))]
+        others = [r for r in rows if r != reference]
+        if len(others) > self.refine_pairs:
+            others = [others[i] for i in np.linspace(0, len(others) - 1, self.refine_pairs).round().astype(int)]
+        pairs = []
+        for other in others:
+            source, target = self._pair_points(frames, reference, other, moving)
+            if len(source) < 30 or len(target) < 30:
+                continue
+            target, normals = cloud_with_normals(target, voxel, 5 * voxel)
+            pairs.append((thin(source, voxel), target, normals, cKDTree(target),
+                          float(session.q[other, j] - session.q[reference, j])))
+
+        def pack(d, p):
+            return np.concatenate([d, p]) if revolute else d.copy()
+
+        def unpack(x):
+            d = x[:3] / np.linalg.norm(x[:3])
+            return d, (x[3:6] if revolute else point)
+
+        x = pack(direction, point)
+        gate = 0.02
+        for _ in range(5):
+            d, p = unpack(x)
+            matched = []
+            for source, target, normals, tree, delta in pairs:
+                moved = source @ self._motion(revolute, d, p, delta)[:3, :3].T + self._motion(revolute, d, p, delta)[:3, 3]
+                distance, index = tree.query(moved, distance_upper_bound=gate)
+                keep = np.isfinite(distance)
+                matched.append((source[keep], target[index[keep]], normals[index[keep]], delta))
+
+            def residuals(x):
+                d, p = unpack(x)
+                out = []
+                for source, target, normals, delta in matched:
+                    motion = self._motion(revolute, d, p, delta)
+                    out.append(np.einsum("ij,ij->i", source @ motion[:3, :3].T + motion[:3, 3] - target, normals))
+                return np.concatenate(out) if out else np.zeros(1)
+
+            x = least_squares(residuals, x, loss="soft_l1", f_scale=noise, method="trf", x_scale="jac").x
+            gate = max(gate / 2, 4 * noise)
+        d, p = unpack(x)
+        final = residuals(x)
+        rms = float(np.sqrt(np.mean(np.minimum(final, 3 * noise) ** 2)))
+        if revolute:
+            p = p + d * (d @ (previous_point - p))  # the foot of the previous joint's point
+        # Which of the reference frame's pixels follow this joint: they changed and the motion explains them.
+        moved_masks = {}
+        for camera in frames.cameras:
+            ref = frames.frame(reference, camera)
+            mask = np.zeros(ref.depth.shape, bool)
+            for other in others:
+                delta = float(session.q[other, j] - session.q[reference, j])
+                fo = frames.frame(other, camera)
+                threshold = self._threshold(frames, camera, ref.depth)
+                changed = ref.valid & moving[camera] & ~(fo.valid & (np.abs(ref.depth - fo.depth) < threshold))
+                candidates = np.flatnonzero(changed.ravel())
+                if not len(candidates):
+                    continue
+                motion = self._motion(revolute, d, p, delta)
+                moved = ref.points.reshape(-1, 3)[candidates] @ motion[:3, :3].T + motion[:3, 3]
+                target = np.concatenate([frames.frame(other, c).points[frames.frame(other, c).valid]
+                                         for c in frames.cameras])
+                tree = cKDTree(thin(target, voxel / 2))
+                distance, _ = tree.query(moved, distance_upper_bound=max(3 * noise, voxel))
+                flat = mask.ravel()
+                flat[candidates[np.isfinite(distance)]] = True
+            moved_masks[camera] = mask
+        position_sd = 0.0
+        if revolute and len(matched) > 2:
+            # Spread of the axis position over single-pair fits, over the square root of their number.
+            feet = []
+            for source, target, normals, delta in matched:
+                def one(x, source=source, target=target, normals=normals, delta=delta):
+                    motion = screw_motion(d, x, delta)
+                    return np.einsum("ij,ij->i", source @ motion[:3, :3].T + motion[:3, 3] - target, normals)
+                if abs(delta) < 0.05 or len(source) < 30:
+                    continue
+                fitted = least_squares(one, p, loss="soft_l1", f_scale=noise).x
+                offset = fitted - p
+                feet.append(np.linalg.norm(offset - d * (d @ offset)))
+            if feet:
+                position_sd = float(np.sqrt(np.mean(np.square(feet))) / np.sqrt(len(feet)))
+        return d, p, rms, moved_masks, position_sd, reference
+
+    def _link_points(self, home_points: dict[str, np.ndarray], moved_masks: list[dict[str, np.ndarray]],
+                     link_names: list[str], keep: int = 4000) -> dict[str, list[list[float]]]:
+        """Each moving link's points at home (base frame, at most ``keep``): moved by its joint and by
+        no later one. The base link is not separated from the world around it, so it has none."""
+        rng = np.random.default_rng(self.seed)
+        out = {}
+        for k in range(1, len(link_names)):
+            chosen = []
+            for camera, points in home_points.items():
+                mine = moved_masks[k - 1][camera].copy()
+                for later in moved_masks[k:]:
+                    mine &= ~later[camera]
+                chosen.append(points[mine])
+            points = np.concatenate(chosen) if chosen else np.zeros((0, 3))
+            if len(points) > keep:
+                points = points[rng.choice(len(points), keep, replace=False)]
+            out[link_names[k]] = points.round(6).tolist()
+        return out
