@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "selfcal.cli_demo",
     "selfcal.cli_camera",
     "selfcal.cli_export",
+    "selfcal.cli_discovery",
 ]
 
 app = typer.Typer(

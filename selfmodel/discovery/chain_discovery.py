@@ -41,8 +41,9 @@ class DiscoveredJoint:
     """One joint as discovered: type, axis direction (3,) and a point on it (3,) m, base frame at home.
 
     ``angle_scale``: the registered motion's size over the reading's change (1 when the readings
-    are radians or metres of the motion itself). ``direction_sd_deg``/``position_sd_mm``: spread of
-    the per-step estimates over the square root of their number. ``range``: the readings recorded.
+    are radians or metres of the motion itself; from the first, step-wise registrations).
+    ``direction_sd_deg``/``position_sd_mm``: the spread of single-pair refits around the joint fit
+    over the square root of their number. ``lower``/``upper``: the range of the readings recorded.
     """
 
     name: str
@@ -98,11 +99,20 @@ class ChainDiscovery:
     """Configure, then ``fit(session)`` -> :class:`DiscoveredChain`.
 
     ``max_step``: the largest change of one reading between consecutive sweep frames (rad or m);
+    ``pair_step``: frames paired for a first registration are this far apart at least (or a quarter
+    of the sweep), so that what moved moved by more than the depth noise;
     ``voxel`` (m): the clouds are thinned to one point per cube of this side; ``change``: a pixel
-    changed between frames when its depth moved by more than this many noise sigmas (and 5 mm).
+    changed between frames when its depth moved by more than this many noise sigmas (and 5 mm);
+    a joint turning by under 3 degrees a step may be a slide: it is revolute only if the turn
+    explains ``prefer_slide`` more of the moved points and its axis passes within ``axis_reach`` m
+    of them.
     """
 
     max_step: float = 0.2
+    pair_step: float = 0.0
+    min_noise: float = 0.002
+    prefer_slide: float = 0.02
+    axis_reach: float = 0.1
     voxel: float = 0.004
     change: float = 4.0
     refine_pairs: int = 8
@@ -173,10 +183,12 @@ class ChainDiscovery:
         return np.concatenate(source), np.concatenate(target)
 
     def _noise(self, frames: DepthFrames, rows: list[int]) -> float:
-        """A typical depth noise sigma (m) of the arm's pixels."""
+        """A typical registration residual (m): the filtered depth noise of the arm's pixels, and no
+        less than ``min_noise`` (what filtering does to corners, the clouds' thinning)."""
         camera = frames.cameras[0]
         depth = frames.frame(rows[0], camera).depth
-        return float(np.median(frames.sigma(camera, depth[depth > 0]))) if (depth > 0).any() else 0.002
+        sigma = float(np.median(frames.sigma(camera, depth[depth > 0]))) if (depth > 0).any() else 0.0
+        return max(sigma, self.min_noise)
 
     def _fit_joint(self, frames: DepthFrames, session: Session, sweep: Sweep, name: str,
                    previous_point: np.ndarray) -> tuple[DiscoveredJoint, dict[str, np.ndarray], int]:
@@ -186,13 +198,15 @@ class ChainDiscovery:
         noise = self._noise(frames, rows)
         voxel = max(self.voxel, noise)
         steps = []
-        for a, b in zip(rows[:-1], rows[1:]):
+        step = float(np.median(np.abs(np.diff(readings))))
+        stride = int(max(1, min(np.ceil(self.pair_step / max(step, 1e-9)), (len(rows) - 1) // 4)))
+        for a, b in zip(rows[:-stride], rows[stride:]):
             source, target = self._pair_points(frames, a, b, moving)
             if len(source) < 30 or len(target) < 30:
                 continue
             source = thin(source, voxel)
             target, normals = cloud_with_normals(target, voxel, 5 * voxel)
-            motion, fitness = register(source, target, normals, np.eye(4), (0.05, 0.02, 6 * noise), noise)
+            motion, fitness = register(source, target, normals, np.eye(4), (0.12, 0.06, 0.03, 6 * noise), noise)
             steps.append((a, b, float(session.q[b, j] - session.q[a, j]), motion, fitness))
         if len(steps) < 2:
             raise InputError(f"joint {name!r}: fewer than 2 sweep steps where the cameras saw something move; the "
@@ -202,25 +216,32 @@ class ChainDiscovery:
         angles = np.linalg.norm(vectors, axis=1)
         shifts = np.array([np.linalg.norm(s[3][:3, 3]) for s in steps])
         rotation_ratio = float(np.median(angles / np.abs(deltas)))
-        revolute = rotation_ratio > 0.5
-        if revolute:
+        hypotheses = []
+        if rotation_ratio > 0.3:
             signed = vectors * np.sign(deltas)[:, None]
             direction = signed.sum(axis=0)
             direction /= np.linalg.norm(direction)
             point = axis_point([s[3] for s in steps], direction, previous_point)
-            per_step = signed / np.linalg.norm(signed, axis=1, keepdims=True)
-            scale = rotation_ratio
-        else:
+            hypotheses.append((True, direction, point, rotation_ratio))
+        if np.median(angles) < 0.05:  # turning by under 3 degrees a step: it may slide instead
             signed = np.array([s[3][:3, 3] for s in steps]) * np.sign(deltas)[:, None]
             direction = signed.sum(axis=0)
             direction /= np.linalg.norm(direction)
-            per_step = signed / np.maximum(np.linalg.norm(signed, axis=1, keepdims=True), 1e-12)
-            scale = float(np.median(shifts / np.abs(deltas)))
-            point = previous_point.copy()
-        spread = np.degrees(np.arccos(np.clip(per_step @ direction, -1, 1)))
-        direction_sd = float(np.sqrt(np.mean(spread ** 2)) / np.sqrt(len(steps)))
-        direction, point, rms, moved, position_sd, reference = self._refine(frames, session, rows, j, moving, revolute, direction,
-                                                                 point, noise, voxel, previous_point)
+            hypotheses.append((False, direction, previous_point.copy(), float(np.median(shifts / np.abs(deltas)))))
+        if not hypotheses:
+            raise InputError(f"joint {name!r}: what it carries turns by {rotation_ratio:.2f} times its readings' "
+                             f"change, neither a revolute joint read in radians nor a prismatic one read in metres.")
+        fits = [(self._refine(frames, session, rows, j, moving, revolute, direction, point, noise, voxel,
+                              previous_point), revolute, scale) for revolute, direction, point, scale in hypotheses]
+        fit, revolute, scale = fits[0]
+        if len(fits) == 2:
+            # A small turn about a far line looks like a slide. A real joint's axis runs through the
+            # body it carries, and a turn must explain clearly more than a slide (two fewer numbers).
+            turn, slide = fits[0][0], fits[1][0]
+            if not (turn["explained"] > slide["explained"] + self.prefer_slide and turn["axis_clearance"] < self.axis_reach):
+                fit, revolute, scale = fits[1]
+        direction, point, rms, moved = fit["direction"], fit["point"], fit["rms"], fit["moved"]
+        direction_sd, position_sd, reference = fit["direction_sd"], fit["position_sd"], fit["reference"]
         joint = DiscoveredJoint(name, "revolute" if revolute else "prismatic", direction.tolist(), point.tolist(),
                                 0.0, float(session.q[:, j].min()), float(session.q[:, j].max()), scale, direction_sd,
                                 position_sd * 1000.0, len(steps), int(sum(m.sum() for m in moved.values())), rms * 1000)
@@ -253,8 +274,8 @@ class ChainDiscovery:
             return d, (x[3:6] if revolute else point)
 
         x = pack(direction, point)
-        gate = 0.02
-        for _ in range(5):
+        gate = 0.06
+        for _ in range(7):
             d, p = unpack(x)
             matched = []
             for source, target, normals, tree, delta in pairs:
@@ -300,22 +321,39 @@ class ChainDiscovery:
                 flat = mask.ravel()
                 flat[candidates[np.isfinite(distance)]] = True
             moved_masks[camera] = mask
-        position_sd = 0.0
-        if revolute and len(matched) > 2:
-            # Spread of the axis position over single-pair fits, over the square root of their number.
-            feet = []
-            for source, target, normals, delta in matched:
-                def one(x, source=source, target=target, normals=normals, delta=delta):
-                    motion = screw_motion(d, x, delta)
-                    return np.einsum("ij,ij->i", source @ motion[:3, :3].T + motion[:3, 3] - target, normals)
-                if abs(delta) < 0.05 or len(source) < 30:
-                    continue
-                fitted = least_squares(one, p, loss="soft_l1", f_scale=noise).x
-                offset = fitted - p
+        # Uncertainty: the spread of single-pair refits around the joint fit, over the square root
+        # of their number (the pairs share the reference frame, so this is a lower bound).
+        turns, feet = [], []
+        for source, target, normals, delta in matched:
+            if len(source) < 30:
+                continue
+
+            def one(x, source=source, target=target, normals=normals, delta=delta):
+                dd, pp = unpack(x)
+                motion = self._motion(revolute, dd, pp, delta)
+                return np.einsum("ij,ij->i", source @ motion[:3, :3].T + motion[:3, 3] - target, normals)
+
+            fitted_d, fitted_p = unpack(least_squares(one, pack(d, p), loss="soft_l1", f_scale=noise, x_scale="jac").x)
+            turns.append(np.degrees(np.arccos(np.clip(abs(fitted_d @ d), -1, 1))))
+            if revolute:
+                offset = fitted_p - p
+                offset = offset - fitted_d * (fitted_d @ offset)
                 feet.append(np.linalg.norm(offset - d * (d @ offset)))
-            if feet:
-                position_sd = float(np.sqrt(np.mean(np.square(feet))) / np.sqrt(len(feet)))
-        return d, p, rms, moved_masks, position_sd, reference
+        direction_sd = float(np.sqrt(np.mean(np.square(turns))) / np.sqrt(len(turns))) if turns else float("nan")
+        position_sd = float(np.sqrt(np.mean(np.square(feet))) / np.sqrt(len(feet))) if feet else 0.0
+        clearance = 0.0
+        if revolute and pairs:
+            offsets = pairs[0][0] - p
+            clearance = float(np.min(np.linalg.norm(offsets - np.outer(offsets @ d, d), axis=1)))
+        explained, total = 0, 0
+        for source, target, normals, tree, delta in pairs:
+            motion = self._motion(revolute, d, p, delta)
+            distance, _ = tree.query(source @ motion[:3, :3].T + motion[:3, 3], distance_upper_bound=2 * noise)
+            explained += int(np.isfinite(distance).sum())
+            total += len(source)
+        return {"direction": d, "point": p, "rms": rms, "moved": moved_masks, "direction_sd": direction_sd,
+                "position_sd": position_sd, "reference": reference, "explained": explained / max(total, 1),
+                "axis_clearance": clearance}
 
     def _link_points(self, home_points: dict[str, np.ndarray], moved_masks: list[dict[str, np.ndarray]],
                      link_names: list[str], keep: int = 4000) -> dict[str, list[list[float]]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import ndimage
 
 from capture.session import Session
 from rigs.depth_model import neighbourhood_range
@@ -59,13 +60,21 @@ class CameraFrame:
 class DepthFrames:
     """Depth images of a session read once each, as base-frame points with flying pixels removed.
 
-    ``edge_jump`` (m): a pixel whose 3x3 neighbourhood spans more than this in depth sits on an edge
-    where real cameras mix foreground and background, so it is not used.
+    An image whose noise sigma at its median depth exceeds ``smooth_above`` m is median-filtered over
+    ``smooth`` x ``smooth`` pixels first (only where all of them have a reading): depth noise is per
+    pixel, and a step of a few millimetres must stand out of it (a quieter camera keeps its detail).
+    A pixel whose 3x3 neighbourhood then spans more than ``edge_jump`` m (or 6 of its noise sigmas)
+    sits on an edge where real cameras mix foreground and background, so it is not used.
     """
 
-    def __init__(self, session: Session, edge_jump: float = 0.02):
+    SMOOTHING_GAIN = 1.25  # a median of n samples has about 1.25 sigma / sqrt(n)
+
+    def __init__(self, session: Session, edge_jump: float = 0.02, smooth: int = 5, smooth_above: float = 0.003):
         self.session = session
         self.edge_jump = edge_jump
+        self.smooth_size = smooth
+        self.smooth_above = smooth_above
+        self._smooth: dict[str, int] = {}
         self.cameras = sorted(name for name, camera in session.cameras.items() if camera.base_T_camera is not None)
         if not self.cameras:
             raise InputError(f"{session.path}: has no depth camera with a known pose; chain discovery needs depth "
@@ -86,15 +95,27 @@ class DepthFrames:
                 depth = np.zeros(self._rays[camera].shape[:2], dtype=np.float32)
             else:
                 depth = self.session.image(camera, pose, "depth").astype(float)
+            if camera not in self._smooth:
+                typical = float(np.median(depth[depth > 0])) if (depth > 0).any() else 0.0
+                noisy = self.session.cameras[camera].depth_sigma(typical) > self.smooth_above
+                self._smooth[camera] = self.smooth_size if noisy else 1
+            size = self._smooth[camera]
+            complete = ndimage.minimum_filter(depth, size=size, mode="nearest") > 0
+            if size > 1:
+                depth = np.where(complete, ndimage.median_filter(depth, size=size, mode="nearest"), 0.0)
             low, high = neighbourhood_range(depth)
-            valid = (depth > 0) & (high - low < self.edge_jump)
+            jump = np.maximum(self.edge_jump, 6 * self.sigma(camera, depth))
+            valid = complete & (high - low < jump)
             base_T_camera = self.session.cameras[camera].base_T_camera
             points = (self._rays[camera] * depth[..., None]) @ base_T_camera[:3, :3].T + base_T_camera[:3, 3]
             self._cache[key] = CameraFrame(depth, points, valid)
         return self._cache[key]
 
     def sigma(self, camera: str, depth: np.ndarray) -> np.ndarray:
-        return self.session.cameras[camera].depth_sigma(depth)
+        """Noise sigma (m) of a filtered reading of ``depth`` m."""
+        size = self._smooth.get(camera, 1)
+        gain = self.SMOOTHING_GAIN / size if size > 1 else 1.0
+        return gain * self.session.cameras[camera].depth_sigma(depth)
 
     def forget(self, rows: set[int]) -> None:
         """Drop cached frames of ``rows`` (memory: a 640 x 480 camera is 7 MB a frame)."""

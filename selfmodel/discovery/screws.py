@@ -59,7 +59,9 @@ def register(source: np.ndarray, target: np.ndarray, target_normals: np.ndarray,
              distances: tuple[float, ...], noise: float, iterations: int = 30) -> tuple[np.ndarray, float]:
     """Point-to-plane ICP (Open3D) of ``source`` (n, 3) onto ``target`` (m, 3) with its normals,
     from ``initial`` (4, 4), through the correspondence distances given (m, coarse to fine) with a
-    Tukey kernel at 3 ``noise``. Returns the motion (4, 4) and the inlier fraction of the last stage."""
+    Tukey kernel at half the stage's distance, and no less than 3 ``noise`` (a tight kernel in a
+    coarse stage keeps only what already fits and stops short). Returns the motion (4, 4) and the
+    inlier fraction of the last stage."""
     import open3d as o3d
 
     source_cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(source))
@@ -69,7 +71,8 @@ def register(source: np.ndarray, target: np.ndarray, target_normals: np.ndarray,
     fitness = 0.0
     registration = o3d.pipelines.registration
     for distance in distances:
-        estimation = registration.TransformationEstimationPointToPlane(registration.TukeyLoss(k=max(3 * noise, 1e-4)))
+        kernel = registration.TukeyLoss(k=max(distance / 2, 3 * noise, 1e-4))
+        estimation = registration.TransformationEstimationPointToPlane(kernel)
         result = registration.registration_icp(source_cloud, target_cloud, distance, motion, estimation,
                                                registration.ICPConvergenceCriteria(max_iteration=iterations))
         motion, fitness = np.asarray(result.transformation), float(result.fitness)
