@@ -105,7 +105,7 @@ class ChainDiscovery:
     changed between frames when its depth moved by more than this many noise sigmas (and 5 mm);
     a joint turning by under 3 degrees a step may be a slide: it is revolute only if the turn
     explains ``prefer_slide`` more of the moved points and its axis passes within ``axis_reach`` m
-    of them.
+    of them. ``max_points``: source points per frame pair in the joint fit (twice that in a step).
     """
 
     max_step: float = 0.2
@@ -113,6 +113,7 @@ class ChainDiscovery:
     min_noise: float = 0.002
     prefer_slide: float = 0.02
     axis_reach: float = 0.1
+    max_points: int = 3000
     voxel: float = 0.004
     change: float = 4.0
     refine_pairs: int = 8
@@ -204,7 +205,7 @@ class ChainDiscovery:
             source, target = self._pair_points(frames, a, b, moving)
             if len(source) < 30 or len(target) < 30:
                 continue
-            source = thin(source, voxel)
+            source = self._at_most(thin(source, voxel), 2 * self.max_points)
             target, normals = cloud_with_normals(target, voxel, 5 * voxel)
             motion, fitness = register(source, target, normals, np.eye(4), (0.12, 0.06, 0.03, 6 * noise), noise)
             steps.append((a, b, float(session.q[b, j] - session.q[a, j]), motion, fitness))
@@ -247,6 +248,41 @@ class ChainDiscovery:
                                 position_sd * 1000.0, len(steps), int(sum(m.sum() for m in moved.values())), rms * 1000)
         return joint, moved, reference
 
+    def _search_slide(self, pairs, direction: np.ndarray, noise: float) -> np.ndarray:
+        """The slide direction that explains most moved points: every direction on the sphere
+        (about 5 degrees apart), then a finer look around the best.
+
+        A step's free registration of a part sliding along itself stalls short and off course (its
+        long faces slide over themselves and pull nowhere); knowing the slide's length from the
+        readings, a search over directions does not stall."""
+        chosen = sorted(pairs, key=lambda pair: -abs(pair[4]))[:3]
+
+        def score(candidates: np.ndarray) -> np.ndarray:
+            scores = np.zeros(len(candidates))
+            for source, target, normals, tree, delta in chosen:
+                for k, candidate in enumerate(candidates):
+                    distance, _ = tree.query(source + candidate * delta, distance_upper_bound=3 * noise)
+                    scores[k] += np.isfinite(distance).mean()
+            return scores
+
+        count = 1600
+        golden = np.pi * (3 - np.sqrt(5))
+        z = 1 - 2 * (np.arange(count) + 0.5) / count
+        ring = np.sqrt(1 - z ** 2)
+        sphere = np.stack([ring * np.cos(golden * np.arange(count)), ring * np.sin(golden * np.arange(count)), z], 1)
+        candidates = np.vstack([direction, sphere])
+        best = candidates[int(np.argmax(score(candidates)))]
+        rng = np.random.default_rng(self.seed)
+        local = best + rng.normal(0, np.radians(3), (200, 3))
+        local = np.vstack([best, local / np.linalg.norm(local, axis=1, keepdims=True)])
+        return local[int(np.argmax(score(local)))]
+
+    def _at_most(self, points: np.ndarray, count: int) -> np.ndarray:
+        """``points`` (n, 3), a seeded random ``count`` of them where there are more."""
+        if len(points) <= count:
+            return points
+        return points[np.random.default_rng(self.seed).choice(len(points), count, replace=False)]
+
     def _motion(self, revolute: bool, direction: np.ndarray, point: np.ndarray, delta: float) -> np.ndarray:
         return screw_motion(direction, point, delta) if revolute else slide_motion(direction, delta)
 
@@ -263,7 +299,7 @@ class ChainDiscovery:
             if len(source) < 30 or len(target) < 30:
                 continue
             target, normals = cloud_with_normals(target, voxel, 5 * voxel)
-            pairs.append((thin(source, voxel), target, normals, cKDTree(target),
+            pairs.append((self._at_most(thin(source, voxel), self.max_points), target, normals, cKDTree(target),
                           float(session.q[other, j] - session.q[reference, j])))
 
         def pack(d, p):
@@ -273,6 +309,8 @@ class ChainDiscovery:
             d = x[:3] / np.linalg.norm(x[:3])
             return d, (x[3:6] if revolute else point)
 
+        if not revolute and pairs:
+            direction = self._search_slide(pairs, direction, noise)
         x = pack(direction, point)
         gate = 0.06
         for _ in range(7):
@@ -292,7 +330,7 @@ class ChainDiscovery:
                     out.append(np.einsum("ij,ij->i", source @ motion[:3, :3].T + motion[:3, 3] - target, normals))
                 return np.concatenate(out) if out else np.zeros(1)
 
-            x = least_squares(residuals, x, loss="soft_l1", f_scale=noise, method="trf", x_scale="jac").x
+            x = least_squares(residuals, x, loss="soft_l1", f_scale=noise, method="trf", x_scale="jac", max_nfev=40).x
             gate = max(gate / 2, 4 * noise)
         d, p = unpack(x)
         final = residuals(x)
@@ -300,27 +338,22 @@ class ChainDiscovery:
         if revolute:
             p = p + d * (d @ (previous_point - p))  # the foot of the previous joint's point
         # Which of the reference frame's pixels follow this joint: they changed and the motion explains them.
-        moved_masks = {}
-        for camera in frames.cameras:
-            ref = frames.frame(reference, camera)
-            mask = np.zeros(ref.depth.shape, bool)
-            for other in others:
-                delta = float(session.q[other, j] - session.q[reference, j])
-                fo = frames.frame(other, camera)
+        moved_masks = {camera: np.zeros(frames.frame(reference, camera).depth.shape, bool) for camera in frames.cameras}
+        for other in others:
+            delta = float(session.q[other, j] - session.q[reference, j])
+            motion = self._motion(revolute, d, p, delta)
+            target = np.concatenate([frames.frame(other, c).points[frames.frame(other, c).valid] for c in frames.cameras])
+            tree = cKDTree(thin(target, voxel / 2))
+            for camera in frames.cameras:
+                ref, fo = frames.frame(reference, camera), frames.frame(other, camera)
                 threshold = self._threshold(frames, camera, ref.depth)
                 changed = ref.valid & moving[camera] & ~(fo.valid & (np.abs(ref.depth - fo.depth) < threshold))
                 candidates = np.flatnonzero(changed.ravel())
                 if not len(candidates):
                     continue
-                motion = self._motion(revolute, d, p, delta)
                 moved = ref.points.reshape(-1, 3)[candidates] @ motion[:3, :3].T + motion[:3, 3]
-                target = np.concatenate([frames.frame(other, c).points[frames.frame(other, c).valid]
-                                         for c in frames.cameras])
-                tree = cKDTree(thin(target, voxel / 2))
                 distance, _ = tree.query(moved, distance_upper_bound=max(3 * noise, voxel))
-                flat = mask.ravel()
-                flat[candidates[np.isfinite(distance)]] = True
-            moved_masks[camera] = mask
+                moved_masks[camera].ravel()[candidates[np.isfinite(distance)]] = True
         # Uncertainty: the spread of single-pair refits around the joint fit, over the square root
         # of their number (the pairs share the reference frame, so this is a lower bound).
         turns, feet = [], []
@@ -333,7 +366,8 @@ class ChainDiscovery:
                 motion = self._motion(revolute, dd, pp, delta)
                 return np.einsum("ij,ij->i", source @ motion[:3, :3].T + motion[:3, 3] - target, normals)
 
-            fitted_d, fitted_p = unpack(least_squares(one, pack(d, p), loss="soft_l1", f_scale=noise, x_scale="jac").x)
+            fitted_d, fitted_p = unpack(least_squares(one, pack(d, p), loss="soft_l1", f_scale=noise, x_scale="jac",
+                                                      max_nfev=20).x)
             turns.append(np.degrees(np.arccos(np.clip(abs(fitted_d @ d), -1, 1))))
             if revolute:
                 offset = fitted_p - p
