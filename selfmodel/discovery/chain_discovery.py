@@ -224,14 +224,13 @@ class ChainDiscovery:
             direction /= np.linalg.norm(direction)
             point = axis_point([s[3] for s in steps], direction, previous_point)
             hypotheses.append((True, direction, point, rotation_ratio))
+        else:  # a part turning about its own axis of symmetry stalls the steps too: search for the turn
+            hypotheses.append((True, None, None, rotation_ratio))
         if np.median(angles) < 0.05:  # turning by under 3 degrees a step: it may slide instead
             signed = np.array([s[3][:3, 3] for s in steps]) * np.sign(deltas)[:, None]
             direction = signed.sum(axis=0)
             direction /= np.linalg.norm(direction)
             hypotheses.append((False, direction, previous_point.copy(), float(np.median(shifts / np.abs(deltas)))))
-        if not hypotheses:
-            raise InputError(f"joint {name!r}: what it carries turns by {rotation_ratio:.2f} times its readings' "
-                             f"change, neither a revolute joint read in radians nor a prismatic one read in metres.")
         fits = [(self._refine(frames, session, rows, j, moving, revolute, direction, point, noise, voxel,
                               previous_point), revolute, scale) for revolute, direction, point, scale in hypotheses]
         fit, revolute, scale = fits[0]
@@ -247,6 +246,46 @@ class ChainDiscovery:
                                 0.0, float(session.q[:, j].min()), float(session.q[:, j].max()), scale, direction_sd,
                                 position_sd * 1000.0, len(steps), int(sum(m.sum() for m in moved.values())), rms * 1000)
         return joint, moved, reference
+
+    @staticmethod
+    def _sphere(count: int = 1600) -> np.ndarray:
+        """``count`` unit vectors (count, 3) spread evenly over the sphere (a Fibonacci lattice)."""
+        golden = np.pi * (3 - np.sqrt(5))
+        z = 1 - 2 * (np.arange(count) + 0.5) / count
+        ring = np.sqrt(1 - z ** 2)
+        return np.stack([ring * np.cos(golden * np.arange(count)), ring * np.sin(golden * np.arange(count)), z], 1)
+
+    def _search_turn(self, pairs, noise: float) -> tuple[np.ndarray, np.ndarray]:
+        """A turn's axis where the steps saw none: every direction through the centre of what moved
+        (a part that turns about its own symmetry has its axis through its middle), then the best
+        line of that direction near the centre, then a finer look at directions."""
+        if not pairs:
+            raise InputError("no frame pair shows what this joint carries.")
+        chosen = sorted(pairs, key=lambda pair: -abs(pair[4]))[:3]
+        centre = np.median(np.concatenate([pair[0] for pair in chosen]), axis=0)
+
+        def score(direction: np.ndarray, point: np.ndarray) -> float:
+            total = 0.0
+            for source, target, normals, tree, delta in chosen:
+                motion = screw_motion(direction, point, delta)
+                distance, _ = tree.query(source @ motion[:3, :3].T + motion[:3, 3], distance_upper_bound=3 * noise)
+                total += np.isfinite(distance).mean()
+            return total
+
+        directions = self._sphere()
+        direction = directions[int(np.argmax([score(candidate, centre) for candidate in directions]))]
+        # Then where the axis crosses the plane through the centre across it: a 30 cm square, 1 cm apart.
+        helper = np.eye(3)[np.argmin(np.abs(direction))]
+        e1 = np.cross(direction, helper)
+        e1 /= np.linalg.norm(e1)
+        e2 = np.cross(direction, e1)
+        grid = np.linspace(-0.15, 0.15, 31)
+        points = [centre + a * e1 + b * e2 for a in grid for b in grid]
+        point = points[int(np.argmax([score(direction, candidate) for candidate in points]))]
+        directions = direction + np.random.default_rng(self.seed).normal(0, np.radians(3), (200, 3))
+        directions = np.vstack([direction, directions / np.linalg.norm(directions, axis=1, keepdims=True)])
+        direction = directions[int(np.argmax([score(candidate, point) for candidate in directions]))]
+        return direction, point
 
     def _search_slide(self, pairs, direction: np.ndarray, noise: float) -> np.ndarray:
         """The slide direction that explains most moved points: every direction on the sphere
@@ -265,12 +304,7 @@ class ChainDiscovery:
                     scores[k] += np.isfinite(distance).mean()
             return scores
 
-        count = 1600
-        golden = np.pi * (3 - np.sqrt(5))
-        z = 1 - 2 * (np.arange(count) + 0.5) / count
-        ring = np.sqrt(1 - z ** 2)
-        sphere = np.stack([ring * np.cos(golden * np.arange(count)), ring * np.sin(golden * np.arange(count)), z], 1)
-        candidates = np.vstack([direction, sphere])
+        candidates = np.vstack([direction, self._sphere()])
         best = candidates[int(np.argmax(score(candidates)))]
         rng = np.random.default_rng(self.seed)
         local = best + rng.normal(0, np.radians(3), (200, 3))
@@ -311,6 +345,8 @@ class ChainDiscovery:
 
         if not revolute and pairs:
             direction = self._search_slide(pairs, direction, noise)
+        if revolute and direction is None:
+            direction, point = self._search_turn(pairs, noise)
         x = pack(direction, point)
         gate = 0.06
         for _ in range(7):
