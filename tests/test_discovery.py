@@ -1,10 +1,11 @@
 """An arm nobody described: its chain from depth sweeps and joint readings, and a URDF from scratch.
 
 A 3-joint arm (turn about z, bend about y, slide along x) is recorded from a `selfcal plan --sweeps`
-plan by three small simulated depth cameras. The session's own robot.urdf is replaced by one whose
-axes are all wrong and its truth/ folder is moved away, so a fit that read either would fail:
-`selfcal discover` must still find each joint's type and axis, and write a URDF that Pinocchio
-and pybullet load and whose kinematics match the true arm.
+plan by three small simulated depth cameras and a laser tracker. The session's own robot.urdf is
+replaced by one whose axes are all wrong and its truth/ folder is moved away, so a fit that read
+either would fail: `selfcal discover` must still find each joint's type and axis, and write a URDF
+that Pinocchio and pybullet load, whose kinematics match the true arm, and that `selfcal
+calibrate` takes with the tracker data as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from selfmodel.discovery.chain_discovery import DiscoveredChain
 from selfmodel.discovery.depth_points import find_sweeps
 from selfmodel.discovery.evaluation import axis_errors, tip_rms
 
-RIG = Path(__file__).parent / "data" / "discovery" / "three_joint_slider.toml"
+RIG = Path(__file__).parent / "data" / "discovery" / "three_joint_slider_tracker.toml"
 runner = CliRunner()
 
 
@@ -35,7 +36,7 @@ def invoke(*args: str):
 @pytest.fixture(scope="module")
 def discovered(tmp_path_factory):
     folder = tmp_path_factory.mktemp("discovery")
-    result = invoke("plan", "--rig", RIG, "--sweeps", "--poses", "2", "--sweep-steps", "7", "--out", folder / "plan.csv")
+    result = invoke("plan", "--rig", RIG, "--sweeps", "--poses", "12", "--sweep-steps", "7", "--out", folder / "plan.csv")
     assert result.exit_code == 0, result.output
     result = invoke("capture", "--rig", RIG, "--plan", folder / "plan.csv", "--out", folder / "session", "--seed", "4")
     assert result.exit_code == 0, result.output
@@ -57,7 +58,7 @@ def test_a_sweep_plan_moves_one_joint_at_a_time_then_random_poses(discovered):
     with open(folder / "plan.csv") as handle:
         rows = list(csv.DictReader(handle))
     phases = [row["phase"] for row in rows]
-    assert phases.count("sweep:turn") >= 3 and phases.count("sweep:slide") >= 3 and phases.count("random") == 2
+    assert phases.count("sweep:turn") >= 3 and phases.count("sweep:slide") >= 3 and phases.count("random") == 12
     q = np.array([[float(row[n]) for n in ("turn", "bend", "slide")] for row in rows])
     sweeps = find_sweeps(q, 0.5)
     assert [s.joint for s in sweeps] == [0, 1, 2]
@@ -98,6 +99,21 @@ def test_the_urdf_written_from_scratch_loads_in_pinocchio_and_pybullet_and_moves
     q = np.random.default_rng(0).uniform(true.lower * 0.9, true.upper * 0.9, (50, 3))
     figures = tip_rms(urdf, chain, truth / "robot.urdf", "base", "tool", q)
     assert figures["tip_rms_mm"] < 8.0, figures  # measured about 1 mm over the whole joint range
+
+
+def test_calibrate_takes_the_discovered_urdf_with_tracker_data_as_it_is(discovered, tmp_path):
+    folder, _, _ = discovered
+    session = tmp_path / "tracker-session"
+    shutil.copytree(folder / "session", session)
+    shutil.copyfile(folder / "found" / "robot.urdf", session / "robot.urdf")
+    shutil.copytree(folder / "found" / "meshes", session / "meshes")
+    result = invoke("calibrate", session, "--out", tmp_path / "calibration", "--json")
+    assert result.exit_code == 0, result.output
+    residuals = json.loads(result.output)["residuals"]
+    # The reflectors' nominal offsets were given in the true tip frame, not the discovered one: the
+    # fit moves them, and then explains the tracker to its noise.
+    assert residuals["fit_nominal"]["rms_mm"] > 5.0
+    assert residuals["fit"]["rms_mm"] < 0.5, residuals["fit"]  # measured about 0.02 mm
 
 
 def test_a_plan_for_an_arm_without_a_description_from_the_joint_ranges_given(tmp_path):
