@@ -97,6 +97,8 @@ def train(
     steps: Optional[int] = typer.Option(None, "--steps", help="Exact number of training steps (bit-for-bit repeatable; overrides --minutes)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the label sampling, initialisation and batches."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="A (calibrated) URDF to use instead of the session's."),
+    no_urdf: bool = typer.Option(False, "--no-urdf", help="Read no description: discover the chain from the first "
+                                 "session's joint sweeps (`selfcal plan --sweeps`) and train on it."),
     cameras: Optional[Path] = typer.Option(None, "--cameras", help="A camera calibration folder (`selfcal calibrate` of sessions with the board on the flange): train with the camera poses it found."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: every core this process may use)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
@@ -116,6 +118,8 @@ def train(
             raise InputError(f"{urdf}: URDF not found.")
         if urdf is not None and kind == "free":
             raise InputError("--urdf gives the structured model its chain; the free model uses no URDF.")
+        if no_urdf and (urdf is not None or kind == "free"):
+            raise InputError("--no-urdf discovers the structured model's chain; it goes with neither --urdf nor --kind free.")
         if threads is not None and threads < 1:
             raise InputError(f"--threads must be at least 1, got {threads}.")
         loaded = [load_session(path) for path in sessions]
@@ -125,14 +129,30 @@ def train(
         from selfmodel.depth_labels import check_depth_sessions
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
+        discovered = None
+        if no_urdf:
+            import tempfile
+
+            from selfmodel.discovery.urdf_writer import discover_urdf
+
+            scratch = Path(tempfile.mkdtemp(prefix="selfcal-discovered-"))
+            with progress_bar("discovering the chain", len(loaded[0].joint_names)) as update:
+                discovered, urdf = discover_urdf(loaded[0], scratch, update)
         run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-               "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras)}
+               "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
+               "cameras": None if cameras is None else str(cameras)}
         with _training_folder(out, run, resume) as (partial, continues):
             with progress_bar(f"training {kind} self-model", steps or 0) as update:
                 result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update)
             board = (loaded[0].manifest.get("sensors") or {}).get("board")
             with output_folder(out) as folder:
                 save_model(result, folder, loaded, run, board)
+                if discovered is not None:
+                    discovered.save(folder / "discovered_chain.json")
+        if discovered is not None:
+            import shutil
+
+            shutil.rmtree(urdf.parent, ignore_errors=True)
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations}

@@ -97,3 +97,12 @@ def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str 
     path = folder / "robot.urdf"
     atomic_write_text(path, '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n")
     return path
+
+
+def discover_urdf(session, folder: Path, progress=None) -> tuple[DiscoveredChain, Path]:
+    """Discover ``session``'s chain (no description read) and write its URDF into ``folder``: the
+    one entry point the self-model's training uses for an arm nobody described."""
+    from selfmodel.discovery.chain_discovery import ChainDiscovery
+
+    chain = ChainDiscovery().fit(session, progress)
+    return chain, write_discovered_urdf(chain, folder)
