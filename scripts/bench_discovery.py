@@ -5,6 +5,7 @@ position (mm) per joint at home, and the written URDF's forward kinematics (Pino
 true arm's over random poses in the whole joint range and in the recorded range.
 
     .venv/bin/python scripts/bench_discovery.py [--arms slider,xarm6,iiwa] [--work DIR]
+    .venv/bin/python scripts/bench_discovery.py --arms '' --chamfer-steps 300   # the self-model section
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def main() -> None:
     from selfmodel.discovery.evaluation import axis_errors, tip_rms
 
     axis_rows, tip_rows, results = [], [], {}
-    for arm in args.arms.split(","):
+    for arm in [a for a in args.arms.split(",") if a]:
         session, truth = record(arm, ARMS[arm], args.work)
         found = args.work / f"{arm}-found"
         shutil.rmtree(found, ignore_errors=True)
@@ -163,7 +164,11 @@ def main() -> None:
         f"({args.poses}, seed 0) is compared. The machine was shared with other helpers: seconds are noisy.",
     ])
     if args.chamfer_steps:
-        body += "\n\n" + chamfer_section(args.work, args.chamfer_steps)
+        write_section("discovery-selfmodel", "Chain discovery: the self-model on the discovered chain",
+                      chamfer_section(args.work, args.chamfer_steps),
+                      f"scripts/bench_discovery.py --arms '' --chamfer-steps {args.chamfer_steps}")
+    if not tip_rows:
+        return
     write_section("discovery", "Chain discovery: an arm nobody described", body,
                   f"scripts/bench_discovery.py --arms {args.arms}")
     (args.work / "results.json").write_text(json.dumps(results, indent=2))
