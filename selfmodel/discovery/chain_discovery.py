@@ -258,7 +258,8 @@ class ChainDiscovery:
     def _search_turn(self, pairs, noise: float) -> tuple[np.ndarray, np.ndarray]:
         """A turn's axis where the steps saw none: every direction through the centre of what moved
         (a part that turns about its own symmetry has its axis through its middle), then the best
-        line of that direction near the centre, then a finer look at directions."""
+        line of that direction near the centre; then both again from that line, and a finer look at
+        directions."""
         if not pairs:
             raise InputError("no frame pair shows what this joint carries.")
         chosen = sorted(pairs, key=lambda pair: -abs(pair[4]))[:3]
@@ -272,17 +273,19 @@ class ChainDiscovery:
                 total += np.isfinite(distance).mean()
             return total
 
-        directions = self._sphere()
-        direction = directions[int(np.argmax([score(candidate, centre) for candidate in directions]))]
-        # Then where the axis crosses the plane through the centre across it: a 30 cm square, 1 cm apart.
-        helper = np.eye(3)[np.argmin(np.abs(direction))]
-        e1 = np.cross(direction, helper)
-        e1 /= np.linalg.norm(e1)
-        e2 = np.cross(direction, e1)
-        grid = np.linspace(-0.15, 0.15, 31)
-        points = [centre + a * e1 + b * e2 for a in grid for b in grid]
-        point = points[int(np.argmax([score(direction, candidate) for candidate in points]))]
-        directions = direction + np.random.default_rng(self.seed).normal(0, np.radians(3), (200, 3))
+        point, rng = centre, np.random.default_rng(self.seed)
+        for square in (0.15, 0.04):  # twice: a direction through a point off the axis is itself off
+            directions = self._sphere()
+            direction = directions[int(np.argmax([score(candidate, point) for candidate in directions]))]
+            # Then where the axis crosses the plane through the point across it.
+            helper = np.eye(3)[np.argmin(np.abs(direction))]
+            e1 = np.cross(direction, helper)
+            e1 /= np.linalg.norm(e1)
+            e2 = np.cross(direction, e1)
+            grid = np.linspace(-square, square, 31)
+            points = [point + a * e1 + b * e2 for a in grid for b in grid]
+            point = points[int(np.argmax([score(direction, candidate) for candidate in points]))]
+        directions = direction + rng.normal(0, np.radians(3), (200, 3))
         directions = np.vstack([direction, directions / np.linalg.norm(directions, axis=1, keepdims=True)])
         direction = directions[int(np.argmax([score(candidate, point) for candidate in directions]))]
         return direction, point
