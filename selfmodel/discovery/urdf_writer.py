@@ -57,7 +57,7 @@ def _origin_element(parent: ET.Element, transform: np.ndarray) -> None:
 
 
 def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str = "discovered") -> Path:
-    """``folder``/robot.urdf (+ meshes/<link>.stl) for ``chain``; returns the URDF's path."""
+    """``folder``/robot.urdf (+ meshes/link_<k>.stl) for ``chain``; returns the URDF's path."""
     import trimesh
 
     folder = Path(folder)
@@ -79,7 +79,7 @@ def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str 
             hull = trimesh.convex.convex_hull(local)
         except Exception as error:  # qhull refuses flat or degenerate point sets
             raise InputError(f"link {name!r}: its {len(points)} points span no volume ({error}).") from None
-        mesh = f"meshes/{name}.stl"
+        mesh = f"meshes/link_{k}.stl"  # numbered: a joint's name from a readings file may hold any character
         hull.export(folder / mesh)
         for kind in ("visual", "collision"):
             element = ET.SubElement(link, kind)
