@@ -116,6 +116,19 @@ def test_calibrate_takes_the_discovered_urdf_with_tracker_data_as_it_is(discover
     assert residuals["fit"]["rms_mm"] < 0.5, residuals["fit"]  # measured about 0.02 mm
 
 
+def test_the_self_model_trains_on_the_discovered_chain_without_reading_the_description(discovered, tmp_path):
+    folder, _, _ = discovered
+    result = invoke("selfmodel", "train", folder / "session", "--no-urdf", "--steps", "3", "--threads", "1",
+                    "--out", tmp_path / "model", "--json")
+    assert result.exit_code == 0, result.output
+    chain = DiscoveredChain.load(tmp_path / "model" / "discovered_chain.json")
+    assert [j.type for j in chain.joints] == ["revolute", "revolute", "prismatic"]
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["joint_names"] == ["turn", "bend", "slide"] and config["training"]["discovered"] is True
+    written = (tmp_path / "model" / "robot.urdf").read_text()
+    assert 'name="turn_link"' in written and '0.6 0.0 0.8' not in written  # the discovered chain, not the lie
+
+
 def test_a_plan_for_an_arm_without_a_description_from_the_joint_ranges_given(tmp_path):
     out = tmp_path / "plan.csv"
     result = invoke("plan", "--sweeps", "--joint", "a=-0.5:0.5", "--joint", "b=0.1:0.3", "--poses", "3",
