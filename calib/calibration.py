@@ -25,6 +25,9 @@ from calib.io.document import read_calibration, write_calibration_files
 from calib.io.report import write_report
 from calib.io.urdf_export import write_urdf
 from calib.model.chain import SerialChain
+from calib.dynamics.measured import has_torques
+from calib.dynamics.model import IdentifiedDynamics
+from calib.model.envelope import Envelope
 from calib.model.error_model import ErrorModel
 from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
                                 Reflectors, TrackerFrames)
@@ -46,7 +49,8 @@ class Calibration:
     camera poses (optical frame) in the base frame, ``tip_T_board`` and ``board``: the board on the
     tool, ``intrinsics``: per camera the K (and image size) the fit used; ``compliance`` (dof,)
     rad/(N m) or None; ``residual_model``: a learned tip correction or None; ``payload_com`` (3,) m
-    in the tip frame; ``summary``: identifiability, residual figures, outliers, hashes (what
+    in the tip frame; ``validity``: the joint ranges the fit covered (None for a calibration written
+    before envelopes were recorded); ``summary``: identifiability, residual figures, outliers, hashes (what
     calibration.yaml holds); ``deflection``: the mode and its held-out comparison.
     """
 
@@ -77,6 +81,9 @@ class Calibration:
     residual_model: ResidualModel | None = field(default=None, repr=False)
     payload_com: np.ndarray | None = None  # (3,) m, tip frame: where a payload's mass sits
     deflection: dict | None = None  # mode, held-out comparison (what calibration.yaml holds)
+    validity: Envelope | None = None  # the joint ranges and payloads the fit poses covered
+    # Compliance from measured torques: the arm dynamics identified from them (None: the URDF's inertials).
+    torque_model: IdentifiedDynamics | None = field(default=None, repr=False)
     _serial: SerialChain | None = field(default=None, init=False, repr=False, compare=False)
     _torques: GravityTorques | None = field(default=None, init=False, repr=False, compare=False)
     _featurizer: Featurizer | None = field(default=None, init=False, repr=False, compare=False)
@@ -89,7 +96,13 @@ class Calibration:
         return self._serial
 
     def gravity_torques(self, q: np.ndarray, payload_kg: np.ndarray | float | None = None) -> np.ndarray:
-        """(N, dof) N m the joints hold at readings q (N, dof) with payloads (N,) kg at ``payload_com``."""
+        """(N, dof) N m the joints hold at readings q (N, dof) with payloads (N,) kg at ``payload_com``:
+        from the arm dynamics identified from measured torques when the fit had them, else from the
+        URDF's inertials."""
+        if self.torque_model is not None:
+            q = np.atleast_2d(np.asarray(q, float))
+            payload = np.broadcast_to(np.asarray(0.0 if payload_kg is None else payload_kg, float), (len(q),))
+            return self.torque_model.predict(q, payload_kg=payload, payload_com=self.payload_com, offsets=False)
         if self._torques is None:
             self._torques = GravityTorques(self.chain, self.payload_com)
         return self._torques(q, payload_kg)
@@ -119,6 +132,11 @@ class Calibration:
         if self._featurizer is None:
             self._featurizer = Featurizer(self.chain, self.payload_com)
         return self._featurizer
+
+    def envelope_warning(self, q: np.ndarray, what: str, payload_kg: np.ndarray | None = None) -> str | None:
+        """One sentence when poses q (N, dof) of ``what`` (a file, a session) lie outside the
+        calibration's validity envelope (or carry more payload than it saw); None otherwise."""
+        return None if self.validity is None else self.validity.warning(q, what, payload_kg)
 
     def _sensor(self, sensor: str | None) -> str:
         if not self.tracker_T_base:
@@ -179,10 +197,14 @@ class Calibration:
 
     def poses_for(self, session: Session, sensor: str = "s0") -> PoseSet:
         """A session's poses with what this calibration applies at them: the torques the joints hold
-        (with compliance) and the learned tip shift (with a residual model)."""
+        (with compliance: the session's measured ones when it has them and the calibration was fitted
+        from measured torques) and the learned tip shift (with a residual model)."""
         poses = PoseSet(session.q, session.pose_ids, session.payload_kg, sensor)
         if self.compliance is not None:
-            poses = poses.with_torques(self.gravity_torques(session.q, session.payload_kg))
+            if self.torque_model is not None and has_torques(session):  # measured: what the joints really held
+                poses = poses.with_torques(self.torque_model.held_torques(session))
+            else:
+                poses = poses.with_torques(self.gravity_torques(session.q, session.payload_kg))
         if self.residual_model is not None:
             poses = poses.with_tip_shift(self.tip_shift(session.q, session.payload_kg))
         return poses

@@ -35,10 +35,14 @@ from calib.deflection import modes
 from calib.deflection.learned import corrected, training_set
 from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble
 from calib.deflection.torques import GravityTorques
+from calib.dynamics.identification import ArmDynamics
+from calib.dynamics.measured import has_torques
+from calib.dynamics.model import IdentifiedDynamics
 from calib.fit.checks import check_pose_set, spread_poses, structural_identifiability
 from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
 from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
 from calib.model.chain import SerialChain
+from calib.model.envelope import STILL_SPAN, Envelope, joint_list
 from calib.model.error_model import ErrorModel
 from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
                                 Reflectors, TrackerFrames)
@@ -47,8 +51,7 @@ from calib.model.poses import PoseSet
 from calib.sensors.blocks import evaluate, keep_units, stack, unit_count, without_labels
 from calib.sensors.registry import BY_NAME, SENSORS
 from calib.sensors.sensor import Prepared, StartValues, join_errors
-from capture.session import Session, load_session
-from rigs import urdf as urdf_io
+from capture.session import Session, check_same_robot, load_session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
 from rigs.transforms import invert
@@ -57,25 +60,8 @@ NOISE_ROUNDS = 2  # estimate-and-refit rounds for noise the data does not state 
 # A joint whose torque never reaches this fraction of the largest joint torque in the data (a vertical
 # first axis, a wrist turning about the payload's axis) cannot show its compliance: it stays 0.
 TORQUELESS_FRACTION = 1e-3
+MEASURED_TORQUE_SNR = 10.0  # a joint's measured torque must vary by this many noise deviations to show its sag
 MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold evidence is possible
-
-
-def same_robot(sessions: list[Session]) -> None:
-    if len(sessions) < 2:
-        return
-    first = sessions[0]
-    first_joints = urdf_io.joints(urdf_io.parse_urdf(first.urdf_path), first.urdf_path)
-    for other in sessions[1:]:
-        if (other.joint_names != first.joint_names or other.base_link != first.base_link
-                or other.tip_link != first.tip_link):
-            raise InputError(f"{other.path}: records a different robot than {first.path} "
-                             f"(joints {other.joint_names} from {other.base_link} to {other.tip_link}); "
-                             f"calibrate sessions of one robot together.")
-        joints = urdf_io.joints(urdf_io.parse_urdf(other.urdf_path), other.urdf_path)
-        for name in first.joint_names:
-            if name not in joints or not np.allclose(joints[name].origin, first_joints[name].origin, atol=1e-9):
-                raise InputError(f"{other.path}: its robot.urdf differs from {first.path}'s at joint {name!r}; "
-                                 f"calibrate sessions of one robot together.")
 
 
 def data_hash(sessions: list[Session]) -> str:
@@ -116,6 +102,8 @@ class Problem:
     prepared: dict[str, list[Prepared]]
     start_chain: ChainModel
     start_targets: dict[str, np.ndarray]
+    envelope: Envelope
+    torque_model: IdentifiedDynamics | None  # measured torques: the arm dynamics identified from them
     # Start values, the frames-first fit and the pose-set check do not depend on the deflection
     # model: the first geometric fit keeps them for the second.
     start: tuple | None = None
@@ -185,14 +173,26 @@ class Calibrator:
     many robust standard deviations are flagged. ``tip_link`` overrides the sessions' tip link;
     ``pixel_sigma`` the board corners' noise (px; default from per-image PnP). ``residual``: the
     learned ensemble's settings. ``previous``: recalibration, start from this calibration's arm
-    and reflectors and move only along what the new data identifies.
+    and reflectors and move only along what the new data identifies. ``require_full``: refuse
+    poses that do not determine every combination the arm allows (joints that did not move, a
+    condition number far above well spread poses'); by default such data are fitted along what
+    they determine, the rest keeps its nominal value and the summary says so in sentences.
+    ``torques``: what the joints hold, for compliance: "measured" (the sessions' ``effort_<joint>``
+    columns, their sign checked against the URDF's gravity torques, ``flip_torque_sign`` for drives
+    with the opposite convention; an arm dynamics model identified from them predicts torques where
+    none are measured), "model" (the URDF's inertials and the payload) or "auto" (measured when
+    every session has them).
     """
 
     def __init__(self, model: str = "full", deflection: str = "auto", holdout: float = 0.0, folds: int | None = None,
                  seed: int = 0, outlier_threshold: float = 5.0, tip_link: str | None = None,
                  pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
-                 progress: Callable[[str], None] | None = None, previous: Calibration | None = None):
+                 progress: Callable[[str], None] | None = None, previous: Calibration | None = None,
+                 require_full: bool = False, torques: str = "auto", flip_torque_sign: bool = False):
         self.model = model
+        self.require_full = require_full
+        self.torques = torques
+        self.flip_torque_sign = flip_torque_sign
         self.deflection = deflection
         self.holdout = holdout
         self.folds = folds
@@ -212,15 +212,15 @@ class Calibrator:
         problem = self._problem(sessions)
         auto = self.deflection == "auto"
         wanted = modes.MODES if auto else (self.deflection,)
+        wanted, notes = self._check_torques(problem, wanted)
         geometries = {}
         for geometry in dict.fromkeys(modes.geometry_of(m) for m in wanted):
             self.progress(f"{'compliance' if geometry == 'compliance' else 'rigid'} fit")
             geometries[geometry] = self._geometry(problem, compliance=geometry == "compliance")
-        notes = {}
         if auto and self.holdout == 0 and self._inlier_poses(geometries["none"]) < MIN_LEARNED_POSES:
             for mode in ("learned", "both"):  # too few poses to learn a residual honestly
                 notes[mode] = f"not tried: a learned residual needs at least {MIN_LEARNED_POSES} poses"
-            wanted = ("none", "compliance")
+            wanted = tuple(m for m in wanted if not modes.uses_residual(m))
         fits = {mode: self._calibration(problem, geometries[modes.geometry_of(mode)]) for mode in wanted}
         # A fixed hold-out judges the delivered ensembles themselves, and so does the screening
         # below; folds train their own.
@@ -282,6 +282,8 @@ class Calibrator:
         if self.model not in ("full", "offsets"):
             raise InputError(f"--model must be 'full' or 'offsets', got {self.model!r}.")
         modes.check_mode(self.deflection)
+        if self.torques not in ("auto", "measured", "model"):
+            raise InputError(f"--torques must be 'auto', 'measured' or 'model', got {self.torques!r}.")
         if not 0.0 <= self.holdout < 1.0:
             raise InputError(f"--holdout must be in [0, 1), got {self.holdout}.")
         if self.folds is not None and int(self.folds) < 2:
@@ -293,7 +295,7 @@ class Calibrator:
         if not sessions:
             raise InputError("give at least one session to calibrate from.")
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
-        same_robot(sessions)
+        check_same_robot(sessions)
         first = sessions[0]
         tip_link = self.tip_link or first.tip_link
         chain = ChainModel.from_urdf(first.urdf_path, first.base_link, tip_link)
@@ -307,9 +309,13 @@ class Calibrator:
                              f"{first.path} records {list(chain.joint_names)}.")
         start_chain = previous.chain if previous is not None else chain
         fit_rows, held_rows = holdout_rows([len(s.pose_ids) for s in sessions], self.holdout, self.seed)
+        torque_model = self._torque_model(sessions, chain)
         poses = []
         for i, session in enumerate(sessions):
-            torques = GravityTorques(chain, session.payload_com)(session.q, session.payload_kg)
+            if torque_model is not None:
+                torques = torque_model.held_torques(session)
+            else:
+                torques = GravityTorques(chain, session.payload_com)(session.q, session.payload_kg)
             poses.append(PoseSet(session.q, session.pose_ids, session.payload_kg, f"s{i}", torques=torques))
         prepared: dict[str, list[Prepared]] = {}
         for i, session in enumerate(sessions):
@@ -327,13 +333,58 @@ class Calibrator:
                                             [SerialChain(start_chain).base_T_tip(p.session.q) for p in items],
                                             self.pixel_sigma, np.random.default_rng(self.seed))
         start_targets = dict(previous.targets) if previous is not None else {}
-        return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets)
+        envelope = Envelope.of(np.concatenate([s.q[rows] for s, rows in zip(sessions, fit_rows)]),
+                               np.concatenate([s.payload_kg[rows] for s, rows in zip(sessions, fit_rows)]),
+                               chain.joint_names, SerialChain(chain).prismatic)
+        if self.require_full and envelope.still:
+            raise InputError(f"--require-full: {joint_list(envelope.still)} did not move (readings span under "
+                             f"{np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; record "
+                             f"poses that move every joint, or leave out --require-full to fit what these poses "
+                             f"determine.")
+        return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets, envelope,
+                       torque_model)
+
+    def _torque_model(self, sessions: list[Session], chain: ChainModel) -> IdentifiedDynamics | None:
+        """The arm dynamics identified from the sessions' measured torques, or None to use the URDF's."""
+        measured = all(has_torques(s) for s in sessions)
+        if self.torques == "measured" and not measured:
+            lacking = next(s for s in sessions if not has_torques(s))
+            raise InputError(f"{lacking.path / 'joints.csv'}: --torques measured needs an effort_<joint> column "
+                             f"(N m) for every chain joint.")
+        wants_compliance = self.deflection == "auto" or modes.geometry_of(self.deflection) == "compliance"
+        if self.torques == "model" or not measured or not wants_compliance:
+            return None
+        self.progress("identifying the arm's gravity torques from the measured ones")
+        return ArmDynamics(flip_sign=self.flip_torque_sign, friction="none",
+                           tip_link=self.tip_link).fit(sessions)
+
+    def _check_torques(self, problem: Problem, wanted: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Compliance needs torques: a URDF without inertials and no measured torques gives none,
+        so compliance is refused when asked for and not tried by auto (with a note)."""
+        if problem.torque_model is not None or not any(modes.geometry_of(m) == "compliance" for m in wanted):
+            return wanted, {}
+        q = np.concatenate([s.q for s in problem.sessions])
+        arm = GravityTorques(problem.chain, problem.sessions[0].payload_com)(q, 0.0)
+        if np.abs(arm).max(initial=0.0) > 1e-6:
+            return wanted, {}
+        urdf = problem.sessions[0].urdf_path
+        if self.deflection != "auto":
+            raise InputError(f"{urdf}: has no link inertials, so the arm's gravity torques are zero and joint "
+                             f"compliance cannot be fitted; record the joint torques (effort_<joint> columns in "
+                             f"joints.csv) or choose --deflection none or learned.")
+        note = "not tried: the URDF has no link inertials and the sessions no measured torques"
+        kept = tuple(m for m in wanted if modes.geometry_of(m) != "compliance")
+        return kept, {m: note for m in wanted if m not in kept}
 
     def _groups(self, problem: Problem, start: StartValues, compliance: bool) -> list:
         chain, previous = problem.chain, self.previous
-        groups = [JointPlacements(chain.joint_names, None if previous is None else np.asarray(previous.deltas).ravel()),
+        # A joint that did not move: its zero offset and placement are a constant transform the
+        # reflectors (or the next moving joint's placement) absorb, so they keep their start values.
+        still = ~problem.envelope.moved
+        groups = [JointPlacements(chain.joint_names, None if previous is None else np.asarray(previous.deltas).ravel(),
+                                  fixed=still),
                   JointZeros(chain.joint_names, ErrorModel.for_sensors(chain).serial.prismatic,
-                             None if previous is None else previous.zero_offsets)]
+                             None if previous is None else previous.zero_offsets, fixed=still)]
         if start.tracker_T_base:
             groups.append(TrackerFrames(start.tracker_T_base))
         if start.targets:
@@ -350,10 +401,15 @@ class Calibrator:
 
     @staticmethod
     def _torqueless(problem: Problem) -> np.ndarray:
-        """(dof,) bool: joints that hold no torque to speak of at the fit poses."""
+        """(dof,) bool: joints that hold no torque to speak of at the fit poses (with measured torques,
+        also those whose torque varies by less than ``MEASURED_TORQUE_SNR`` times the sensor's noise:
+        their sag would be fitted to noise)."""
         torques = np.concatenate([poses.torques[rows] for poses, rows in zip(problem.poses, problem.fit_rows)])
         largest = np.abs(torques).max(axis=0) if len(torques) else np.zeros(problem.chain.dof)
-        return largest <= TORQUELESS_FRACTION * max(largest.max(), 1e-300)
+        quiet = largest <= TORQUELESS_FRACTION * max(largest.max(), 1e-300)
+        if problem.torque_model is not None and len(torques):
+            quiet |= torques.std(axis=0) < MEASURED_TORQUE_SNR * problem.torque_model.noise
+        return quiet
 
     def _start_values(self, problem: Problem, fit_blocks: dict[str, list]) -> StartValues:
         start = StartValues()
@@ -375,7 +431,7 @@ class Calibrator:
         flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
         if problem.start is None:
             problem.start = self._start(problem, fit_blocks)
-        start, hand_eye_rms, condition_ratio, seen = problem.start
+        start, hand_eye_rms, condition_ratio, seen, _ = problem.start
         model = ErrorModel(problem.chain, self._groups(problem, start, compliance), self.model)
         theta0 = model.initial_vector()
         solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self.progress)
@@ -395,7 +451,8 @@ class Calibrator:
                            noise, hand_eye_rms)
 
     def _start(self, problem: Problem, fit_blocks: dict[str, list]) -> tuple:
-        """(start values, hand-eye RMS px or None, condition ratio, identifiability at the start)."""
+        """(start values, hand-eye RMS px or None, condition ratio, identifiability at the start, the
+        sentence for a degenerate pose set or None)."""
         start = self._start_values(problem, fit_blocks)
         flat = [b for name in problem.sensor_names for b in fit_blocks[name]]
         hand_eye_rms = None
@@ -415,8 +472,8 @@ class Calibrator:
             start = self._restart(frames, solved)
         rigid = ErrorModel(problem.chain, self._groups(problem, start, False), self.model)
         with blas_single_thread():
-            condition_ratio, seen = self._check_data(problem, rigid, rigid.initial_vector(), fit_blocks)
-        return start, hand_eye_rms, condition_ratio, seen
+            condition_ratio, seen, degenerate = self._check_data(problem, rigid, rigid.initial_vector(), fit_blocks)
+        return start, hand_eye_rms, condition_ratio, seen, degenerate
 
     @staticmethod
     def _restart(frames: ErrorModel, theta: np.ndarray) -> StartValues:
@@ -451,7 +508,7 @@ class Calibrator:
         poses = len({(id(b.poses), int(r)) for b in flat for r in b.unit_pose})
         rows = sum(len(b.unit_index) for b in flat)
         return check_pose_set(model, theta0, flat, structural, poses, rows / max(poses, 1), self.holdout,
-                              np.concatenate([s.q for s in problem.sessions]))
+                              np.concatenate([s.q for s in problem.sessions]), self.require_full)
 
     # -- the result -----------------------------------------------------------------------------------
     def _calibration(self, problem: Problem, fit: GeometryFit) -> Calibration:
@@ -465,10 +522,13 @@ class Calibrator:
         reflectors = model.group("target")
         identifiability = result.identifiability.summary()
         identifiability["condition_ratio_to_spread_poses"] = fit.condition_ratio
+        degenerate = problem.start[4] if problem.start is not None else None
+        identifiability["not_excited"] = problem.envelope.sentences() + ([degenerate] if degenerate else [])
+        identifiability["full"] = not identifiability["not_excited"]
         if model.has("compliance"):
             group = model.group("compliance")
             identifiability["directions"] = list(identifiability["directions"]) + [
-                f"the compliance of {joint} is held at 0: the joint holds no torque at these poses."
+                f"the compliance of {joint} is held at 0: the joint holds no torque to speak of at these poses (or, measured, none above its sensor noise)."
                 for joint, fixed in zip(group.owners, group.fixed) if fixed]
         summary = {"model": self.model, "sensors": problem.sensor_names, "sessions": [str(s.path) for s in problem.sessions],
                    "data_hash": data_hash(problem.sessions), "base_link": first.base_link,
@@ -488,7 +548,8 @@ class Calibrator:
             zero_std=std[model.zero_slice], target_std={t: std[sl] for t, sl in model.target_slices.items()},
             summary=summary, source_urdf=first.urdf_path, solve=result, error_model=model,
             tip_T_probe={p: model.tip_T_probe(theta, p) for p in model.probe_slices},
-            payload_com=first.payload_com)
+            payload_com=first.payload_com, validity=problem.envelope,
+            torque_model=problem.torque_model if model.has("compliance") else None)
         if model.has("camera"):
             calibration.base_T_camera = {k: invert(model.camera_T_base(theta, k)) for k in model.cameras}
             calibration.camera_std = {k: std[sl] for k, sl in model.camera_slices.items()}

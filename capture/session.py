@@ -114,16 +114,31 @@ class Session:
     def joint_efforts(self) -> np.ndarray | None:
         """Measured joint torques (N, dof) N m from ``effort_<joint>`` columns; NaN for joints without
         a column; None when joints.csv has none."""
-        columns = {name: f"effort_{name}" for name in self.joint_names if f"effort_{name}" in self.extra}
+        return self.joint_columns("effort_")
+
+    @property
+    def joint_velocities(self) -> np.ndarray | None:
+        """Joint velocities (N, dof) rad/s from ``velocity_<joint>`` columns (as :attr:`joint_efforts`)."""
+        return self.joint_columns("velocity_")
+
+    @property
+    def joint_accelerations(self) -> np.ndarray | None:
+        """Joint accelerations (N, dof) rad/s^2 from ``acceleration_<joint>`` columns (as :attr:`joint_efforts`)."""
+        return self.joint_columns("acceleration_")
+
+    def joint_columns(self, prefix: str) -> np.ndarray | None:
+        """(N, dof) the numbers of the ``<prefix><joint>`` columns of joints.csv; NaN for joints
+        without a column; None when joints.csv has none."""
+        columns = {name: f"{prefix}{name}" for name in self.joint_names if f"{prefix}{name}" in self.extra}
         if not columns:
             return None
-        efforts = np.full((len(self.pose_ids), len(self.joint_names)), np.nan)
+        values = np.full((len(self.pose_ids), len(self.joint_names)), np.nan)
         joints_path = self.path / "joints.csv"
         for j, name in enumerate(self.joint_names):
             if name in columns:
-                efforts[:, j] = [parse_number(text, joints_path, row, columns[name])
-                                 for row, text in enumerate(self.extra[columns[name]], start=2)]
-        return efforts
+                values[:, j] = [parse_number(text, joints_path, row, columns[name])
+                                for row, text in enumerate(self.extra[columns[name]], start=2)]
+        return values
 
     @property
     def urdf_path(self) -> Path:
@@ -200,6 +215,26 @@ class Session:
     @classmethod
     def load(cls, path: Path) -> "Session":
         return load_session(path)
+
+
+def check_same_robot(sessions: list[Session], job: str = "calibrate") -> None:
+    """InputError unless every session records the robot of the first (joints, base, tip, URDF origins);
+    ``job`` names what is done with them together, for the message."""
+    if len(sessions) < 2:
+        return
+    first = sessions[0]
+    first_joints = urdf_io.joints(urdf_io.parse_urdf(first.urdf_path), first.urdf_path)
+    for other in sessions[1:]:
+        if (other.joint_names != first.joint_names or other.base_link != first.base_link
+                or other.tip_link != first.tip_link):
+            raise InputError(f"{other.path}: records a different robot than {first.path} "
+                             f"(joints {other.joint_names} from {other.base_link} to {other.tip_link}); "
+                             f"{job} sessions of one robot together.")
+        joints = urdf_io.joints(urdf_io.parse_urdf(other.urdf_path), other.urdf_path)
+        for name in first.joint_names:
+            if name not in joints or not np.allclose(joints[name].origin, first_joints[name].origin, atol=1e-9):
+                raise InputError(f"{other.path}: its robot.urdf differs from {first.path}'s at joint {name!r}; "
+                                 f"{job} sessions of one robot together.")
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -528,7 +563,8 @@ class SessionWriter:
         try:
             manifest = read_manifest(path)
             appended = [name for name in ("joints.csv", "tracker.csv", "tracker_poses.csv", "truth/tracker_clean.csv",
-                                          "truth/joints_reached.csv", "truth/tracker_poses_clean.csv")
+                                          "truth/joints_reached.csv", "truth/tracker_poses_clean.csv",
+                                          "truth/torques_clean.csv")
                         if (path / name).is_file()]
             for name in appended:
                 _cut_torn_line(path / name)

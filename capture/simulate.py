@@ -99,6 +99,15 @@ def _lay_out(rig: Rig, arm: TrueArm, folder: Path, joint_names: list[str], seed:
         parameters["tip_T_probe"] = true_tip_T_probe(rig).tolist()
     if rig.board is not None:
         parameters["tip_T_board"] = true_tip_T_board(rig).tolist()
+    if rig.truth.torques is not None:
+        sensing = rig.truth.torques
+        parameters["torque_sensing"] = {
+            "convention": "effort = sign * tau + offset + noise; tau = the true arm's inverse dynamics (Pinocchio's "
+                          "sign: at rest the torque that holds the arm up) + viscous * v + coulomb * sign(v)",
+            "sign": sensing.sign, "noise_nm": sensing.noise, "offsets_nm": arm.torque_offsets.tolist(),
+            "viscous_nms_per_rad": None if sensing.viscous is None else sensing.viscous.tolist(),
+            "coulomb_nm": None if sensing.coulomb is None else sensing.coulomb.tolist(),
+            "payload_com": rig.robot.payload_com.tolist()}
     parameters["segmentation_links"] = segmentation_links
     parameters["segmentation"] = "cameras/<name>/<pose>_seg.png value v > 0 is link segmentation_links[v - 1]; 0 is nothing"
     atomic_write_json(truth / "parameters.json", parameters)
@@ -106,6 +115,32 @@ def _lay_out(rig: Rig, arm: TrueArm, folder: Path, joint_names: list[str], seed:
     if bends:
         atomic_write_json(truth / "damage.json", bends[0] if len(bends) == 1 else bends)
     return writer
+
+
+EFFORT_PREFIX, VELOCITY_PREFIX, ACCELERATION_PREFIX = "effort_", "velocity_", "acceleration_"
+
+
+def effort_columns(rig: Rig, joint_names: list[str]) -> list[str]:
+    """The ``effort_<joint>`` columns of joints.csv when the simulated arm senses its joint torques."""
+    return [EFFORT_PREFIX + name for name in joint_names] if rig.truth is not None and rig.truth.torques else []
+
+
+def _plan_rates(extra: dict[str, str], joint_names: list[str], prefix: str) -> np.ndarray | None:
+    """A plan row's ``velocity_<joint>`` / ``acceleration_<joint>`` cells (dof,), None when it has none."""
+    if not any(prefix + name in extra for name in joint_names):
+        return None
+    return np.array([float(extra.get(prefix + name) or 0.0) for name in joint_names])
+
+
+def _efforts(sim: Simulator, writer: SessionWriter, pose: str, q_reached: np.ndarray, payload_kg: float,
+             extra: dict[str, str], rng: np.random.Generator) -> dict[str, str]:
+    """The pose's measured joint torques as joints.csv cells; the noise-free readings go to truth/."""
+    names = sim.chain.joint_names
+    velocity = _plan_rates(extra, names, VELOCITY_PREFIX)
+    acceleration = _plan_rates(extra, names, ACCELERATION_PREFIX)
+    clean, measured = sim.joint_torques(q_reached, payload_kg, rng, velocity, acceleration)
+    writer.append_truth_rows("torques_clean.csv", ["pose", *names], [[pose, *clean]])
+    return {EFFORT_PREFIX + name: writer._fmt(value) for name, value in zip(names, measured)}
 
 
 def _visible_targets(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
@@ -281,7 +316,8 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
             layout = Path(tempfile.mkdtemp(dir=partial.parent, prefix=f".{partial.name}{TEMPORARY_TAG}", suffix=".tmp"))
             stack.enter_context(locked_folder(layout, busy))  # the lock moves with the folder's rename
             writer = _lay_out(rig, arm, layout, joint_names, seed, poses if plan is None else total, payload_kg,
-                              list(plan.extra) if plan is not None else [], sim.link_names)
+                              (list(plan.extra) if plan is not None else []) + effort_columns(rig, joint_names),
+                              sim.link_names)
             os.chmod(layout, 0o777 & ~current_umask())
             try:
                 rename_no_replace(layout, partial)
@@ -370,6 +406,8 @@ def _record(sim: Simulator, rig: Rig, writer: SessionWriter, seed: int, total: i
             rendering = sim.render(camera, q_reached, rng)
             writer.add_images(pose, camera.name, rendering.rgb, rendering.depth, rendering.segmentation, DEPTH_SCALE)
         writer.append_truth_rows("joints_reached.csv", ["pose", *sim.chain.joint_names], [[pose, *q_reached]])
+        if rig.truth.torques is not None:
+            extra = dict(extra, **_efforts(sim, writer, pose, q_reached, payload_kg, extra, rng))
         writer.add_pose(pose, q_command, payload_kg, extra)
         if progress is not None:
             progress(number + 1, total)

@@ -88,17 +88,32 @@ class ChainModel:
         The payload of ``payload_kg`` sits at ``payload_com`` (3,) m in the tip frame; gravity is
         -z of the model's world frame.
         """
-        model = self.model
+        model = self._loaded(payload_kg, payload_com, gravity)
+        tau = pin.computeGeneralizedGravity(model, model.createData(), self.full_q(q))
+        return np.array([tau[model.joints[j].idx_v] for j in self.joint_ids])
+
+    def inverse_dynamics(self, q: np.ndarray, velocity: np.ndarray, acceleration: np.ndarray, payload_kg: float = 0.0,
+                         payload_com: np.ndarray | None = None, gravity: float = 9.81) -> np.ndarray:
+        """Joint torques (dof,) N m that move the arm and a point payload at chain velocity (dof,)
+        rad/s and acceleration (dof,) rad/s^2 (Pinocchio's RNEA; at rest, :meth:`gravity_torques`).
+        Joints off the chain stay at rest."""
+        model = self._loaded(payload_kg, payload_com, gravity)
+        index = [model.joints[j].idx_v for j in self.joint_ids]
+        v, a = np.zeros(model.nv), np.zeros(model.nv)
+        v[index], a[index] = velocity, acceleration
+        tau = pin.rnea(model, model.createData(), self.full_q(q), v, a)
+        return np.asarray(tau)[index]
+
+    def _loaded(self, payload_kg: float, payload_com: np.ndarray | None, gravity: float) -> pin.Model:
+        """A copy of the model with a point payload of ``payload_kg`` at ``payload_com`` (tip frame), gravity -z."""
+        model = self.model.copy()
         if payload_kg:
-            model = model.copy()
             frame = model.frames[self.tip_frame]
             com = frame.placement.act(np.zeros(3) if payload_com is None else np.asarray(payload_com, dtype=float))
             model.inertias[frame.parentJoint] = model.inertias[frame.parentJoint] + pin.Inertia(
                 float(payload_kg), com, np.eye(3) * 1e-6)
         model.gravity.linear = np.array([0.0, 0.0, -gravity])
-        data = model.createData()
-        tau = pin.computeGeneralizedGravity(model, data, self.full_q(q))
-        return np.array([tau[model.joints[j].idx_v] for j in self.joint_ids])
+        return model
 
     def inverse_kinematics(self, base_T_target: np.ndarray | None = None, q_seed: np.ndarray | None = None,
                            position: np.ndarray | None = None, tip_point: np.ndarray | None = None,

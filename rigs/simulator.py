@@ -128,6 +128,28 @@ class Simulator:
         tau = self.chain.gravity_torques(q_command, payload_kg, self.rig.robot.payload_com)
         return q_command - tau / self.arm.stiffness
 
+    def joint_torques(self, q_reached: np.ndarray, payload_kg: float, rng: np.random.Generator,
+                      velocity: np.ndarray | None = None, acceleration: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(noise-free, measured) joint torque readings (dof,) N m at the pose the arm reached.
+
+        ``tau`` is the true arm's inverse dynamics (its own inertials, the payload a point mass at
+        the rig's ``payload_com``) at ``velocity`` (dof,) rad/s and ``acceleration`` (dof,) rad/s^2
+        (at rest when None), plus friction; the drive reports ``sign * tau + offset`` and the
+        reading adds gaussian noise (:class:`rigs.spec.TorqueSensingSpec`).
+        """
+        sensing = self.rig.truth.torques
+        dof = self.chain.dof
+        v = np.zeros(dof) if velocity is None else np.asarray(velocity, float)
+        a = np.zeros(dof) if acceleration is None else np.asarray(acceleration, float)
+        tau = self.chain.inverse_dynamics(q_reached, v, a, payload_kg, self.rig.robot.payload_com)
+        if sensing.viscous is not None:
+            tau = tau + sensing.viscous * v
+        if sensing.coulomb is not None:
+            tau = tau + sensing.coulomb * np.sign(v)
+        clean = sensing.sign * tau + (self.arm.torque_offsets if self.arm.torque_offsets is not None else 0.0)
+        return clean, clean + rng.normal(0.0, sensing.noise, dof)
+
     def set_q(self, q: np.ndarray) -> None:
         for index, value in zip(self.pb_joints, q):
             p.resetJointState(self.body, index, float(value), physicsClientId=self.client)

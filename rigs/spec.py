@@ -120,6 +120,25 @@ class AddedBodySpec:
 
 
 @dataclass(frozen=True)
+class TorqueSensingSpec:
+    """Joint torque sensing of a simulated arm: what ``effort_<joint>`` columns record.
+
+    ``effort = sign * tau + offset + noise``: ``tau`` the true arm's inverse dynamics at the pose
+    it reached (Pinocchio's convention, the torque the drive applies: at rest, the one that holds
+    the arm and payload up) plus joint friction ``viscous * v + coulomb * sign(v)`` at the pose's
+    velocity; ``sign`` +1 or -1 (drives that report the opposite convention); ``offset`` per joint
+    (N m) drawn once per arm with standard deviation ``offset_sigma``; ``noise`` gaussian with
+    standard deviation ``noise`` (N m) per reading.
+    """
+
+    noise: float  # N m
+    sign: int  # +1 or -1
+    offset_sigma: float  # N m
+    viscous: np.ndarray | None  # (dof,) N m s / rad
+    coulomb: np.ndarray | None  # (dof,) N m
+
+
+@dataclass(frozen=True)
 class TruthSpec:
     seed: int
     placement_translation: float  # m, standard deviation per axis
@@ -131,6 +150,9 @@ class TruthSpec:
     stiffness: np.ndarray | None  # (dof,) N m / rad, None: rigid
     bends: tuple[BendSpec, ...]
     added_bodies: tuple[AddedBodySpec, ...]
+    # The URDF's link masses are off by this fraction from the true arm's (each link x (1 +/- it)).
+    mass_error: float = 0.0
+    torques: TorqueSensingSpec | None = None  # joint torque sensing, when the arm records efforts
 
 
 @dataclass(frozen=True)
@@ -289,10 +311,41 @@ def load_rig(name_or_path: str | Path) -> Rig:
             target_offset=table.get("target_offset_mm", "number", 0.0) * 1e-3,
             repeatability=table.get("repeatability_mm", "number", 0.0) * 1e-3,
             tracker_noise_scale=table.get("tracker_noise_scale", "number", 0.5),
-            stiffness=stiffness, bends=tuple(bends), added_bodies=tuple(bodies))
+            stiffness=stiffness, bends=tuple(bends), added_bodies=tuple(bodies),
+            mass_error=_fraction(table, "mass_error"), torques=_torque_sensing(table))
         table.done()
     top.done()
     return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth, scene)
+
+
+def _fraction(table: _Table, key: str) -> float:
+    value = table.get(key, "number", 0.0)
+    if not 0.0 <= value < 1.0:
+        raise InputError(f"{table.where(key)} should be a fraction in [0, 1), got {value}.")
+    return value
+
+
+def _torque_sensing(truth: _Table) -> TorqueSensingSpec | None:
+    """``[truth.torques]``: noise_nm, sign (+1/-1), offset_sigma_nm, viscous_nms_per_rad, coulomb_nm."""
+    table = truth.get("torques", "table", None)
+    if table is None:
+        return None
+    noise = table.get("noise_nm", "number", 0.0)
+    offset = table.get("offset_sigma_nm", "number", 0.0)
+    for key, value in (("noise_nm", noise), ("offset_sigma_nm", offset)):
+        if value < 0:
+            raise InputError(f"{table.where(key)} should not be negative, got {value}.")
+    sign = table.get("sign", "int", 1)
+    if sign not in (1, -1):
+        raise InputError(f"{table.where('sign')} should be 1 or -1, got {sign}.")
+    friction = {}
+    for key in ("viscous_nms_per_rad", "coulomb_nm"):
+        values = table.get(key, "vector", None)
+        if values is not None and np.any(values < 0):
+            raise InputError(f"{table.where(key)} should not be negative, got {values.tolist()}.")
+        friction[key] = values
+    table.done()
+    return TorqueSensingSpec(noise, sign, offset, friction["viscous_nms_per_rad"], friction["coulomb_nm"])
 
 
 def builtin_rigs() -> list[str]:

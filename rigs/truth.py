@@ -18,7 +18,7 @@ Only simulation and evaluation code read this; a fit never does.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,9 @@ class TrueArm:
     stiffness: np.ndarray | None  # (dof,) N m / rad
     bend_transforms: dict[str, np.ndarray]  # joint name -> 4x4 left factor from a bend
     damage: list[dict]
+    # Link name -> true mass over the URDF's (inertia tensor scaled alike); empty: the URDF's are true.
+    mass_factors: dict[str, float] = field(default_factory=dict)
+    torque_offsets: np.ndarray | None = None  # (dof,) N m, the torque sensors' offsets (reported sign)
 
     def to_json(self) -> dict:
         return {
@@ -53,6 +56,8 @@ class TrueArm:
             "stiffness_nm_per_rad": None if self.stiffness is None else self.stiffness.tolist(),
             "bend_transforms": {name: t.tolist() for name, t in self.bend_transforms.items()},
             "damage": self.damage,
+            "mass_factors": dict(self.mass_factors),
+            "torque_offsets_nm": None if self.torque_offsets is None else self.torque_offsets.tolist(),
         }
 
 
@@ -91,7 +96,24 @@ def draw_truth(rig: Rig) -> TrueArm:
         if body.link not in links:
             raise InputError(f"{rig.source}: truth.added_body link {body.link!r} is not a link of {rig.robot.urdf}.")
         damage.append({"link": body.link, "joint": None, "kind": "added_body", "box": body.box.tolist()})
-    return TrueArm([j.name for j in moving], deltas, zeros, targets, truth.stiffness, bends, damage)
+    factors, offsets = _dynamics_truth(rig, tree, dof)
+    return TrueArm([j.name for j in moving], deltas, zeros, targets, truth.stiffness, bends, damage, factors, offsets)
+
+
+def _dynamics_truth(rig: Rig, tree: ET.ElementTree, dof: int) -> tuple[dict[str, float], np.ndarray | None]:
+    """Per link the true mass over the URDF's (each off by ``mass_error``, up or down at random) and
+    the torque sensors' offsets; a stream of its own, so the kinematic truth stays as it was."""
+    truth = rig.truth
+    rng = np.random.default_rng([truth.seed, 0x7042])
+    factors = {}
+    if truth.mass_error:
+        for link in tree.getroot().findall("link"):
+            if link.find("inertial") is not None:
+                factors[link.get("name")] = float(1.0 + truth.mass_error * rng.choice([-1.0, 1.0]))
+    offsets = None
+    if truth.torques is not None:
+        offsets = rng.normal(0.0, truth.torques.offset_sigma, dof)
+    return factors, offsets
 
 
 def _pivot_rotation(pivot: np.ndarray, axis: np.ndarray, angle: float) -> np.ndarray:
@@ -118,6 +140,9 @@ def true_urdf_tree(rig: Rig, arm: TrueArm) -> ET.ElementTree:
         if link.get("name") in bent_links:
             for element in link.findall("visual") + link.findall("collision"):
                 urdf_io.set_element_origin(element, bent_links[link.get("name")] @ urdf_io.element_origin(element))
+    for link in tree.getroot().findall("link"):
+        if link.get("name") in arm.mass_factors:
+            _scale_inertial(link.find("inertial"), arm.mass_factors[link.get("name")])
     for body in rig.truth.added_bodies:
         link = next(l for l in tree.getroot().findall("link") if l.get("name") == body.link)
         for kind in ("visual", "collision"):
@@ -126,6 +151,18 @@ def true_urdf_tree(rig: Rig, arm: TrueArm) -> ET.ElementTree:
             geometry = ET.SubElement(element, "geometry")
             ET.SubElement(geometry, "box", {"size": " ".join(repr(float(v)) for v in body.box)})
     return tree
+
+
+def _scale_inertial(inertial: ET.Element, factor: float) -> None:
+    """A link's mass and inertia tensor times ``factor`` (its centre of mass stays)."""
+    mass = inertial.find("mass")
+    if mass is not None:
+        mass.set("value", repr(float(mass.get("value", "0")) * factor))
+    inertia = inertial.find("inertia")
+    if inertia is not None:
+        for key in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz"):
+            if inertia.get(key) is not None:
+                inertia.set(key, repr(float(inertia.get(key)) * factor))
 
 
 def nominal_arm(rig: Rig) -> TrueArm:

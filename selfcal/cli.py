@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "selfcal.cli_selfmodel",
     "selfcal.cli_calib",
     "selfcal.cli_deflection",
+    "selfcal.cli_dynamics",
     "selfcal.cli_import",
     "selfcal.cli_audit",
     "selfcal.cli_workflows",

@@ -34,6 +34,14 @@ def calibrate(
                                    "(auto picks by held-out error; robot.urdf stays rigid, predict/correct apply it)."),
     pixel_sigma: Optional[float] = typer.Option(None, "--pixel-sigma", help="Board images: corner noise, px per "
                                                 "axis (default: estimated from per-image PnP)."),
+    require_full: bool = typer.Option(False, "--require-full", help="Refuse poses that do not determine the whole "
+                                      "model (joints that did not move, a degenerate pose set) instead of fitting "
+                                      "what they determine."),
+    torques: str = typer.Option("auto", "--torques", help="auto|measured|model: the torques compliance multiplies: "
+                                "the sessions' measured effort_<joint> columns (auto: when every session has them) "
+                                "or the URDF's inertials."),
+    flip_torque_sign: bool = typer.Option(False, "--flip-torque-sign", help="The drives report the opposite sign of "
+                                          "the torque that holds the arm up: multiply the measured torques by -1."),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():
@@ -50,6 +58,7 @@ def calibrate(
             steps = []
             calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
+                                     require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         with output_folder(out, force) as folder:
             calibration.save(folder)
@@ -70,7 +79,9 @@ def calibration_summary(calibration, out: Path) -> dict:
                    "outliers": summary["outliers"], "holdout_outliers": summary.get("holdout_outliers", []),
                    "solve_seconds": summary["solve_seconds"],
                    "deflection": (calibration.deflection or {}).get("mode", "none"),
-                   "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison")}
+                   "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison"),
+                   "not_excited": ident.get("not_excited", []),
+                   "validity": calibration.validity.document() if calibration.validity is not None else None}
     if calibration.base_T_camera:
         out_summary.update(camera=calibration.camera_summary,
                            base_T_camera={name: pose.tolist() for name, pose in calibration.base_T_camera.items()},
@@ -91,6 +102,8 @@ def summary_line(summary: dict) -> str:
         how = "cross-validated" if validation.get("method") == "cross-validation" else "held-out"
         text += f", {how} RMS {held[key]:.4f} {unit} (nominal {residuals['holdout_nominal'][key]:.4f} {unit})"
     text += f", {len(summary['outliers'])} outliers, deflection {summary['deflection']}"
+    for sentence in summary.get("not_excited", []):
+        text += f"\n  partial excitation: {sentence}"
     if validation.get("description"):
         text += f"\n  held-out figures: {validation['description']}"
     for outlier in summary["outliers"]:
@@ -107,9 +120,21 @@ def validate(
     session: Path = typer.Argument(..., help="Session whose measurements are predicted."),
     outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Name points beyond this many robust standard deviations."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    register: bool = typer.Option(False, "--register", help="Fit the tracker's placement on the session first (it "
+                                  "was moved since the calibration); the nominal URDF is registered the same way, "
+                                  "and the unregistered figures are reported too."),
+    registration_poses: Optional[str] = typer.Option(None, "--registration-poses", help="Comma-separated pose ids "
+                                                     "that register the tracker and locate reflectors the "
+                                                     "calibration lacks; they are left out of the figures "
+                                                     "(default with --register: every pose)."),
+    locate_poses: Optional[str] = typer.Option(None, "--locate-poses", help="Comma-separated pose ids (a home "
+                                               "measurement: one is enough) that locate reflectors the calibration "
+                                               "lacks, instead of the registration poses; left out of the figures."),
 ) -> None:
     """Predict every measurement of a session with a calibration and report the errors."""
     with user_errors():
+        import numpy as np
+
         from calib.calibration import Calibration
         from calib.workflows.validate import validate as run_validation
         from capture.session import load_session
@@ -117,7 +142,19 @@ def validate(
 
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
-        result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma)
+        def pose_list(text: Optional[str], option: str):
+            if text is None:
+                return None
+            names = [name.strip() for name in text.split(",") if name.strip()]
+            if not names:
+                raise InputError(f"{option} names no pose; give comma-separated pose ids.")
+            return names
+
+        result = run_validation(Calibration.load(calibration_dir), load_session(session), outlier_sigma=outlier_sigma,
+                                register=register, registration_poses=pose_list(registration_poses, "--registration-poses"),
+                                locate_poses=pose_list(locate_poses, "--locate-poses"))
+        if result.get("envelope_warning") and not json_output:
+            typer.echo(f"warning: {result['envelope_warning']}", err=True)
         if json_output:
             print_json(result)
             return
@@ -127,6 +164,16 @@ def validate(
                        f"max={result['max_mm']:.4f} mm p95={result['p95_mm']:.4f} mm "
                        f"nominal_rms={result['nominal_rms_mm']:.4f} mm floor_rms="
                        + ("n/a" if floor is None else f"{floor:.4f} mm"))
+            registration = result.get("registration")
+            if registration is not None:
+                used = registration["poses"]
+                typer.echo(f"registered on {'every pose' if used == 'all' else f'{len(used)} poses'} "
+                           f"(tracker moved {registration['tracker_moved_mm']:.3f} mm, turned "
+                           f"{registration['tracker_turned_deg']:.4f} deg from the calibration's placement), "
+                           f"figures on {registration['evaluated_poses']} poses; unregistered: "
+                           f"rms={result['unregistered']['rms_mm']:.4f} mm max={result['unregistered']['max_mm']:.4f} mm"
+                           + "".join(f"; reflector {name} located at {np.round(xyz, 6).tolist()} m (tip frame)"
+                                     for name, xyz in result["located"].items()))
             for outlier in result.get("outliers", []):
                 typer.echo(f"outlier: {outlier['row']} (pose {outlier['pose']}, target {outlier['target']}): "
                            f"{outlier['error_mm']:.3f} mm, {outlier['residual_sigma']} sigma")

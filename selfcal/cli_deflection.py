@@ -23,6 +23,28 @@ def _payload(value: Optional[float]) -> float:
     return 0.0 if value is None else float(value)
 
 
+def _identified_payload(calibration, value: Optional[float], payload_file: Optional[Path]):
+    """(calibration, default payload kg): with ``--payload-file`` (a payload.yaml from `selfcal
+    dynamics payload`) its mass, and the calibration's deflection evaluated at its centre of mass."""
+    import dataclasses
+
+    from rigs.errors import InputError
+
+    if payload_file is None:
+        return calibration, _payload(value)
+    if value is not None:
+        raise InputError("give --payload or --payload-file, not both.")
+    from calib.dynamics.files import read_payload
+
+    identified = read_payload(payload_file)
+    if identified["mass_kg"] == 0 or identified["com"] is None:
+        return calibration, 0.0
+    if identified.get("frame") not in (None, calibration.summary.get("tip_link")):
+        raise InputError(f"{payload_file}: gives the centre of mass in {identified['frame']!r}'s frame, the "
+                         f"calibration's tip link is {calibration.summary.get('tip_link')!r}.")
+    return dataclasses.replace(calibration, payload_com=identified["com"]), float(identified["mass_kg"])
+
+
 def _limits(calibration_dir: Path, calibration):
     """The calibrated chain's joint limits and reach (:class:`rigs.limits.ChainJoints`), from its robot.urdf."""
     from calib.io.document import read_calibration_document
@@ -45,6 +67,8 @@ def predict(
     calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
     joints: Path = typer.Option(..., "--joints", help="CSV: name, one column per chain joint (rad), optional payload_kg."),
     payload: Optional[float] = typer.Option(None, "--payload", help="Payload in kg for rows without payload_kg (default 0)."),
+    payload_file: Optional[Path] = typer.Option(None, "--payload-file", help="payload.yaml from `selfcal dynamics "
+                                                "payload`: its mass for rows without payload_kg, at its centre of mass."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of CSV."),
 ) -> None:
     """Tip and reflector positions (m, base frame) with 1-sigma uncertainty, deflection included."""
@@ -55,11 +79,13 @@ def predict(
         from calib.deflection.uncertainty import predict_points
         from calib.workflows.compensate import read_joints
 
-        default = _payload(payload)
-        calibration = Calibration.load(calibration_dir)
+        calibration, default = _identified_payload(Calibration.load(calibration_dir), payload, payload_file)
         names, q, row_payload = read_joints(joints, calibration.joint_names)
         _check_joints(q, joints, _limits(calibration_dir, calibration))
         row_payload = np.where(np.isnan(row_payload), default, row_payload)
+        warning = calibration.envelope_warning(q, str(joints), row_payload)
+        if warning and not json_output:
+            typer.echo(f"warning: {warning}", err=True)
         points = {"tip": np.zeros(3), **calibration.targets}
         predicted = predict_points(calibration, q, row_payload, points)
         rows = []
@@ -71,7 +97,8 @@ def predict(
                              "std_x": float(std[0]), "std_y": float(std[1]), "std_z": float(std[2])})
         if json_output:
             print_json({"calibration": str(calibration_dir), "frame": calibration.summary.get("base_link"),
-                        "units": "m", "deflection": (calibration.deflection or {}).get("mode", "none"), "points": rows})
+                        "units": "m", "deflection": (calibration.deflection or {}).get("mode", "none"), "points": rows,
+                        "envelope_warning": warning})
         else:
             typer.echo("name,point,payload_kg,x,y,z,std_x,std_y,std_z")
             for r in rows:
@@ -83,6 +110,8 @@ def correct(
     calibration_dir: Path = typer.Argument(..., help="Calibration folder written by `selfcal calibrate`."),
     targets: Path = typer.Option(..., "--targets", help="CSV: name,x,y,z[,target][,payload_kg][,joint seed columns]; m, base frame."),
     payload: Optional[float] = typer.Option(None, "--payload", help="Payload in kg for rows without payload_kg (default 0)."),
+    payload_file: Optional[Path] = typer.Option(None, "--payload-file", help="payload.yaml from `selfcal dynamics "
+                                                "payload`: its mass for rows without payload_kg, at its centre of mass."),
     nominal_urdf: Optional[Path] = typer.Option(None, "--nominal-urdf", help="URDF whose IK solution seeds each row "
                                                 "(default the calibration's rigid robot.urdf)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the corrected joints as CSV here."),
@@ -101,10 +130,9 @@ def correct(
         from rigs.kinematics import ChainModel
         from rigs.limits import check_reachable
 
-        default = _payload(payload)
         if out is not None:
             check_new_file(out, force)
-        calibration = Calibration.load(calibration_dir)
+        calibration, default = _identified_payload(Calibration.load(calibration_dir), payload, payload_file)
         rows = read_targets(targets, calibration.joint_names, list(calibration.targets))
         limits = _limits(calibration_dir, calibration)
         offsets = max([float(np.linalg.norm(v)) for v in calibration.targets.values()], default=0.0)
@@ -118,6 +146,9 @@ def correct(
         with progress_bar("correcting", None):
             result = run_correct(calibration, rows, nominal, default)
         payloads = np.where(np.isnan(rows.payload_kg), default, rows.payload_kg)
+        warning = calibration.envelope_warning(result.q, f"the corrected joints of {targets}", payloads)
+        if warning and not json_output:
+            typer.echo(f"warning: {warning}", err=True)
         header = ["name", "target", "payload_kg", *calibration.joint_names, "residual_m", "uncorrected_error_m"]
         lines = [",".join(header)]
         records = []
@@ -133,6 +164,6 @@ def correct(
         if json_output:
             print_json({"calibration": str(calibration_dir), "deflection": (calibration.deflection or {}).get("mode", "none"),
                         "joint_names": calibration.joint_names, "rows": records,
-                        "max_residual_m": float(result.residual_m.max())})
+                        "max_residual_m": float(result.residual_m.max()), "envelope_warning": warning})
         else:
             typer.echo(text, nl=False)

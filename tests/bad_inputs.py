@@ -1208,6 +1208,40 @@ def _(fx, case):
     return ["validate", _s(fx.calibration), _s(fx.box)]
 
 
+@case("validate: --registration-poses names an unknown pose")
+def _(fx, case):
+    return ["validate", _s(fx.calibration), _s(fx.session), "--register", "--registration-poses", "p0000,p0001,nope"]
+
+
+@case("validate: --registration-poses names too few poses")
+def _(fx, case):
+    return ["validate", _s(fx.calibration), _s(fx.session), "--register", "--registration-poses", "p0000,p0001"]
+
+
+# dynamics ----------------------------------------------------------------------------------------
+
+@case("dynamics fit: a session without measured torques")
+def _(fx, case):
+    return ["dynamics", "fit", _s(fx.session), "--out", _s(case / "out")]
+
+
+@case("dynamics fit: an effort column that is not a number")
+def _(fx, case):
+    session = case / "session"
+    shutil.copytree(fx.session, session)
+    rows = _rows(session / "joints.csv")
+    header = rows[0] + [f"effort_{name}" for name in IIWA_JOINTS]
+    body = [row + ["1.5"] * len(IIWA_JOINTS) for row in rows[1:]]
+    body[1][-1] = "heavy"
+    (session / "joints.csv").write_text("\n".join(",".join(r) for r in [header] + body) + "\n")
+    return ["dynamics", "fit", _s(session), "--out", _s(case / "out")]
+
+
+@case("dynamics payload: not a dynamics folder")
+def _(fx, case):
+    return ["dynamics", "payload", _s(fx.session), "--dynamics", _s(case)]
+
+
 # predict and correct -----------------------------------------------------------------------------
 
 @case("predict: joints in degrees")

@@ -12,7 +12,7 @@ PACKAGES = ("rigs", "capture", "calib", "selfmodel", "selfcal")
 MAY_IMPORT = {"rigs": set(), "capture": {"rigs"}, "calib": {"rigs", "capture"}, "selfmodel": {"rigs", "capture"},
               "selfcal": {"rigs", "capture", "calib", "selfmodel"}}
 # calib's sub-rooms, lowest first: each may import only those before it.
-CALIB_ORDER = ("calib.model", "calib.sensors", "calib.fit", "calib.deflection", "calib.io", "calib.calibration",
+CALIB_ORDER = ("calib.model", "calib.sensors", "calib.fit", "calib.dynamics", "calib.deflection", "calib.io", "calib.calibration",
                "calib.calibrator", "calib.workflows")
 # Modules a calib function may import locally, because loading them at import time would slow every command.
 HEAVY = {"cv2", "torch", "matplotlib", "matplotlib.pyplot"}

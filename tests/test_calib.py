@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import yaml
 import pinocchio as pin
 import pytest
 from typer.testing import CliRunner
@@ -171,7 +172,7 @@ def test_calibrate_and_validate_from_the_command_line(fit_session, check_session
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)
     assert set(figures) == {"n", "mean_mm", "rms_mm", "max_mm", "p95_mm", "nominal_rms_mm", "floor_rms_mm",
-                            "outlier_sigma", "outliers"}
+                            "outlier_sigma", "outliers", "envelope_warning"}
     assert figures["n"] == 180 and figures["rms_mm"] < 1.2 * figures["floor_rms_mm"]
 
 
@@ -210,7 +211,7 @@ def test_sessions_of_different_robots_are_refused(fit_session, tmp_path):
     _fails(["calibrate", str(fit_session), str(other), "--out", str(out)], out, "different robot")
 
 
-def test_a_degenerate_pose_set_is_refused(tmp_path):
+def test_a_degenerate_pose_set_is_reported_and_refused_only_when_asked(tmp_path):
     from capture.poses import Plan
     from capture.simulate import capture_simulated
     from rigs import load_rig
@@ -220,7 +221,14 @@ def test_a_degenerate_pose_set_is_refused(tmp_path):
     session = capture_simulated(load_rig("iiwa-tracker"), 0, 1, tmp_path / "same",
                                 plan=Plan([f"p{i:04d}" for i in range(30)], q, {}))
     out = tmp_path / "cal"
-    _fails(["calibrate", str(session), "--out", str(out), "--holdout", "0"], out, "degenerate pose set")
+    _fails(["calibrate", str(session), "--out", str(out), "--holdout", "0", "--require-full"], out,
+           "degenerate pose set (--require-full)")
+    result = runner.invoke(app, ["calibrate", str(session), "--out", str(out), "--deflection", "none"])
+    assert result.exit_code == 0, result.output
+    assert "partial excitation: partial pose set" in result.output
+    document = yaml.safe_load((out / "calibration.yaml").read_text())
+    assert document["identifiability"]["full"] is False
+    assert any(s.startswith("partial pose set") for s in document["identifiability"]["not_excited"])
 
 
 def test_two_sessions_of_one_arm_fit_together_with_a_tracker_pose_each(fit_session, check_session, capture_session):

@@ -18,6 +18,8 @@ import yaml
 
 from calib.deflection.modes import URDF_NOTE
 from calib.deflection.residual_model import ResidualModel
+from calib.dynamics.model import IdentifiedDynamics
+from calib.model.envelope import Envelope
 from calib.sensors.board import make_board
 from rigs import urdf as urdf_io
 from rigs.documents import as_table
@@ -31,6 +33,7 @@ FORMAT = "selfcal-calibration"
 FORMAT_VERSION = 1
 UNCERTAINTY_FILE = "uncertainty.npz"
 RESIDUAL_FOLDER = "residual"
+TORQUE_FOLDER = "torques"
 CAMERA_FRAME = "optical (x right, y down, z forward)"
 BOARD_FRAME = "origin at the chessboard's centre, z out of the printed face"
 
@@ -57,6 +60,14 @@ def deflection_document(calibration) -> dict:
                        for name, c, s in zip(calibration.joint_names, calibration.compliance, calibration.compliance_std)}}
     if calibration.payload_com is not None:
         document["payload_com"] = [float(v) for v in calibration.payload_com]
+    if calibration.compliance is not None:
+        model = calibration.torque_model
+        document["torques"] = (
+            {"source": "measured", "folder": TORQUE_FOLDER, "sign": model.sign,
+             "note": "the torques compliance multiplies: the sessions' effort columns times sign, less the sensor "
+                     "offsets; where none are measured, the arm dynamics identified from them (folder)"}
+            if model is not None else
+            {"source": "model", "note": "the torques compliance multiplies: the URDF's inertials and the payload"})
     if calibration.residual_model is not None:
         document["learned_residual"] = {"folder": RESIDUAL_FOLDER, "bound_m": calibration.residual_model.bound_m,
                                         "members": calibration.residual_model.config.members}
@@ -103,6 +114,8 @@ def calibration_document(calibration) -> dict:
         "input": {"sessions": summary.get("sessions", []), "data_hash": summary.get("data_hash")},
         "solve": {"seconds": summary.get("solve_seconds"), "evaluations": summary.get("evaluations")},
     }
+    if calibration.validity is not None:
+        document["validity"] = calibration.validity.document()
     if calibration.base_T_camera:
         document["cameras"] = {
             name: {"base_T_camera": _frame(pose), "twist_std": _floats(calibration.camera_std.get(name, np.zeros(6))),
@@ -131,6 +144,9 @@ def write_calibration_files(calibration, folder: Path) -> None:
         np.savez(folder / UNCERTAINTY_FILE, names=names, covariance=calibration.solve.covariance)
     if calibration.residual_model is not None:
         calibration.residual_model.save(folder / RESIDUAL_FOLDER)
+    if calibration.torque_model is not None and calibration.compliance is not None:
+        (folder / TORQUE_FOLDER).mkdir(exist_ok=True)
+        calibration.torque_model.save(folder / TORQUE_FOLDER, report=False)
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -262,6 +278,8 @@ def read_calibration(folder: Path) -> dict:
                   summary=summary, source_urdf=None)
     fields["tip_T_probe"] = {name: _read_frame(entry, f"{path}: probes.{name}")
                              for name, entry in (document.get("probes") or {}).items()}
+    if document.get("validity") is not None:
+        fields["validity"] = Envelope.from_document(document["validity"], chain.joint_names, str(path))
     fields.update(_read_cameras(path, document))
     fields.update(_read_deflection(folder, path, document, chain.joint_names, summary))
     return fields
@@ -331,6 +349,18 @@ def _read_deflection(folder: Path, path: Path, document: dict, joint_names: list
             raise InputError(f"{where}.compliance.joints: each joint needs a number 'compliance'.") from None
     if "learned_residual" in entry:
         out["residual_model"] = ResidualModel.load(folder / RESIDUAL_FOLDER)
+    torques = entry.get("torques")
+    if isinstance(torques, dict) and torques.get("source") == "measured":
+        if "compliance" not in entry:
+            raise InputError(f"{where}.torques: measured torques come with compliance, and it is missing.")
+        dynamics = IdentifiedDynamics.load(inside_folder(folder, str(torques.get("folder", TORQUE_FOLDER)),
+                                                         f"{where}.torques.folder", "folder"))
+        if dynamics.joint_names != list(joint_names):
+            raise InputError(f"{where}.torques: its dynamics model moves {dynamics.joint_names}, the calibration "
+                             f"{list(joint_names)}.")
+        out["torque_model"] = dynamics
+    elif torques is not None and not (isinstance(torques, dict) and torques.get("source") == "model"):
+        raise InputError(f"{where}.torques.source should be 'measured' or 'model'.")
     out["deflection"] = {"mode": entry.get("mode", "none"), "requested": entry.get("requested"),
                          "heldout_comparison": entry.get("heldout_comparison"),
                          "auto_tolerance": entry.get("auto_tolerance"), "evidence": entry.get("evidence")}

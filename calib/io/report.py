@@ -136,6 +136,13 @@ def _camera_section(calibration) -> str:
 def _deflection_section(calibration) -> str:
     info = calibration.deflection or {}
     parts = [html_report.paragraph(URDF_NOTE)]
+    if calibration.compliance is not None:
+        model = calibration.torque_model
+        parts.append(html_report.paragraph(
+            f"Compliance multiplies the measured joint torques (sign {model.sign:+d}, sensor offsets taken off; the "
+            f"arm's gravity model identified from them, {model.summary.get('rms_nm', float('nan')):.3g} N m RMS, "
+            f"predicts them where none are measured)." if model is not None else
+            "Compliance multiplies the gravity torques of the URDF's inertials and the payload."))
     table = info.get("heldout_comparison") or {}
     if table:
         evidence = info.get("evidence") or "the held-out poses"
@@ -161,7 +168,9 @@ def write_report(calibration, path: Path) -> None:
     summary = calibration.summary
     residuals = summary.get("residuals") or {}
     ident = summary["identifiability"]
-    sections = [("Verdict", html_report.paragraph(verdict(summary), "ok")),
+    sections = [("Verdict", html_report.paragraph(verdict(summary), "ok")
+                 + "".join(html_report.paragraph(f"Partial excitation: {sentence}", "warning")
+                           for sentence in ident.get("not_excited", []))),
                 ("Residuals", _residual_tables(residuals))]
     sections += _histograms(calibration.history)
     directions = "".join(f"<li>{html.escape(d)}</li>" for d in ident["directions"])
@@ -169,6 +178,15 @@ def write_report(calibration, path: Path) -> None:
         f"{ident['rank']} of {ident['parameters']} parameters identifiable, condition number "
         f"{ident['condition_number']:.3g}; a-posteriori variance factor {_number(summary.get('variance_factor'), 3)}.")
         + f"<ul>{directions}</ul>"))
+    if calibration.validity is not None:
+        envelope = calibration.validity
+        sections.append(("Validity envelope (joint readings the fit covered)", html_report.table(
+            ["joint", "min deg", "max deg", "moved", "margin deg"],
+            [[name, float(np.degrees(lo)), float(np.degrees(hi)), "yes" if moved else "no", float(np.degrees(g))]
+             for name, lo, hi, moved, g in zip(envelope.joint_names, envelope.lower, envelope.upper, envelope.moved,
+                                               envelope.margin)])
+            + html_report.paragraph(f"Payloads {envelope.payload_kg[0]:g} to {envelope.payload_kg[1]:g} kg; predict, "
+                                    f"correct and validate warn for poses outside.")))
     rows = []
     for i, name in enumerate(calibration.joint_names):
         d, s = calibration.deltas[i], calibration.delta_std[i]

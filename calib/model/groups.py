@@ -32,8 +32,9 @@ COMPLIANCE_UNIT = "rad/(N m)"
 class JointPlacements(ParameterGroup):
     key, arm, width = "delta", True, 6
 
-    def __init__(self, joint_names: list[str], initial: np.ndarray | None = None):
-        super().__init__(joint_names, initial)
+    def __init__(self, joint_names: list[str], initial: np.ndarray | None = None, fixed: np.ndarray | None = None):
+        """``fixed`` (dof,) bool: joints whose placement stays at ``initial`` (they did not move)."""
+        super().__init__(joint_names, initial, None if fixed is None else np.repeat(np.asarray(fixed, bool), 6))
 
     def label(self, owner: str, component: int) -> str:
         return f"{owner}.delta.{TWIST_AXES[component]}"
@@ -49,8 +50,9 @@ class JointPlacements(ParameterGroup):
 class JointZeros(ParameterGroup):
     key, arm, width = "zero", True, 1
 
-    def __init__(self, joint_names: list[str], prismatic: np.ndarray, initial: np.ndarray | None = None):
-        super().__init__(joint_names, initial)
+    def __init__(self, joint_names: list[str], prismatic: np.ndarray, initial: np.ndarray | None = None,
+                 fixed: np.ndarray | None = None):
+        super().__init__(joint_names, initial, fixed)
         self.prismatic = np.asarray(prismatic, bool)
 
     def label(self, owner: str, component: int) -> str:

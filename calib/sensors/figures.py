@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.special
+
+from capture.session import Session
 
 
 @dataclass
@@ -52,3 +55,19 @@ def pixel_figures(errors_px: np.ndarray) -> dict:
 def rms(values: np.ndarray) -> float | None:
     values = np.asarray(values, float)
     return float(np.sqrt(np.mean(values ** 2))) if values.size else None
+
+
+def named_outliers(session: Session, errors: np.ndarray, threshold: float) -> list[dict]:
+    """The tracker rows whose error (M,) m exceeds ``threshold`` robust standard deviations, worst first.
+
+    The scale is the solver's: the median squared 3D error over the chi-square median of 3 degrees
+    of freedom, so a point scores about 1.5 at the typical error and 5 is far in the tail.
+    """
+    tracker = session.tracker
+    chi_square_median = 2.0 * float(scipy.special.gammaincinv(1.5, 0.5))  # 3 degrees of freedom
+    scale = max(float(np.sqrt(np.median(errors ** 2) / chi_square_median)), 1e-12)
+    score = errors / scale
+    rows = tracker.rows or [f"row {i + 2}" for i in range(len(errors))]
+    flagged = sorted(np.flatnonzero(score > threshold), key=lambda i: -score[i])
+    return [{"row": f"tracker.csv {rows[i]}", "pose": session.pose_ids[tracker.pose_index[i]], "target": tracker.targets[i],
+             "error_mm": float(errors[i] * 1000), "residual_sigma": round(float(score[i]), 1)} for i in flagged]

@@ -11,15 +11,15 @@ floor from ``truth/`` (evaluation only). The first sensor's figures lead; the ot
 from __future__ import annotations
 
 import numpy as np
-import scipy.special
 
 from calib.sensors.board_corners import CornerObservations, detect_session, has_board_images
-from calib.sensors.figures import ErrorStats, pose_figures, rms
+from calib.sensors.figures import ErrorStats, named_outliers, pose_figures, rms
 from calib.sensors.registration import initial_frame_and_targets
 from calib.sensors.tracker_points import tracker_blocks
 from calib.sensors.tracker_poses import pose_blocks, pose_errors, register_poses
 from calib.workflows.evaluation import (noise_floor_rms_mm, pose_noise_floor, tip_errors, true_board_centres,
                                         true_tip_positions)
+from calib.workflows.register import validate_poses_registered, validate_registered
 from capture.session import Session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
@@ -39,7 +39,8 @@ def point_errors(calibration, session: Session, sensor: str | None = None) -> np
     _check_joints(calibration, session)
     unknown = sorted(set(tracker.targets) - set(calibration.targets))
     if unknown:
-        raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration.")
+        raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration; name "
+                         f"the poses that locate it with --registration-poses (they are left out of the figures).")
     model, theta = calibration.prediction_model()
     block = tracker_blocks(session, calibration.poses_for(session, calibration._sensor(sensor)))
     return block.errors(model, theta)
@@ -84,22 +85,6 @@ def nominal_probe_errors(session: Session, tip_link: str | None = None) -> tuple
     tips = chain.base_T_tip_batch(session.q)[poses.pose_index]
     tracker_T_base, tip_T_probe = register_poses(tips, poses.tracker_T_probe, rounds=20)
     return pose_errors(tracker_T_base @ tips @ tip_T_probe, poses.tracker_T_probe)
-
-
-def named_outliers(session: Session, errors: np.ndarray, threshold: float) -> list[dict]:
-    """The tracker rows whose error (M,) m exceeds ``threshold`` robust standard deviations, worst first.
-
-    The scale is the solver's: the median squared 3D error over the chi-square median of 3 degrees
-    of freedom, so a point scores about 1.5 at the typical error and 5 is far in the tail.
-    """
-    tracker = session.tracker
-    chi_square_median = 2.0 * float(scipy.special.gammaincinv(1.5, 0.5))  # 3 degrees of freedom
-    scale = max(float(np.sqrt(np.median(errors ** 2) / chi_square_median)), 1e-12)
-    score = errors / scale
-    rows = tracker.rows or [f"row {i + 2}" for i in range(len(errors))]
-    flagged = sorted(np.flatnonzero(score > threshold), key=lambda i: -score[i])
-    return [{"row": f"tracker.csv {rows[i]}", "pose": session.pose_ids[tracker.pose_index[i]], "target": tracker.targets[i],
-             "error_mm": float(errors[i] * 1000), "residual_sigma": round(float(score[i]), 1)} for i in flagged]
 
 
 def validate_points(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0) -> dict:
@@ -175,18 +160,36 @@ def validate_corners(calibration, session: Session) -> dict:
     return result
 
 
-def validate(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0) -> dict:
+def validate(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0,
+             register: bool = False, registration_poses: list[str] | None = None,
+             locate_poses: list[str] | None = None) -> dict:
     """The figures of every sensor ``session`` holds, predicted by ``calibration``.
 
     Reflector points lead (n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm); probe
     poses add position and angle figures (under ``tracker_poses`` when points lead); board images
     add reprojection figures (under ``camera`` when another sensor leads). ``sensor``: the
-    calibration's tracker frame to predict with (default its first)."""
+    calibration's tracker frame to predict with (default its first). ``register``: fit the
+    tracker's placement on the session first (on ``registration_poses`` when named, which then
+    also locate reflectors the calibration lacks unless ``locate_poses`` names others, and are
+    left out of the figures); see
+    :mod:`calib.workflows.register`. ``envelope_warning``: a
+    sentence when the session's poses leave the calibration's validity envelope, else None."""
     parts = []
     if session.tracker is not None and len(session.tracker.targets):
-        parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
+        if register or registration_poses is not None or locate_poses is not None:
+            parts.append(("tracker_points", validate_registered(calibration, session, register, registration_poses,
+                                                                sensor, outlier_sigma, locate_poses)))
+        else:
+            parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
     if session.tracker_poses is not None and len(session.tracker_poses.pose_index):
-        parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
+        if register:
+            _check_joints(calibration, session)
+            parts.append(("tracker_poses", validate_poses_registered(calibration, session, registration_poses, sensor)))
+        else:
+            parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
+    if register and not parts:
+        raise InputError(f"{session.path}: --register registers a laser tracker, and the session has no tracker "
+                         f"points (tracker.csv) or probe poses (tracker_poses.csv).")
     if has_board_images(session) and calibration.base_T_camera:
         parts.append(("camera", validate_corners(calibration, session)))
     if not parts:
@@ -195,4 +198,5 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
     result = dict(parts[0][1])
     for name, figures in parts[1:]:
         result[name] = figures
+    result["envelope_warning"] = calibration.envelope_warning(session.q, str(session.path), session.payload_kg)
     return result
