@@ -70,9 +70,9 @@ def chamfer_section(work: Path, steps: int) -> str:
     rows = []
     for label, extra in (("true description given (session robot.urdf)", []), ("discovered (--no-urdf)", ["--no-urdf"]),
                          ("free model (no chain)", ["--kind", "free"])):
-        model = work / f"slider-model-{len(rows)}"
-        shutil.rmtree(model, ignore_errors=True)
-        run("selfmodel", "train", session, "--out", model, "--steps", steps, "--threads", "1", "--seed", "0", *extra)
+        model = work / f"slider-model-{len(rows)}-{steps}"
+        if not model.is_dir():  # a model trained by an earlier run at this budget is scored again, not retrained
+            run("selfmodel", "train", session, "--out", model, "--steps", steps, "--threads", "1", "--seed", "0", *extra)
         figures = json.loads(run("selfmodel", "eval", model, held_out, "--json"))
         rows.append([label, figures["chamfer_l1_mm"], figures["fscore"], figures["iou"]])
     from capture.session import load_session
@@ -80,7 +80,9 @@ def chamfer_section(work: Path, steps: int) -> str:
     recorded = load_session(session)
     sweeps = sum(phase.startswith("sweep") for phase in recorded.extra.get("phase", []))
     given = rows[0][1]
-    rows = [row + [row[1] / given] for row in rows]
+    # A model with no surface has no Chamfer distance (eval says None): shown as such, not as a number.
+    rows = [[cell if cell is not None else "no surface" for cell in row]
+            + [row[1] / given if row[1] is not None and given else "-"] for row in rows]
     return (f"Self-model at the same budget ({steps} steps, seed 0, one thread; {len(recorded.pose_ids)} training "
             f"poses: {sweeps} sweep frames and {len(recorded.pose_ids) - sweeps} random ones; 10 held-out random poses, "
             "`selfcal selfmodel eval`):\n\n"
