@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "selfcal.cli_camera",
     "selfcal.cli_export",
     "selfcal.cli_fleet",
+    "selfcal.cli_discovery",
 ]
 
 app = typer.Typer(

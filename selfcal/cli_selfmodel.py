@@ -130,6 +130,8 @@ def train(
     device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda."),
     previous: Optional[Path] = typer.Option(None, "--previous", help="A model of this arm to start from (its weights and joint corrections): relearning after a crash needs few poses and steps; says what changed."),
     hold: List[str] = typer.Option([], "--hold", help="JOINT=VALUE (rad or m): where a joint off the chain (a gripper finger) stood, when the session does not record it; repeat for each."),
+    no_urdf: bool = typer.Option(False, "--no-urdf", help="Read no description: discover the chain from the first "
+                                 "session's joint sweeps (`selfcal plan --sweeps`) and train on it."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
 ) -> None:
@@ -149,6 +151,8 @@ def train(
             raise InputError(f"{urdf}: URDF not found.")
         if urdf is not None and kind == "free":
             raise InputError("--urdf gives the structured model its chain; the free model uses no URDF.")
+        if no_urdf and (urdf is not None or kind == "free"):
+            raise InputError("--no-urdf discovers the structured model's chain; it goes with neither --urdf nor --kind free.")
         if threads is not None and threads < 1:
             raise InputError(f"--threads must be at least 1, got {threads}.")
         loaded = [load_session(path) for path in sessions]
@@ -159,8 +163,18 @@ def train(
         from selfmodel.depth_labels import check_depth_sessions
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
+        discovered = None
+        if no_urdf:
+            import tempfile
+
+            from selfmodel.discovery.urdf_writer import discover_urdf
+
+            scratch = Path(tempfile.mkdtemp(prefix="selfcal-discovered-"))
+            with progress_bar("discovering the chain", len(loaded[0].joint_names), unit="joints") as update:
+                discovered, urdf = discover_urdf(loaded[0], scratch, update)
         run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-               "urdf": None if urdf is None else str(urdf), "cameras": None if cameras is None else str(cameras),
+               "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
+               "cameras": None if cameras is None else str(cameras),
                **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
         with _training_folder(out, run, resume) as (partial, continues):
             with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
@@ -178,6 +192,12 @@ def train(
                     from rigs.files import atomic_write_json
 
                     atomic_write_json(folder / "changes.json", {"previous": str(previous), **changes})
+                if discovered is not None:
+                    discovered.save(folder / "discovered_chain.json")
+        if discovered is not None:
+            import shutil
+
+            shutil.rmtree(urdf.parent, ignore_errors=True)
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations}

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 def plan(
     out: Path = typer.Option(..., "--out", help="Plan CSV to write: pose plus one column per joint (rad)."),
-    poses: int = typer.Option(..., "--poses", help="How many poses to plan."),
+    poses: int = typer.Option(..., "--poses", help="How many poses to plan (with --sweeps: random poses after the sweeps)."),
     rig: Optional[str] = typer.Option(None, "--rig", help="Built-in rig or rig TOML (its tracker decides visibility)."),
     urdf: Optional[Path] = typer.Option(None, "--urdf", help="Robot description, instead of --rig."),
     base_link: Optional[str] = typer.Option(None, "--base-link"),
@@ -27,13 +27,22 @@ def plan(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Plan around this calibration's model and reflectors."),
     candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal."),
     seed: int = typer.Option(0, "--seed"),
+    sweeps: bool = typer.Option(False, "--sweeps", help="A discovery plan: each joint alone from home through an "
+                                "allowed range, then --poses random poses (for `selfcal discover`)."),
+    sweep_steps: int = typer.Option(13, "--sweep-steps", help="Frames per joint sweep with --sweeps."),
+    sweep_deg: float = typer.Option(30.0, "--sweep-deg", help="With --sweeps and a robot: rotating joints sweep home +- this."),
+    sweep_mm: float = typer.Option(100.0, "--sweep-mm", help="With --sweeps and a robot: sliding joints sweep home +- this."),
+    joint: Optional[list[str]] = typer.Option(None, "--joint", help="With --sweeps and no robot description: "
+                                              "NAME=LOWER:UPPER (rad, or m if it slides), once per joint, base to tip."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Plan calibration poses: random valid ones, or with --optimal the most informative few."""
+    """Plan calibration poses: random valid ones, or with --optimal the most informative few; with
+    --sweeps a discovery plan (one joint at a time, then random poses)."""
+    if sweeps:
+        return _sweep_plan(out, poses, rig, urdf, base_link, tip_link, optimal, calibration, seed, sweep_steps,
+                           sweep_deg, sweep_mm, joint or [], force, json_output)
     with user_errors():
-        import csv
-        import io
         import itertools
 
         import numpy as np
@@ -41,9 +50,11 @@ def plan(
         from capture.poses import random_poses
         from capture.simulate import pose_is_valid
         from rigs import InputError
-        from rigs.files import atomic_write_text, check_new_file
+        from rigs.files import check_new_file
         from rigs.simulator import nominal_world
 
+        if joint:
+            raise InputError("--joint gives a discovery plan's ranges; add --sweeps.")
         check_new_file(out, force)
         if poses < 1:
             raise InputError(f"--poses must be at least 1, got {poses}.")
@@ -87,11 +98,7 @@ def plan(
                 summary.update({"identifiable_combinations": rank, "log_det": selection.log_det,
                                 "random_log_det_median": random_log_det,
                                 "information_gain_per_combination": float(np.exp((selection.log_det - random_log_det) / rank))})
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(["pose", *world.chain.joint_names])
-        writer.writerows([[f"p{k:04d}", *(repr(float(v)) for v in row)] for k, row in enumerate(q)])
-        atomic_write_text(out, buffer.getvalue())
+        _write_plan(out, world.chain.joint_names, [f"p{k:04d}" for k in range(len(q))], q, {})
         if json_output:
             print_json(summary)
         else:
@@ -101,6 +108,75 @@ def plan(
                          f"identifiable combinations ({summary['information_gain_per_combination']:.1f}x the information "
                          f"per combination of a random choice)")
             typer.echo(text)
+
+
+def _write_plan(out: Path, joint_names: list[str], pose_ids: list[str], q, extra: dict[str, list[str]]) -> None:
+    import csv
+    import io
+
+    from rigs.files import atomic_write_text
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["pose", *joint_names, *extra])
+    writer.writerows([[pose, *(repr(float(v)) for v in row), *(extra[k][i] for k in extra)]
+                      for i, (pose, row) in enumerate(zip(pose_ids, q))])
+    atomic_write_text(out, buffer.getvalue())
+
+
+def _sweep_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path], base_link: Optional[str],
+                tip_link: Optional[str], optimal: bool, calibration: Optional[Path], seed: int, steps: int,
+                sweep_deg: float, sweep_mm: float, joint: list[str], force: bool, json_output: bool) -> None:
+    with user_errors():
+        import math
+
+        import numpy as np
+
+        from capture.simulate import pose_is_valid
+        from capture.sweeps import parse_joint_ranges, rig_sweep_ranges, sweep_plan
+        from rigs import InputError
+        from rigs.files import check_new_file
+        from rigs.simulator import nominal_world
+
+        if optimal or calibration is not None:
+            raise InputError("--sweeps plans a discovery; --optimal and --calibration plan a calibration: give one.")
+        if not (sweep_deg > 0 and math.isfinite(sweep_deg)) or not (sweep_mm > 0 and math.isfinite(sweep_mm)):
+            raise InputError(f"--sweep-deg and --sweep-mm must be positive, got {sweep_deg} and {sweep_mm}.")
+        check_new_file(out, force)
+        described = rig is not None or urdf is not None
+        if described and joint:
+            raise InputError("give either a robot (--rig or --urdf) or its --joint ranges, not both.")
+        if described:
+            from rigs.limits import ChainJoints
+
+            spec = robot_from_options(rig, urdf, base_link, tip_link)
+            types = ChainJoints.from_urdf(spec.robot.urdf, spec.robot.base_link, spec.robot.tip_link).types
+            with nominal_world(spec) as world:
+                chain = world.chain
+                low, high = rig_sweep_ranges(types, chain.lower, chain.upper, np.radians(sweep_deg),
+                                             sweep_mm / 1000.0)
+                plan = sweep_plan(chain.joint_names, low, high, steps, poses, seed,
+                                  is_free=lambda q: not world.in_collision(q),
+                                  is_valid=lambda q: pose_is_valid(world, spec, q),
+                                  joint_lower=chain.lower, joint_upper=chain.upper)
+                names = chain.joint_names
+            checked = "collision-free on the robot's description"
+        else:
+            ranges = parse_joint_ranges(joint)
+            names = [r.name for r in ranges]
+            plan = sweep_plan(names, np.array([r.lower for r in ranges]), np.array([r.upper for r in ranges]), steps,
+                              poses, seed)
+            checked = "not checked for collisions (no robot description): watch the arm as it runs"
+        _write_plan(out, names, plan.pose_ids, plan.q, plan.extra)
+        phases = plan.extra["phase"]
+        summary = {"plan": str(out), "sweeps": {name: phases.count(f"sweep:{name}") for name in names},
+                   "random_poses": phases.count("random"), "poses": len(plan.pose_ids), "checked": checked}
+        if json_output:
+            print_json(summary)
+        else:
+            typer.echo(f"{out}: discovery plan of {len(plan.pose_ids)} poses, {len(names)} joint sweeps "
+                       f"({', '.join(f'{n} {c}' for n, c in summary['sweeps'].items())} frames) then "
+                       f"{summary['random_poses']} random poses; {checked}.")
 
 
 def recalibrate(

@@ -1364,6 +1364,71 @@ def _(fx, case):
             _s(case / "audit.csv")]
 
 
+@case("plan: --sweeps --joint without a range")
+def _(fx, case):
+    return ["plan", "--sweeps", "--joint", "shoulder", "--poses", "0", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --sweeps --joint upside down")
+def _(fx, case):
+    return ["plan", "--sweeps", "--joint", "shoulder=1:-1", "--poses", "0", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --sweeps with a rig and --joint")
+def _(fx, case):
+    return ["plan", "--sweeps", "--rig", _s(BOX_RIG), "--joint", "shoulder=-1:1", "--poses", "0",
+            "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --sweeps --sweep-steps 2")
+def _(fx, case):
+    return ["plan", "--sweeps", "--rig", _s(BOX_RIG), "--sweep-steps", "2", "--poses", "0", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --sweeps --optimal")
+def _(fx, case):
+    return ["plan", "--sweeps", "--rig", _s(BOX_RIG), "--optimal", "--poses", "3", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --joint without --sweeps")
+def _(fx, case):
+    return ["plan", "--rig", _s(BOX_RIG), "--joint", "shoulder=-1:1", "--poses", "3", "--out", _s(case / "plan.csv")]
+
+
+@case("discover: a session without sweeps")
+def _(fx, case):
+    return ["discover", _s(copy(fx.box, case, "box")), "--out", _s(case / "found")]
+
+
+@case("discover: a tracker session without cameras")
+def _(fx, case):
+    return ["discover", _s(copy(fx.session, case, "iiwa")), "--out", _s(case / "found")]
+
+
+@case("discover: not a session")
+def _(fx, case):
+    (case / "empty").mkdir()
+    return ["discover", _s(case / "empty"), "--out", _s(case / "found")]
+
+
+@case("discover: --out exists")
+def _(fx, case):
+    (case / "found").mkdir()
+    (case / "found" / "notes.txt").write_text("mine\n")
+    return ["discover", _s(copy(fx.box, case, "box")), "--out", _s(case / "found")]
+
+
+@case("selfmodel train: --no-urdf with --urdf")
+def _(fx, case):
+    return ["selfmodel", "train", _s(copy(fx.box, case, "box")), "--no-urdf", "--urdf", _s(fx.box / "robot.urdf"),
+            "--out", _s(case / "model")]
+
+
+@case("selfmodel train: --no-urdf on a session without sweeps")
+def _(fx, case):
+    return ["selfmodel", "train", _s(copy(fx.box, case, "box")), "--no-urdf", "--steps", "3", "--out", _s(case / "model")]
+
+
 @case("plan: --calibration of another robot")
 def _(fx, case):
     return ["plan", "--rig", _s(BOX_RIG), "--poses", "3", "--calibration", _s(fx.calibration), "--out",

@@ -98,7 +98,8 @@ class SerialChain:
         out[..., 3, 3] = 1.0
         if len(self._prismatic):
             out[:, self._prismatic, :3, :3] = np.eye(3)
-            out[:, self._prismatic, :3, 3] = self.axes[self._prismatic] * q[:, self._prismatic, None]
+            translation = out[..., :3, 3]  # a view: one advanced index only, so the axes keep their order
+            translation[:, self._prismatic] = self.axes[self._prismatic] * q[:, self._prismatic, None]
             revolute = self._revolute
         else:
             revolute = slice(None)
