@@ -323,7 +323,7 @@ def report(args, results, bag_info, tf_summary, board_summary, calibration_secon
               "dropped) and naive (holes free, every pixel kept):", "",
               table(["labels", "free labels inside the body %", "free labels > 1 cm inside %",
                      "occupied labels > 2 cm outside %", "labels"], rows)]
-    write_section("cameras", "Real camera recordings: bags, board-calibrated cameras, realistic depth (issue 14)",
+    write_section("cameras", "Real camera recordings: bags, board-calibrated cameras, realistic depth",
                   "\n".join(lines), command)
 
 

@@ -1,4 +1,4 @@
-"""Capture speed on the built-in simulated rigs (issue 2's figures).
+"""Capture speed on the built-in simulated rigs.
 
     .venv/bin/python scripts/bench_capture.py
 
@@ -38,7 +38,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     body = table(["rig", "poses", "tracker points", "images (x3: rgb, depth, seg)", "seconds", "ms per pose", "MB on disk"], rows)
-    write_section("capture", "Capture (issue 2)", body, ".venv/bin/python scripts/bench_capture.py")
+    write_section("capture", "Capture", body, ".venv/bin/python scripts/bench_capture.py")
 
 
 if __name__ == "__main__":

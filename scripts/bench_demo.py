@@ -1,4 +1,4 @@
-"""How long the end-to-end demo takes (issue 8: full under 20 minutes, --quick under 4, on 2 cores).
+"""How long the end-to-end demo takes (targets: full under 20 minutes, --quick under 4, on 2 cores).
 
     .venv/bin/python scripts/bench_demo.py [--quick-only]
 
@@ -55,7 +55,7 @@ def main() -> None:
     body += ("\n\nTimes are wall-clock on a 2-core machine and grow with whatever else runs on it "
              "(training is by the clock in the full demo, by a fixed step count in the quick one).")
     write_section("demo-quick" if args.quick_only else "demo",
-                  "End-to-end demo, quick (issue 8)" if args.quick_only else "End-to-end demo (issue 8)", body,
+                  "End-to-end demo, quick" if args.quick_only else "End-to-end demo", body,
                   ".venv/bin/python scripts/bench_demo.py" + (" --quick-only" if args.quick_only else ""))
 
 

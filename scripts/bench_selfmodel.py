@@ -1,4 +1,4 @@
-"""Benchmark of the visual self-model (issue 6), written to BENCHMARKS.md section ``selfmodel``.
+"""Benchmark of the visual self-model, written to BENCHMARKS.md section ``selfmodel``.
 
 xarm6-cameras: 300 training poses seen by 4 depth cameras, 30 held-out poses. The structured model
 and the free (SIREN) baseline train for the same time budget and are evaluated side by side
@@ -156,7 +156,7 @@ def report(args, results: dict, check_rows, command: str) -> None:
                          for r in check_rows]),
                   "", f"Bent link named first: {'yes' if check_rows[0].link == 'link3' else 'NO'} "
                       f"({check_rows[0].link}; the rig bends link3 by 3 degrees)."]
-    write_section("selfmodel", "Visual self-model (issue 6)", "\n".join(lines), command)
+    write_section("selfmodel", "Visual self-model", "\n".join(lines), command)
 
 
 if __name__ == "__main__":
