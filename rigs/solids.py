@@ -25,6 +25,28 @@ def _o3d():
     return o3d
 
 
+def raycasting_scene(mesh) -> "object":
+    """An Open3D raycasting scene of a trimesh (its own frame): distances, occupancy votes, rays."""
+    o3d = _o3d()
+    scene = o3d.t.geometry.RaycastingScene()
+    scene.add_triangles(o3d.core.Tensor(np.asarray(mesh.vertices, dtype=np.float32)),
+                        o3d.core.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
+    return scene
+
+
+def surface_distance(scene, points: np.ndarray) -> np.ndarray:
+    """(N, 3) points, m, the scene's frame -> (N,) unsigned distance to its surface, m."""
+    o3d = _o3d()
+    return scene.compute_distance(o3d.core.Tensor(np.asarray(points, dtype=np.float32))).numpy().astype(float)
+
+
+def occupancy_vote(scene, points: np.ndarray, rays: int = 3) -> np.ndarray:
+    """(N, 3) points -> (N,) bool inside by a vote of ``rays`` parity rays: several rays, because
+    not every description's meshes are watertight (FACTS.md)."""
+    o3d = _o3d()
+    return scene.compute_occupancy(o3d.core.Tensor(np.asarray(points, dtype=np.float32)), nsamples=rays).numpy() > 0.5
+
+
 @dataclass
 class Solid:
     """The inside of a mesh: grid cells of side ``pitch`` (m); cell (i, j, k) is centred at
@@ -45,11 +67,7 @@ class Solid:
 
     def scene(self):
         if self._scene is None:
-            o3d = _o3d()
-            scene = o3d.t.geometry.RaycastingScene()
-            scene.add_triangles(o3d.core.Tensor(np.asarray(self.mesh.vertices, dtype=np.float32)),
-                                o3d.core.Tensor(np.asarray(self.mesh.faces, dtype=np.uint32)))
-            self._scene = scene
+            self._scene = raycasting_scene(self.mesh)
         return self._scene
 
     def contains(self, points: np.ndarray) -> np.ndarray:

@@ -32,8 +32,9 @@ import trimesh
 from scipy.spatial import cKDTree
 
 from rigs.errors import InputError
-from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
 from rigs.link_meshes import link_meshes, posed_union
+from rigs.solids import occupancy_vote, raycasting_scene, surface_distance
+from selfmodel.chain import ChainSpec, check_joint_names, link_poses_numpy
 from selfmodel.meshing import link_meshes_of
 from selfmodel.model_io import surface_samples
 
@@ -64,25 +65,10 @@ def _board_box(board: dict | None) -> trimesh.Trimesh | None:
     return plate.apply_transform(np.asarray(board["tip_T_board_nominal"], dtype=float))
 
 
-def _scene(mesh: trimesh.Trimesh):
-    import open3d as o3d
-
-    scene = o3d.t.geometry.RaycastingScene()
-    scene.add_triangles(o3d.core.Tensor(np.asarray(mesh.vertices, dtype=np.float32)),
-                        o3d.core.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
-    return scene
 
 
-def _distance(scene, points: np.ndarray) -> np.ndarray:
-    import open3d as o3d
-
-    return scene.compute_distance(o3d.core.Tensor(points.astype(np.float32))).numpy().astype(float)
 
 
-def _occupied(scene, points: np.ndarray) -> np.ndarray:
-    import open3d as o3d
-
-    return scene.compute_occupancy(o3d.core.Tensor(points.astype(np.float32)), nsamples=3).numpy() > 0.5
 
 
 def _kabsch(source: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -136,7 +122,7 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
     description_poses = link_poses_numpy(spec, q_train[chosen])
     scenes, observed = [], []
     for k, config in enumerate(chosen):
-        scenes.append(_scene(posed_union(learned, links, learned_poses[k])))
+        scenes.append(raycasting_scene(posed_union(learned, links, learned_poses[k])))
         points = [trimesh.transform_points(measured[link][measured_config[link] == config], learned_poses[k, i])
                   for i, link in enumerate(links)]
         observed.append(cKDTree(np.concatenate(points)))
@@ -178,7 +164,7 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
         for k in range(len(chosen)):
             source = points[pairs[k]]
             moved = trimesh.transform_points(source, learned_poses[k, i] @ transform)
-            distances.append(_distance(scenes[k], moved))
+            distances.append(surface_distance(scenes[k], moved))
             where.append(source)
         if distances:
             residuals[link] = np.concatenate(distances)
@@ -187,11 +173,11 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
     # Added matter: the learned link's observed surface against the registered description's union.
     added = {link: (0.0, np.zeros(3)) for link in links}
     described_scenes = []
-    link_scenes = {name: _scene(mesh) for name, mesh in description.items()}
+    link_scenes = {name: raycasting_scene(mesh) for name, mesh in description.items()}
     for k in range(len(chosen)):
         posed = {name: description[name].copy().apply_transform(learned_poses[k, i] @ alignment[name])
                  for i, name in enumerate(links) if name in description}
-        described_scenes.append(_scene(trimesh.util.concatenate(list(posed.values()))))
+        described_scenes.append(raycasting_scene(trimesh.util.concatenate(list(posed.values()))))
     for i, link in enumerate(links):
         mesh = learned.get(link)
         if mesh is None or len(mesh.faces) == 0:
@@ -202,7 +188,7 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
             base_points = trimesh.transform_points(points, learned_poses[k, i])
             seen = observed[k].query(base_points)[0] < OBSERVED
             if seen.any():
-                distance = _distance(described_scenes[k], base_points[seen])
+                distance = surface_distance(described_scenes[k], base_points[seen])
                 # Where two learned links meet inside the body their surfaces are inner faces: a point
                 # inside the described solid is explained, however far from its surface.
                 far = np.flatnonzero(distance > ADDED)
@@ -212,7 +198,7 @@ def check_against(model, urdf_path: Path, configurations: int = 10, samples: int
                     for j, name in enumerate(links):  # per link: overlapping meshes break a union's parity
                         if name in link_scenes:
                             local = trimesh.transform_points(far_points, np.linalg.inv(learned_poses[k, j] @ alignment[name]))
-                            inside |= _occupied(link_scenes[name], local)
+                            inside |= occupancy_vote(link_scenes[name], local)
                     distance[far[inside]] = 0.0
                 distances.append(distance)
                 where.append(points[seen])

@@ -31,7 +31,7 @@ from scipy.spatial import ConvexHull, QhullError
 
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
-from rigs.solids import Solid, solid_of
+from rigs.solids import Solid, raycasting_scene, solid_of, surface_distance
 from rigs.transforms import invert, transform_points
 from selfmodel.collision import ConvexPiece, polytope
 from selfmodel.spheres import SphereCover
@@ -101,19 +101,8 @@ def export_link_poses(export: PosedExport, links: list[str], joint_names: list[s
     return np.einsum("pij,pljk->plik", np.linalg.inv(poses[:, 0]), poses[:, 1:])
 
 
-def _scene(mesh: trimesh.Trimesh):
-    import open3d as o3d  # before coacd in any process (see selfmodel.collision.import_coacd)
-
-    scene = o3d.t.geometry.RaycastingScene()
-    scene.add_triangles(o3d.core.Tensor(np.asarray(mesh.vertices, dtype=np.float32)),
-                        o3d.core.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
-    return scene
 
 
-def _distance(scene, points: np.ndarray) -> np.ndarray:
-    import open3d as o3d
-
-    return scene.compute_distance(o3d.core.Tensor(np.asarray(points, dtype=np.float32))).numpy().astype(float)
 
 
 class _PosedTruth:
@@ -140,7 +129,7 @@ def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Gen
     poses = export_link_poses(export, links, truth.joint_names, truth.q_commanded)
     piece_meshes = {link: trimesh.util.concatenate([piece.mesh() for piece in export.pieces[link]])
                     for link in links if export.pieces.get(link)}
-    piece_scenes = {link: _scene(mesh) for link, mesh in piece_meshes.items()}
+    piece_scenes = {link: raycasting_scene(mesh) for link, mesh in piece_meshes.items()}
     areas = np.array([truth.meshes[link].area for link in truth.link_names])
     counts = np.maximum((surface_samples * areas / areas.sum()).astype(int), 50)
     link_samples = {link: np.asarray(truth.meshes[link].sample(int(n), seed=int(rng.integers(2**31)))) for link, n in
@@ -238,7 +227,7 @@ def _outside_distance(export: PosedExport, piece_scenes: dict, kind: str, links:
         if distances:
             distance = np.zeros(len(local))
             if (~inside).any():
-                distance[~inside] = _distance(piece_scenes[link], local[~inside])
+                distance[~inside] = surface_distance(piece_scenes[link], local[~inside])
             outside = np.minimum(outside, distance)
         else:
             outside = np.minimum(outside, np.where(inside, 0.0, 1.0))

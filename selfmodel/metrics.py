@@ -24,8 +24,9 @@ import trimesh
 
 from capture.session import Session
 from rigs.errors import InputError
-from selfmodel.chain import ChainSpec, link_poses_numpy
 from rigs.link_meshes import link_meshes
+from rigs.solids import occupancy_vote, raycasting_scene, surface_distance
+from selfmodel.chain import ChainSpec, link_poses_numpy
 from selfmodel.meshing import arm_mesh, link_meshes_of
 
 HIDDEN_OFFSET = 0.002  # m: a true surface sample whose outward neighbour is inside the arm is a hidden face
@@ -87,18 +88,8 @@ def true_arm(session: Session, pose_ids: list[str] | None = None) -> TrueArmPose
                         np.array([commanded[p] for p in pose_ids]), pose_ids)
 
 
-def _scene(mesh: trimesh.Trimesh):
-    o3d = _o3d()
-    scene = o3d.t.geometry.RaycastingScene()
-    scene.add_triangles(o3d.core.Tensor(np.asarray(mesh.vertices, dtype=np.float32)),
-                        o3d.core.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
-    return scene
 
 
-def _occupied(scene, points: np.ndarray) -> np.ndarray:
-    o3d = _o3d()
-    # Several rays vote: the xArm6 meshes are not all watertight (FACTS.md).
-    return scene.compute_occupancy(o3d.core.Tensor(points.astype(np.float32)), nsamples=3).numpy() > 0.5
 
 
 _DIRECTIONS = np.array([[a, b, c] for a in (-1, 0, 1) for b in (-1, 0, 1) for c in (-1, 0, 1) if (a, b, c) != (0, 0, 0)],
@@ -113,7 +104,7 @@ def _solid(scene, points: np.ndarray) -> np.ndarray:
     of its grooves inside although the cameras (and the renderer) see straight into them.
     """
     o3d = _o3d()
-    inside = _occupied(scene, points)
+    inside = occupancy_vote(scene, points)
     rows = np.flatnonzero(inside)
     for direction in _DIRECTIONS:
         if len(rows) == 0:
@@ -125,9 +116,6 @@ def _solid(scene, points: np.ndarray) -> np.ndarray:
     return inside
 
 
-def _distance(scene, points: np.ndarray) -> np.ndarray:
-    o3d = _o3d()
-    return scene.compute_distance(o3d.core.Tensor(points.astype(np.float32))).numpy().astype(float)
 
 
 class PosedTruth:
@@ -145,7 +133,7 @@ class PosedTruth:
         return inside
 
     def distance(self, points: np.ndarray) -> np.ndarray:
-        return np.min([_distance(scene, trimesh.transform_points(points, link_T_base))
+        return np.min([surface_distance(scene, trimesh.transform_points(points, link_T_base))
                        for scene, link_T_base, _, _ in self.items], axis=0)
 
     def surface_samples(self, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -183,7 +171,7 @@ def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[s
     tau = 0.01 * extent
     accuracy, completeness, inter, union, inside_free, inside_total = [], [], 0, 0, 0, 0
     learned_links = link_meshes_of(model, min(voxel, 0.004)) if model.kind == "structured" else None
-    scenes = {name: _scene(mesh) for name, mesh in truth.meshes.items()}
+    scenes = {name: raycasting_scene(mesh) for name, mesh in truth.meshes.items()}
     for number, pose in enumerate(truth.pose_ids):
         q = truth.q_commanded[number]
         posed = PosedTruth(scenes, truth.meshes, truth.link_names, truth.base_T_links[number])
@@ -196,7 +184,7 @@ def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[s
                 outer = model.occupancy(model_points + HIDDEN_OFFSET * model_mesh.face_normals[faces], q) <= 0.5
                 model_points = model_points[outer]
             accuracy.append(posed.distance(model_points))
-            completeness.append(_distance(_scene(model_mesh), true_points))
+            completeness.append(surface_distance(raycasting_scene(model_mesh), true_points))
         else:
             completeness.append(np.full(len(true_points), np.inf))
         uniform = rng.uniform(lo, hi, (volume_samples, 3))
@@ -259,7 +247,7 @@ def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int
     truth = true_arm(session)
     if len(truth.pose_ids) != len(data.q):
         raise InputError(f"{session.path}: {len(truth.pose_ids)} poses, the labels have {len(data.q)} configurations.")
-    scenes = {name: _scene(mesh) for name, mesh in truth.meshes.items()}
+    scenes = {name: raycasting_scene(mesh) for name, mesh in truth.meshes.items()}
     free_inside = free_deep = free_total = occupied_far = occupied_total = 0
     for config in range(len(data.q)):
         rows = np.flatnonzero(data.config == config)

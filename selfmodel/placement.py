@@ -92,15 +92,9 @@ class JointCorrections:
 
 
 def _scenes(meshes: dict[str, trimesh.Trimesh]):
-    import open3d as o3d
+    from rigs.solids import raycasting_scene
 
-    scenes = {}
-    for link, mesh in meshes.items():
-        scene = o3d.t.geometry.RaycastingScene()
-        scene.add_triangles(o3d.core.Tensor(np.asarray(mesh.vertices, dtype=np.float32)),
-                            o3d.core.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
-        scenes[link] = scene
-    return scenes
+    return {link: raycasting_scene(mesh) for link, mesh in meshes.items()}
 
 
 def _local(poses: np.ndarray, link: int, points: np.ndarray, configs: np.ndarray) -> np.ndarray:
