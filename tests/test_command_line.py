@@ -81,20 +81,13 @@ def test_curobo_spheres_are_yaml_any_parser_reads():
     import numpy as np
     import yaml
 
-    from selfmodel.export import curobo_spheres_yaml
+    from selfmodel.curobo_config import dump, spheres_document
 
     class Spheres:
         centres = np.array([[0.1, 0.2, 0.3], [0.0, -0.05, 1e-7]])
         radii = np.array([0.05, 0.02])
 
-    class Link:
-        spheres = Spheres()
-
-    class Export:
-        links = {"link: one": Link()}  # a name YAML must quote
-        margin = 0.002
-
-    data = yaml.safe_load(curobo_spheres_yaml(Export()))
+    data = yaml.safe_load(dump(spheres_document({"link: one": Spheres()})))  # a name YAML must quote
     assert data["collision_spheres"]["link: one"][1] == {"center": [0.0, -0.05, 0.0], "radius": 0.02}
 
 
