@@ -80,8 +80,15 @@ def table(tmp_path_factory):
 
 
 def _fleet(table: Path, out: Path, address: str, env: dict) -> tuple[int, dict]:
-    process = subprocess.run([sys.executable, "-m", "selfcal.cli", "fleet", "calibrate", str(table), "--out", str(out),
-                              "--address", address, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    command = [sys.executable, "-m", "selfcal.cli", "fleet", "calibrate", str(table), "--out", str(out),
+               "--address", address, "--json"]
+    process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    if process.returncode == 2 and "no Ray cluster could be joined" in process.stderr and not out.exists():
+        # The head's client proxier starts one server process per client; on a loaded machine that start
+        # can fail once (seen in a full-suite run beside other jobs). A user would run the command again;
+        # so does the test, once, and only when the fleet wrote nothing.
+        time.sleep(5)
+        process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert process.returncode == 0, process.stderr[-2000:]
     return process.returncode, json.loads(process.stdout)
 
