@@ -56,7 +56,7 @@ def test_back_projected_depth_lands_on_the_true_surface(sessions):
                                np.random.default_rng(0))
     truth = true_arm(session)
     from rigs.link_meshes import posed_union
-    from selfmodel.metrics import _distance, _scene
+    from rigs.solids import raycasting_scene as _scene, surface_distance as _distance
 
     distances = []
     for config in range(len(session.pose_ids)):
@@ -85,7 +85,7 @@ def test_tiny_model_learns_the_box_and_keeps_free_space_free(trained, sessions):
     centres = np.array([pose[:3, :3] @ [0.1, 0.0, 0.0] + pose[:3, 3] for pose in truth.base_T_links[:, box]])
     assert np.all(model.occupancy(centres, truth.q_commanded) > 0.5)
     from rigs.link_meshes import posed_union
-    from selfmodel.metrics import _distance, _occupied, _scene
+    from rigs.solids import occupancy_vote as _occupied, raycasting_scene as _scene, surface_distance as _distance
 
     rng = np.random.default_rng(1)
     lo, hi = model.bounds
