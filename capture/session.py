@@ -141,16 +141,34 @@ class Session:
         return values
 
     @property
+    def described(self) -> bool:
+        """Whether the session carries its robot's description (a URDF). A real arm nobody described
+        records only joint readings and depth; `selfcal discover` learns its chain from them."""
+        name = self.manifest["robot"].get("urdf")
+        return bool(name) and (self.path / name).is_file()
+
+    @property
     def urdf_path(self) -> Path:
-        return self.path / self.manifest["robot"]["urdf"]
+        """The session's URDF; InputError in one sentence where it has none (what needs a description
+        cannot run on such a session)."""
+        name = self.manifest["robot"].get("urdf")
+        where = self.path / name if name else self.path / "session.json"
+        if not self.described:
+            missing = "is missing" if name else "names no robot.urdf"
+            raise InputError(f"{where}: this session has no robot description ({where.name} {missing}) and this "
+                             f"command needs one; `selfcal discover {self.path} --out DIR` writes a URDF from its "
+                             f"sweeps.")
+        return self.path / name
 
     @property
     def base_link(self) -> str:
-        return self.manifest["robot"]["base_link"]
+        """The chain's base link: as recorded, or ``base`` for an arm nobody described (the name a
+        discovered chain gives it)."""
+        return self.manifest["robot"].get("base_link") or "base"
 
     @property
     def tip_link(self) -> str:
-        return self.manifest["robot"]["tip_link"]
+        return self.manifest["robot"].get("tip_link") or "tip"
 
     @property
     def held_joints(self) -> dict[str, float]:
@@ -243,13 +261,15 @@ def check_same_robot(sessions: list[Session], job: str = "calibrate") -> None:
     if len(sessions) < 2:
         return
     first = sessions[0]
-    first_joints = urdf_io.joints(urdf_io.parse_urdf(first.urdf_path), first.urdf_path)
+    first_joints = urdf_io.joints(urdf_io.parse_urdf(first.urdf_path), first.urdf_path) if first.described else None
     for other in sessions[1:]:
         if (other.joint_names != first.joint_names or other.base_link != first.base_link
                 or other.tip_link != first.tip_link):
             raise InputError(f"{other.path}: records a different robot than {first.path} "
                              f"(joints {other.joint_names} from {other.base_link} to {other.tip_link}); "
                              f"{job} sessions of one robot together.")
+        if first_joints is None or not other.described:  # without descriptions the readings' names are all there is
+            continue
         joints = urdf_io.joints(urdf_io.parse_urdf(other.urdf_path), other.urdf_path)
         for name in first.joint_names:
             if name not in joints or not np.allclose(joints[name].origin, first_joints[name].origin, atol=1e-9):
@@ -295,8 +315,11 @@ def read_manifest(path: Path) -> dict:
         raise InputError(f"{manifest_path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
                          f"is not a {FORMAT} version {FORMAT_VERSION} this selfcal reads.")
     robot = top.get("robot", "table")
-    for key in ("urdf", "base_link", "tip_link"):
-        robot.get(key, "str")
+    # A session recorded without a description (a real arm nobody described) names no URDF; one that
+    # names one also names the chain's ends in it.
+    described = robot.get("urdf", "str", None, nullable=True) is not None
+    for key in ("base_link", "tip_link"):
+        robot.get(key, "str", ... if described else None, nullable=not described)
     names = robot.get("joint_names", "names")
     if not names or len(set(names)) != len(names):
         raise InputError(f"{robot.where('joint_names')} should name each joint once, got {names!r}.")
@@ -372,23 +395,29 @@ def load_session(path: Path) -> Session:
     manifest = read_manifest(path)
     robot = manifest["robot"]
     joint_names = list(robot["joint_names"])
-    urdf_path = inside_folder(path, robot["urdf"], f"{manifest_path}: key 'robot.urdf'", "URDF path")
+    urdf_path = (inside_folder(path, robot["urdf"], f"{manifest_path}: key 'robot.urdf'", "URDF path")
+                 if robot.get("urdf") is not None else None)
     held = robot.get("held_joints") or {}
     if not isinstance(held, dict) or not all(isinstance(name, str) and isinstance(value, (int, float))
                                              and not isinstance(value, bool) and np.isfinite(value)
                                              for name, value in held.items()):
         raise InputError(f"{manifest_path}: robot.held_joints should map joint names to positions (rad or m), "
                          f"got {held!r}.")
-    urdf_io.check_meshes(urdf_path)
-    limits = ChainJoints.from_urdf(urdf_path, robot["base_link"], robot["tip_link"])
-    if limits.names != joint_names:
-        raise InputError(f"{manifest_path}: key 'robot.joint_names' lists {joint_names}, but the chain of {urdf_path.name} "
-                         f"from {robot['base_link']!r} to {robot['tip_link']!r} moves {limits.names}.")
+    # Without a description (none named, or the file gone) the joint readings' names are the chain;
+    # what needs limits or reach is not checked here, and what needs the URDF says so when it asks.
+    limits = None
+    if urdf_path is not None and urdf_path.is_file():
+        urdf_io.check_meshes(urdf_path)
+        limits = ChainJoints.from_urdf(urdf_path, robot["base_link"], robot["tip_link"])
+        if limits.names != joint_names:
+            raise InputError(f"{manifest_path}: key 'robot.joint_names' lists {joint_names}, but the chain of "
+                             f"{urdf_path.name} from {robot['base_link']!r} to {robot['tip_link']!r} moves {limits.names}.")
     targets = (manifest.get("sensors") or {}).get("tracker") or {}
     offsets = [np.asarray(xyz, float) for xyz in (targets.get("targets") or {}).values()]
     for name, xyz in (targets.get("targets") or {}).items():
-        check_offset(xyz, limits.reach, f"{manifest_path}: key 'sensors.tracker.targets.{name}'", "reflector offset")
-    if robot.get("payload_com") is not None:
+        if limits is not None:
+            check_offset(xyz, limits.reach, f"{manifest_path}: key 'sensors.tracker.targets.{name}'", "reflector offset")
+    if robot.get("payload_com") is not None and limits is not None:
         check_offset(robot["payload_com"], limits.reach, f"{manifest_path}: key 'robot.payload_com'", "payload centre")
 
     joints_path = path / "joints.csv"
@@ -424,21 +453,25 @@ def load_session(path: Path) -> Session:
     if not pose_ids:
         raise InputError(f"{joints_path}: no poses (only a header).")
     q_array = np.array(q, dtype=float).reshape(-1, len(joint_names))
-    check_joint_values(q_array, q_array, joint_names, limits.types, limits.lower, limits.upper,
-                       [f"row {n}" for n in range(2, len(pose_ids) + 2)], joints_path, "rad", flag=None)
+    if limits is not None:
+        check_joint_values(q_array, q_array, joint_names, limits.types, limits.lower, limits.upper,
+                           [f"row {n}" for n in range(2, len(pose_ids) + 2)], joints_path, "rad", flag=None)
     session = Session(path, manifest, joint_names, pose_ids, q_array, np.array(payload, dtype=float), extra)
 
     largest_offset = max([float(np.linalg.norm(o)) for o in offsets], default=0.0)
     tracker_path = path / "tracker.csv"
     if tracker_path.is_file():
         session.tracker = read_tracker_csv(tracker_path, {p: i for i, p in enumerate(pose_ids)})
-        check_spread(session.tracker.xyz, limits.reach, largest_offset + REACH_SLACK_M, tracker_path,
-                     session.tracker.rows, "reflector points")
+        if limits is not None:
+            check_spread(session.tracker.xyz, limits.reach, largest_offset + REACH_SLACK_M, tracker_path,
+                         session.tracker.rows, "reflector points")
     tracker_poses_path = path / "tracker_poses.csv"
     if tracker_poses_path.is_file():
         session.tracker_poses = read_tracker_poses_csv(tracker_poses_path, {p: i for i, p in enumerate(pose_ids)})
-        check_spread(session.tracker_poses.tracker_T_probe[:, :3, 3], limits.reach, REACH_SLACK_M, tracker_poses_path,
-                     [f"row {n}" for n in range(2, len(session.tracker_poses.pose_index) + 2)], "probe positions")
+        if limits is not None:
+            check_spread(session.tracker_poses.tracker_T_probe[:, :3, 3], limits.reach, REACH_SLACK_M,
+                         tracker_poses_path, [f"row {n}" for n in range(2, len(session.tracker_poses.pose_index) + 2)],
+                         "probe positions")
 
     simulated = (manifest.get("source") or {}).get("kind") == "simulated"
     for name, camera in ((manifest.get("sensors") or {}).get("cameras") or {}).items():

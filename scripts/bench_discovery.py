@@ -41,13 +41,14 @@ def run(*args) -> str:
     return result.stdout
 
 
-def record(arm: str, rig, work: Path) -> tuple[Path, Path]:
-    """A sweep session of ``arm`` with its truth moved to a sibling folder and a lying robot.urdf."""
-    session, truth = work / f"{arm}-session", work / f"{arm}-truth"
+def record(arm: str, rig, work: Path, random_poses: int) -> tuple[Path, Path]:
+    """A sweep session of ``arm`` (then ``random_poses`` random poses over the whole joint range) with
+    its truth moved to a sibling folder and a lying robot.urdf."""
+    session, truth = work / f"{arm}-session-{random_poses}", work / f"{arm}-truth-{random_poses}"
     if not session.is_dir():
-        plan = work / f"{arm}-plan.csv"
+        plan = work / f"{arm}-plan-{random_poses}.csv"
         if not plan.exists():
-            run("plan", "--rig", rig, "--sweeps", "--poses", "0", "--out", plan)
+            run("plan", "--rig", rig, "--sweeps", "--poses", random_poses, "--out", plan)
         run("capture", "--rig", rig, "--plan", plan, "--out", session)
         shutil.move(session / "truth", truth)
         for seg in (session / "cameras").glob("*/*_seg.png"):

@@ -1429,6 +1429,30 @@ def _(fx, case):
     return ["selfmodel", "train", _s(copy(fx.box, case, "box")), "--no-urdf", "--steps", "3", "--out", _s(case / "model")]
 
 
+@case("selfmodel train: session without a robot description, no --no-urdf")
+def _(fx, case):
+    box = copy(fx.box, case, "box")
+    (box / "robot.urdf").unlink()
+    return ["selfmodel", "train", _s(box), "--steps", "3", "--out", _s(case / "model")]
+
+
+@case("calibrate: session's robot.urdf deleted")
+def _(fx, case):
+    return _calibrate(fx, case, lambda s: (s / "robot.urdf").unlink())
+
+
+@case("calibrate: session.json names no URDF")
+def _(fx, case):
+    return _calibrate(fx, case, lambda s: edit_json(s / "session.json", lambda m: m["robot"].pop("urdf")))
+
+
+@case("validate: session's robot.urdf deleted")
+def _(fx, case):
+    session = copy(fx.session, case, "session")
+    (session / "robot.urdf").unlink()
+    return ["validate", _s(fx.calibration), _s(session)]
+
+
 @case("plan: --calibration of another robot")
 def _(fx, case):
     return ["plan", "--rig", _s(BOX_RIG), "--poses", "3", "--calibration", _s(fx.calibration), "--out",

@@ -159,3 +159,25 @@ def test_a_session_without_sweeps_is_refused_with_a_sentence(tmp_path):
     result = invoke("discover", tmp_path / "session", "--out", tmp_path / "found")
     assert result.exit_code == 2 and "no sweep of joint" in result.output, result.output
     assert not (tmp_path / "found").exists()
+
+
+def test_a_session_recorded_without_any_urdf_is_discovered_and_trained_and_refused_where_a_description_is_needed(
+        discovered, tmp_path):
+    folder, summary, _ = discovered
+    session = tmp_path / "undescribed"
+    shutil.copytree(folder / "session", session)
+    (session / "robot.urdf").unlink()  # a real arm nobody described records readings and depth only
+    shutil.rmtree(session / "meshes", ignore_errors=True)
+    result = invoke("discover", session, "--out", tmp_path / "found", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    assert [j["type"] for j in found["joints"]] == [j["type"] for j in summary["joints"]]
+    for mine, theirs in zip(found["joints"], summary["joints"]):  # the same data, so the same chain
+        assert np.allclose(mine["direction"], theirs["direction"], atol=1e-3)
+    result = invoke("selfmodel", "train", session, "--no-urdf", "--steps", "2", "--threads", "1",
+                    "--out", tmp_path / "model", "--json")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "model" / "robot.urdf").is_file()
+    result = invoke("calibrate", session, "--out", tmp_path / "calibration")
+    assert result.exit_code == 2 and "has no robot description" in result.output, result.output
+    assert not (tmp_path / "calibration").exists()

@@ -59,6 +59,8 @@ class DiscoveredJoint:
     steps: int
     moving_points: int
     fit_rms_mm: float
+    sweep_direction: list[float] | None = None  # the sweep's own estimate, before the random poses refined it
+    sweep_point: list[float] | None = None
 
 
 @dataclass
@@ -117,6 +119,7 @@ class ChainDiscovery:
     voxel: float = 0.004
     change: float = 4.0
     refine_pairs: int = 8
+    refine_poses: int = 40
     seed: int = 0
 
     def fit(self, session: Session, progress: Progress | None = None) -> DiscoveredChain:
@@ -154,9 +157,25 @@ class ChainDiscovery:
         tip = session.manifest.get("robot", {}).get("tip_link") or "tip"
         link_names = [base] + [f"{joint.name}_link" for joint in joints[:-1]] + [tip]
         link_points = self._link_points(home_points, moved_masks, link_names)
-        return DiscoveredChain(joints, home, base, tip, link_points,
-                               {"session": str(session.path), "sweep_poses": sum(len(s.rows) for s in sweeps.values()),
-                                "cameras": frames.cameras})
+        chain = DiscoveredChain(joints, home, base, tip, link_points,
+                                {"session": str(session.path), "sweep_poses": sum(len(s.rows) for s in sweeps.values()),
+                                 "cameras": frames.cameras})
+        for joint in joints:
+            joint.sweep_direction, joint.sweep_point = list(joint.direction), list(joint.point)
+        swept = {row for sweep in find_sweeps(q, self.max_step) for row in sweep.rows}
+        others = [row for row in range(len(q)) if row not in swept]
+        if others and self.refine_poses:
+            chain.source["refinement"] = self.refine(chain, frames, session, others)
+        return chain
+
+    def refine(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, rows: list[int]) -> dict:
+        """All axes refined at once over the poses ``rows`` (the random ones: every joint away from
+        home), and each axis's uncertainty from that fit; ``chain`` changes in place."""
+        from selfmodel.discovery.refine import AxisRefinement
+
+        noise = self._noise(frames, rows)
+        return AxisRefinement(max_poses=self.refine_poses, voxel=max(self.voxel, noise),
+                              seed=self.seed).fit(chain, frames, rows, noise, session.q)
 
     # -- one joint ---------------------------------------------------------------------------------
 

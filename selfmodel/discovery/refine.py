@@ -1,0 +1,189 @@
+"""All axes at once over the random poses: the sweeps' estimates refined where the whole chain moves.
+
+A sweep sees one joint turn through a small range with the others at home, so an axis error that
+the sweep barely sees (a near-symmetric flange turning about a line a few millimetres off its own)
+grows with every other joint's turn over the whole range. The random poses move all joints at once:
+each link's points at home (what the sweeps segmented) are carried to a random pose by the chain's
+forward kinematics (the product of the joints' screw motions, base frame at home) and should land on
+the surface the cameras saw there. Point-to-plane distances of all links over all random poses,
+with a robust loss, are minimised over every axis's direction and position (revolute: two angles
+and two offsets across the axis; prismatic: two angles), starting from the sweep estimates.
+
+Uncertainty: a cluster-robust (sandwich) covariance of the fit with one cluster per pose, because
+neighbouring points of one view share their errors (the camera's noise and the link's shape), so
+independent-point covariance would be far too confident.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.spatial import cKDTree
+
+from selfmodel.discovery.screws import cloud_with_normals, screw_motion, slide_motion, thin
+
+
+@dataclass
+class AxisRefinement:
+    """Configure, then ``fit(chain, frames, rows, noise)`` refines ``chain``'s axes in place.
+
+    ``max_poses``: random poses used at most (spread over those recorded); ``points_per_link``:
+    each link's home points used at most per pose; ``voxel`` (m): thinning of the observed clouds;
+    ``gate`` (m): the first correspondence distance, halved each round down to 4 noise sigmas.
+    """
+
+    max_poses: int = 40
+    points_per_link: int = 800
+    voxel: float = 0.005
+    gate: float = 0.04
+    rounds: int = 5
+    seed: int = 0
+
+    def fit(self, chain, frames, rows: list[int], noise: float, q: np.ndarray) -> dict:
+        """Refine the axes of ``chain`` (a DiscoveredChain, changed in place) with the frames of
+        session ``rows`` (random poses; ``q`` (N, dof) the session's readings). Returns a report:
+        poses used, RMS point-to-plane residual (mm) before and after, per joint the change and the
+        standard deviations."""
+        rng = np.random.default_rng(self.seed)
+        if len(rows) > self.max_poses:
+            rows = [rows[i] for i in np.linspace(0, len(rows) - 1, self.max_poses).round().astype(int)]
+        links = list(chain.link_points)
+        home = np.array(chain.home)
+        model = []
+        for k, name in enumerate(links):
+            points = np.array(chain.link_points[name], float).reshape(-1, 3)
+            if len(points) > self.points_per_link:
+                points = points[rng.choice(len(points), self.points_per_link, replace=False)]
+            model.append(points)  # link k + 1 is carried by joints 0..k
+        views = []
+        for row in rows:
+            cloud = np.concatenate([frames.frame(row, c).points[frames.frame(row, c).valid] for c in frames.cameras])
+            frames.forget({row})
+            if len(cloud) < 100:
+                continue
+            target, normals = cloud_with_normals(thin(cloud, self.voxel), self.voxel, 5 * self.voxel)
+            views.append((q[row] - home, target, normals, cKDTree(target)))
+        joints = chain.joints
+        start = [(np.array(j.direction, float), np.array(j.point, float)) for j in joints]
+        bases = [_across(d) for d, _ in start]
+        revolute = [j.type == "revolute" for j in joints]
+        sizes = [4 if r else 2 for r in revolute]
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+
+        def axes(x):
+            out = []
+            for i, ((d0, p0), (e1, e2)) in enumerate(zip(start, bases)):
+                a = x[offsets[i]:offsets[i + 1]]
+                d = d0 + a[0] * e1 + a[1] * e2
+                d /= np.linalg.norm(d)
+                p = p0 + a[2] * e1 + a[3] * e2 if revolute[i] else p0
+                out.append((d, p))
+            return out
+
+        def carried(x, delta):
+            """(dof, 4, 4): the motion of each link (1..dof) from home to the pose ``delta`` from home."""
+            total, out = np.eye(4), []
+            for (d, p), rev, value in zip(axes(x), revolute, delta):
+                total = total @ (screw_motion(d, p, value) if rev else slide_motion(d, value))
+                out.append(total)
+            return out
+
+        def posed(x, delta):
+            motions = carried(x, delta)
+            return [m @ motions[k][:3, :3].T + motions[k][:3, 3] for k, m in enumerate(model)]
+
+        def match(x, gate):
+            matched = []
+            for delta, target, normals, tree in views:
+                pairs = []
+                for k, moved in enumerate(posed(x, delta)):
+                    distance, index = tree.query(moved, distance_upper_bound=gate)
+                    keep = np.isfinite(distance)
+                    pairs.append((k, np.flatnonzero(keep), target[index[keep]], normals[index[keep]]))
+                matched.append((delta, pairs))
+            return matched
+
+        def residuals(x, matched, per_pose=False):
+            out = []
+            for delta, pairs in matched:
+                moved = posed(x, delta)
+                pose = [np.einsum("ij,ij->i", moved[k][keep] - target, normal) for k, keep, target, normal in pairs]
+                out.append(np.concatenate(pose) if pose else np.zeros(0))
+            return out if per_pose else (np.concatenate(out) if out else np.zeros(1))
+
+        x = np.zeros(offsets[-1])
+        if not views:
+            return {"poses": 0}
+        gate = self.gate
+        before = None
+        for _ in range(self.rounds):
+            matched = match(x, gate)
+            if before is None:
+                before = _robust_rms(residuals(x, matched), noise)
+            x = least_squares(residuals, x, args=(matched,), loss="soft_l1", f_scale=noise, x_scale="jac",
+                              method="trf", max_nfev=30).x
+            gate = max(gate / 2, 4 * noise)
+        matched = match(x, gate)
+        x = least_squares(residuals, x, args=(matched,), loss="soft_l1", f_scale=noise, x_scale="jac",
+                          method="trf", max_nfev=30).x
+        jacobian = _numeric_jacobian(lambda v: residuals(v, matched), x)
+        covariance = _cluster_covariance(jacobian, residuals(x, matched, per_pose=True), noise)
+        report = {"poses": len(views), "residual_rms_mm_before": 1000 * before,
+                  "residual_rms_mm_after": 1000 * _robust_rms(residuals(x, matched), noise), "joints": []}
+        previous = np.zeros(3)
+        for i, ((d, p), joint) in enumerate(zip(axes(x), joints)):
+            block = covariance[offsets[i]:offsets[i + 1], offsets[i]:offsets[i + 1]]
+            turn = float(np.degrees(np.arccos(np.clip(abs(d @ start[i][0]), -1, 1))))
+            if revolute[i]:
+                p = p + d * (d @ (previous - p))  # the foot of the previous joint's point, as the sweeps give it
+                previous = p
+            moved_mm = 1000 * float(np.linalg.norm(np.cross(p - start[i][1], d))) if revolute[i] else 0.0
+            joint.direction_sd_deg = float(np.degrees(np.sqrt(max(block[0, 0] + block[1, 1], 0.0))))
+            joint.position_sd_mm = float(1000 * np.sqrt(max(block[2, 2] + block[3, 3], 0.0))) if revolute[i] else 0.0
+            joint.direction, joint.point = d.tolist(), p.tolist()
+            report["joints"].append({"joint": joint.name, "turned_deg": turn, "moved_mm": moved_mm,
+                                     "direction_sd_deg": joint.direction_sd_deg, "position_sd_mm": joint.position_sd_mm})
+        return report
+
+
+def _across(direction: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two unit vectors (3,) across ``direction`` (3,) and across each other."""
+    helper = np.eye(3)[np.argmin(np.abs(direction))]
+    e1 = np.cross(direction, helper)
+    e1 /= np.linalg.norm(e1)
+    return e1, np.cross(direction, e1)
+
+
+def _robust_rms(residuals: np.ndarray, noise: float) -> float:
+    """RMS (m) of residuals clipped at 3 noise sigmas (what is left of the outliers the loss ignores)."""
+    return float(np.sqrt(np.mean(np.minimum(np.abs(residuals), 3 * noise) ** 2))) if len(residuals) else float("nan")
+
+
+def _numeric_jacobian(function, x: np.ndarray, step: float = 1e-6) -> np.ndarray:
+    """(M, P) forward differences of ``function`` (P,) -> (M,) at ``x`` (the correspondences fixed)."""
+    base = function(x)
+    columns = []
+    for k in range(len(x)):
+        shifted = x.copy()
+        shifted[k] += step
+        columns.append((function(shifted) - base) / step)
+    return np.stack(columns, axis=1)
+
+
+def _cluster_covariance(jacobian: np.ndarray, per_pose: list[np.ndarray], noise: float) -> np.ndarray:
+    """Sandwich covariance (P, P) of a robust least-squares fit with one cluster per pose:
+    (J'WJ)^-1 (sum over poses of J_p'W r_p r_p'W J_p) (J'WJ)^-1, W the soft-L1 loss's weights
+    1 / sqrt(1 + (r / noise)^2) (its reweighted least squares at the solution)."""
+    residual = np.concatenate(per_pose)
+    weight = 1.0 / np.sqrt(1.0 + (residual / noise) ** 2)
+    bread = np.linalg.pinv((jacobian * weight[:, None]).T @ jacobian)
+    meat = np.zeros_like(bread)
+    start = 0
+    for block in per_pose:
+        rows = slice(start, start + len(block))
+        score = (jacobian[rows] * (weight[rows] * residual[rows])[:, None]).sum(axis=0)
+        meat += np.outer(score, score)
+        start += len(block)
+    return bread @ meat @ bread
