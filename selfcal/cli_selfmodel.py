@@ -163,41 +163,42 @@ def train(
         from selfmodel.depth_labels import check_depth_sessions
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
-        discovered = None
-        if no_urdf:
-            import tempfile
+        import contextlib
 
-            from selfmodel.discovery.urdf_writer import discover_urdf
+        with contextlib.ExitStack() as scratch_folder:
+            discovered = None
+            if no_urdf:
+                import tempfile
 
-            scratch = Path(tempfile.mkdtemp(prefix="selfcal-discovered-"))
-            with progress_bar("discovering the chain", len(loaded[0].joint_names), unit="joints") as update:
-                discovered, urdf = discover_urdf(loaded[0], scratch, update)
-        run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-               "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
-               "cameras": None if cameras is None else str(cameras),
-               **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
-        with _training_folder(out, run, resume) as (partial, continues):
-            with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
-                result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update,
-                                     previous=before)
-            board = (loaded[0].manifest.get("sensors") or {}).get("board")
-            changes = None
-            if before is not None and before.kind == "structured":
-                from selfmodel.changes import what_changed
+                from selfmodel.discovery.urdf_writer import discover_urdf
 
-                changes = what_changed(before, result.model)
-            with output_folder(out) as folder:
-                save_model(result, folder, loaded, run, board)
-                if changes is not None:
-                    from rigs.files import atomic_write_json
+                # The discovered URDF is written to a scratch folder the model copies it from, removed
+                # whatever happens to the training.
+                scratch = Path(scratch_folder.enter_context(tempfile.TemporaryDirectory(prefix="selfcal-discovered-")))
+                with progress_bar("discovering the chain", len(loaded[0].joint_names), unit="joints") as update:
+                    discovered, urdf = discover_urdf(loaded[0], scratch, update)
+            run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
+                   "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
+                   "cameras": None if cameras is None else str(cameras),
+                   **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
+            with _training_folder(out, run, resume) as (partial, continues):
+                with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
+                    result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update,
+                                         previous=before)
+                board = (loaded[0].manifest.get("sensors") or {}).get("board")
+                changes = None
+                if before is not None and before.kind == "structured":
+                    from selfmodel.changes import what_changed
 
-                    atomic_write_json(folder / "changes.json", {"previous": str(previous), **changes})
-                if discovered is not None:
-                    discovered.save(folder / "discovered_chain.json")
-        if discovered is not None:
-            import shutil
+                    changes = what_changed(before, result.model)
+                with output_folder(out) as folder:
+                    save_model(result, folder, loaded, run, board)
+                    if changes is not None:
+                        from rigs.files import atomic_write_json
 
-            shutil.rmtree(urdf.parent, ignore_errors=True)
+                        atomic_write_json(folder / "changes.json", {"previous": str(previous), **changes})
+                    if discovered is not None:
+                        discovered.save(folder / "discovered_chain.json")
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations}
@@ -205,11 +206,23 @@ def train(
             summary["joint_placement"] = result.corrections.to_json()
         if changes is not None:
             summary["changes"] = changes
+        if discovered is not None:
+            summary["discovered_chain"] = {
+                "refinement": {k: v for k, v in (discovered.source.get("refinement") or {}).items() if k != "joints"},
+                "joints": [{"joint": j.name, "type": j.type, "direction": j.direction, "point_m": j.point,
+                            "direction_sd_deg": j.direction_sd_deg, "position_sd_mm": j.position_sd_mm}
+                           for j in discovered.joints]}
         if json_output:
             print_json(summary)
         else:
             typer.echo(f"{out}: {kind} self-model, {result.steps} steps in {result.seconds / 60:.1f} min on "
                        f"{result.labelled_points} labelled points from {result.configurations} poses")
+            if discovered is not None:
+                refined = (discovered.source.get("refinement") or {}).get("poses", 0)
+                typer.echo(f"chain discovered from the sweeps{f', axes refined over {refined} random poses' if refined else ''}:")
+                for j in discovered.joints:
+                    where = f", position +- {j.position_sd_mm:.2f} mm" if j.type == "revolute" else ""
+                    typer.echo(f"  {j.name:<16} {j.type:<9} direction +- {j.direction_sd_deg:.3f} deg{where}")
             if result.corrections is not None:
                 typer.echo(result.corrections.summary())
             if changes is not None:

@@ -74,6 +74,12 @@ def test_each_joint_type_and_axis_is_found_without_reading_any_description(disco
         if "position_error_mm" in row:
             assert row["position_error_mm"] < 6.0, row  # measured about 1 mm
     assert all(len(points) > 100 for points in chain.link_points.values())
+    # The 12 random poses refined the turning axes, each with its uncertainty from that fit.
+    refinement = chain.source["refinement"]
+    assert refinement["poses"] == 12 and refinement["residual_rms_mm_after"] < refinement["residual_rms_mm_before"]
+    for joint in chain.joints:
+        assert np.isfinite(joint.direction_sd_deg) and joint.direction_sd_deg > 0, joint
+        assert joint.sweep_direction is not None
 
 
 def test_the_urdf_written_from_scratch_loads_in_pinocchio_and_pybullet_and_moves_like_the_arm(discovered):

@@ -7,7 +7,9 @@ per consecutive pair. A motion that turns by about the reading's change is a rev
 rotation vectors give the axis direction, the fixed line of the motions the axis position); one
 that only translates by it is prismatic. A joint fit of all pairs against the frame nearest home,
 with the angles from the readings, refines the axis. Which points follow the fitted motion at home
-says what each link is: a point belongs to the farthest joint that carries it.
+says what each link is: a point belongs to the farthest joint that carries it. Where the recording
+has poses besides the sweeps (the plan's random poses), all turning axes are then refined at once
+over them (:mod:`selfmodel.discovery.refine`): an axis a sweep saw poorly is seen by every pose.
 
 Everything is in the base frame at the home pose (the pose every sweep starts from and returns
 to; the sweeps' other joints stand there). The cameras' poses come from the session (its manifest
@@ -42,8 +44,10 @@ class DiscoveredJoint:
 
     ``angle_scale``: the registered motion's size over the reading's change (1 when the readings
     are radians or metres of the motion itself; from the first, step-wise registrations).
-    ``direction_sd_deg``/``position_sd_mm``: the spread of single-pair refits around the joint fit
-    over the square root of their number. ``lower``/``upper``: the range of the readings recorded.
+    ``direction_sd_deg``/``position_sd_mm``: from the fit over the random poses where there was one
+    (a cluster-robust covariance, one cluster per pose), else the spread of single-pair refits around
+    the sweep's joint fit over the square root of their number. ``sweep_direction``/``sweep_point``:
+    the sweep's own estimate, kept for comparison. ``lower``/``upper``: the range of the readings recorded.
     """
 
     name: str

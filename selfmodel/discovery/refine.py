@@ -6,8 +6,8 @@ grows with every other joint's turn over the whole range. The random poses move 
 each link's points at home (what the sweeps segmented) are carried to a random pose by the chain's
 forward kinematics (the product of the joints' screw motions, base frame at home) and should land on
 the surface the cameras saw there. Point-to-plane distances of all links over all random poses,
-with a robust loss, are minimised over every axis's direction and position (revolute: two angles
-and two offsets across the axis; prismatic: two angles), starting from the sweep estimates.
+with a robust loss, are minimised over every turning axis's direction and position (two angles and
+two offsets across the axis), starting from the sweep estimates; a slide keeps its sweep's direction.
 
 Uncertainty: a cluster-robust (sandwich) covariance of the fit with one cluster per pose, because
 neighbouring points of one view share their errors (the camera's noise and the link's shape), so
@@ -35,7 +35,7 @@ class AxisRefinement:
     """
 
     max_poses: int = 40
-    points_per_link: int = 800
+    points_per_link: int = 2000
     voxel: float = 0.005
     gate: float = 0.04
     rounds: int = 5
@@ -69,17 +69,22 @@ class AxisRefinement:
         start = [(np.array(j.direction, float), np.array(j.point, float)) for j in joints]
         bases = [_across(d) for d, _ in start]
         revolute = [j.type == "revolute" for j in joints]
-        sizes = [4 if r else 2 for r in revolute]
+        # A slide's direction stays the sweep's: in its own sweep nothing else moves and its length is
+        # known, while over random poses a sliding part's long faces slide over themselves and its
+        # few end faces pull it off course (the slider arm's 0.2 degrees became 0.8).
+        sizes = [4 if r else 0 for r in revolute]
         offsets = np.concatenate([[0], np.cumsum(sizes)])
 
         def axes(x):
             out = []
             for i, ((d0, p0), (e1, e2)) in enumerate(zip(start, bases)):
+                if not revolute[i]:
+                    out.append((d0, p0))
+                    continue
                 a = x[offsets[i]:offsets[i + 1]]
                 d = d0 + a[0] * e1 + a[1] * e2
                 d /= np.linalg.norm(d)
-                p = p0 + a[2] * e1 + a[3] * e2 if revolute[i] else p0
-                out.append((d, p))
+                out.append((d, p0 + a[2] * e1 + a[3] * e2))
             return out
 
         def carried(x, delta):
@@ -114,8 +119,8 @@ class AxisRefinement:
             return out if per_pose else (np.concatenate(out) if out else np.zeros(1))
 
         x = np.zeros(offsets[-1])
-        if not views:
-            return {"poses": 0}
+        if not views or not len(x):
+            return {"poses": len(views), "joints": []}
         gate = self.gate
         before = None
         for _ in range(self.rounds):
@@ -134,14 +139,17 @@ class AxisRefinement:
                   "residual_rms_mm_after": 1000 * _robust_rms(residuals(x, matched), noise), "joints": []}
         previous = np.zeros(3)
         for i, ((d, p), joint) in enumerate(zip(axes(x), joints)):
+            if not revolute[i]:
+                report["joints"].append({"joint": joint.name, "turned_deg": 0.0, "moved_mm": 0.0, "held": True,
+                                         "direction_sd_deg": joint.direction_sd_deg, "position_sd_mm": 0.0})
+                continue
             block = covariance[offsets[i]:offsets[i + 1], offsets[i]:offsets[i + 1]]
             turn = float(np.degrees(np.arccos(np.clip(abs(d @ start[i][0]), -1, 1))))
-            if revolute[i]:
-                p = p + d * (d @ (previous - p))  # the foot of the previous joint's point, as the sweeps give it
-                previous = p
-            moved_mm = 1000 * float(np.linalg.norm(np.cross(p - start[i][1], d))) if revolute[i] else 0.0
+            p = p + d * (d @ (previous - p))  # the foot of the previous joint's point, as the sweeps give it
+            previous = p
+            moved_mm = 1000 * float(np.linalg.norm(np.cross(p - start[i][1], d)))
             joint.direction_sd_deg = float(np.degrees(np.sqrt(max(block[0, 0] + block[1, 1], 0.0))))
-            joint.position_sd_mm = float(1000 * np.sqrt(max(block[2, 2] + block[3, 3], 0.0))) if revolute[i] else 0.0
+            joint.position_sd_mm = float(1000 * np.sqrt(max(block[2, 2] + block[3, 3], 0.0)))
             joint.direction, joint.point = d.tolist(), p.tolist()
             report["joints"].append({"joint": joint.name, "turned_deg": turn, "moved_mm": moved_mm,
                                      "direction_sd_deg": joint.direction_sd_deg, "position_sd_mm": joint.position_sd_mm})
