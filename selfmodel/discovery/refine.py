@@ -31,7 +31,9 @@ class AxisRefinement:
 
     ``max_poses``: random poses used at most (spread over those recorded); ``points_per_link``:
     each link's home points used at most per pose; ``voxel`` (m): thinning of the observed clouds;
-    ``gate`` (m): the first correspondence distance, halved each round down to 4 noise sigmas.
+    ``gate`` (m): the first correspondence distance, halved each round down to 4 noise sigmas;
+    consecutive turning axes fitted within ``cross_within`` (m) of crossing are held to cross where
+    that raises the residual by under ``cross_cost`` (a fraction).
     """
 
     max_poses: int = 40
@@ -39,6 +41,8 @@ class AxisRefinement:
     voxel: float = 0.005
     gate: float = 0.04
     rounds: int = 5
+    cross_within: float = 0.004
+    cross_cost: float = 0.01
     seed: int = 0
 
     def fit(self, chain, frames, rows: list[int], noise: float, q: np.ndarray) -> dict:
@@ -66,25 +70,38 @@ class AxisRefinement:
             target, normals = cloud_with_normals(thin(cloud, self.voxel), self.voxel, 5 * self.voxel)
             views.append((q[row] - home, target, normals, cKDTree(target)))
         joints = chain.joints
-        start = [(np.array(j.direction, float), np.array(j.point, float)) for j in joints]
-        bases = [_across(d) for d, _ in start]
         revolute = [j.type == "revolute" for j in joints]
         # A slide's direction stays the sweep's: in its own sweep nothing else moves and its length is
         # known, while over random poses a sliding part's long faces slide over themselves and its
         # few end faces pull it off course (the slider arm's 0.2 degrees became 0.8).
-        sizes = [4 if r else 0 for r in revolute]
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        state = {}
+
+        def layout(start, constrained):
+            """Parameters per joint: a turning axis two angles and two offsets across it, or, held to
+            cross the previous axis, two angles and where along that axis it crosses."""
+            state["start"] = start
+            state["bases"] = [_across(d) for d, _ in start]
+            state["constrained"] = constrained
+            state["along"] = {i: float((start[i][1] - start[i - 1][1]) @ start[i - 1][0]) for i in constrained}
+            sizes = [0 if not r else (3 if i in constrained else 4) for i, r in enumerate(revolute)]
+            state["offsets"] = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+            return np.zeros(state["offsets"][-1])
 
         def axes(x):
             out = []
-            for i, ((d0, p0), (e1, e2)) in enumerate(zip(start, bases)):
+            offsets, constrained = state["offsets"], state["constrained"]
+            for i, ((d0, p0), (e1, e2)) in enumerate(zip(state["start"], state["bases"])):
                 if not revolute[i]:
                     out.append((d0, p0))
                     continue
                 a = x[offsets[i]:offsets[i + 1]]
                 d = d0 + a[0] * e1 + a[1] * e2
                 d /= np.linalg.norm(d)
-                out.append((d, p0 + a[2] * e1 + a[3] * e2))
+                if i in constrained:
+                    d_before, p_before = out[i - 1]
+                    out.append((d, p_before + (state["along"][i] + a[2]) * d_before))
+                else:
+                    out.append((d, p0 + a[2] * e1 + a[3] * e2))
             return out
 
         def carried(x, delta):
@@ -118,25 +135,48 @@ class AxisRefinement:
                 out.append(np.concatenate(pose) if pose else np.zeros(0))
             return out if per_pose else (np.concatenate(out) if out else np.zeros(1))
 
-        x = np.zeros(offsets[-1])
+        def solve(x, gate, rounds):
+            for _ in range(rounds):
+                matched = match(x, gate)
+                x = least_squares(residuals, x, args=(matched,), loss="soft_l1", f_scale=noise, x_scale="jac",
+                                  method="trf", max_nfev=30).x
+                gate = max(gate / 2, 4 * noise)
+            return x, gate
+
+        x = layout([(np.array(j.direction, float), np.array(j.point, float)) for j in joints], set())
         if not views or not len(x):
             return {"poses": len(views), "joints": []}
-        gate = self.gate
-        before = None
-        for _ in range(self.rounds):
-            matched = match(x, gate)
-            if before is None:
-                before = _robust_rms(residuals(x, matched), noise)
-            x = least_squares(residuals, x, args=(matched,), loss="soft_l1", f_scale=noise, x_scale="jac",
-                              method="trf", max_nfev=30).x
-            gate = max(gate / 2, 4 * noise)
+        before = _robust_rms(residuals(x, match(x, self.gate)), noise)
+        x, gate = solve(x, self.gate, self.rounds + 1)
         matched = match(x, gate)
-        x = least_squares(residuals, x, args=(matched,), loss="soft_l1", f_scale=noise, x_scale="jac",
-                          method="trf", max_nfev=30).x
+        free_rms = _robust_rms(residuals(x, matched), noise)
+        # A serial arm's consecutive axes often cross (a wrist, a shoulder). Where the free fit puts two
+        # non-parallel axes within ``cross_within`` of each other, they are held to cross, and kept so
+        # only if that costs the data under ``cross_cost`` of their residual: the data agree.
+        fitted = axes(x)
+        crossing = {i for i in range(1, len(joints)) if revolute[i] and revolute[i - 1]
+                    and _crossing_distance(fitted[i - 1], fitted[i]) < self.cross_within}
+        held = set()
+        if crossing:
+            free = x.copy(), dict(state)
+            x_held = layout([(d, p if i not in crossing else _foot_on(fitted[i - 1], (d, p)))
+                             for i, (d, p) in enumerate(fitted)], crossing)
+            x_held, _ = solve(x_held, gate, 2)
+            matched_held = match(x_held, gate)
+            held_rms = _robust_rms(residuals(x_held, matched_held), noise)
+            if held_rms <= free_rms * (1 + self.cross_cost):
+                x, matched, held = x_held, matched_held, crossing
+            else:
+                x = free[0]
+                state.clear()
+                state.update(free[1])
         jacobian = _numeric_jacobian(lambda v: residuals(v, matched), x)
         covariance = _cluster_covariance(jacobian, residuals(x, matched, per_pose=True), noise)
         report = {"poses": len(views), "residual_rms_mm_before": 1000 * before,
-                  "residual_rms_mm_after": 1000 * _robust_rms(residuals(x, matched), noise), "joints": []}
+                  "residual_rms_mm_after": 1000 * _robust_rms(residuals(x, matched), noise),
+                  "residual_rms_mm_free": 1000 * free_rms, "crossing_tried": sorted(joints[i].name for i in crossing),
+                  "crossing_held": sorted(joints[i].name for i in held), "joints": []}
+        start, offsets = [(np.array(j.direction, float), np.array(j.point, float)) for j in joints], state["offsets"]
         previous = np.zeros(3)
         for i, ((d, p), joint) in enumerate(zip(axes(x), joints)):
             if not revolute[i]:
@@ -145,15 +185,36 @@ class AxisRefinement:
                 continue
             block = covariance[offsets[i]:offsets[i + 1], offsets[i]:offsets[i + 1]]
             turn = float(np.degrees(np.arccos(np.clip(abs(d @ start[i][0]), -1, 1))))
+            # Held to cross the previous axis: where along it (one number), and that axis's own place.
+            across = block[2, 2] + (joints[i - 1].position_sd_mm / 1000) ** 2 if i in held else block[2, 2] + block[3, 3]
             p = p + d * (d @ (previous - p))  # the foot of the previous joint's point, as the sweeps give it
             previous = p
             moved_mm = 1000 * float(np.linalg.norm(np.cross(p - start[i][1], d)))
             joint.direction_sd_deg = float(np.degrees(np.sqrt(max(block[0, 0] + block[1, 1], 0.0))))
-            joint.position_sd_mm = float(1000 * np.sqrt(max(block[2, 2] + block[3, 3], 0.0)))
+            joint.position_sd_mm = float(1000 * np.sqrt(max(across, 0.0)))
             joint.direction, joint.point = d.tolist(), p.tolist()
-            report["joints"].append({"joint": joint.name, "turned_deg": turn, "moved_mm": moved_mm,
+            report["joints"].append({"joint": joint.name, "turned_deg": turn, "moved_mm": moved_mm, "crosses_previous": i in held,
                                      "direction_sd_deg": joint.direction_sd_deg, "position_sd_mm": joint.position_sd_mm})
         return report
+
+
+def _crossing_distance(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray],
+                       min_angle_deg: float = 10.0) -> float:
+    """Shortest distance (m) between two lines (direction (3,), point (3,)); infinite for lines
+    within ``min_angle_deg`` of parallel (where crossing says nothing)."""
+    normal = np.cross(first[0], second[0])
+    if np.linalg.norm(normal) < np.sin(np.radians(min_angle_deg)):
+        return float("inf")
+    return float(abs((second[1] - first[1]) @ normal) / np.linalg.norm(normal))
+
+
+def _foot_on(line: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The point (3,) of ``line`` nearest the line ``other`` (both (direction, point), not parallel)."""
+    (d1, p1), (d2, p2) = line, other
+    b = d1 @ d2
+    w = p1 - p2
+    t = (b * (d2 @ w) - (d1 @ w)) / (1 - b * b)
+    return p1 + t * d1
 
 
 def _across(direction: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
