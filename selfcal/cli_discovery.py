@@ -41,12 +41,22 @@ def discover(
                   for j in chain.joints]
         summary = {"out": str(out), "urdf": str(out / "robot.urdf"), "base_link": chain.base_link,
                    "tip_link": chain.tip_link, "joints": joints,
-                   "link_points": {link: len(points) for link, points in chain.link_points.items()}}
+                   "link_points": {link: len(points) for link, points in chain.link_points.items()},
+                   "refinement": chain.source.get("refinement")}
         if json_output:
             print_json(summary)
             return
         kinds = ", ".join(f"{j.name} {j.type}" for j in chain.joints)
         typer.echo(f"{out}/robot.urdf: {len(chain.joints)} joints discovered ({kinds}), no description read.")
+        refinement = chain.source.get("refinement") or {}
+        if refinement.get("residual_rms_mm_after") is not None:
+            crossing = ", ".join(refinement.get("crossing_held") or []) or "none"
+            typer.echo(f"axes refined over {refinement['poses']} random poses (residual "
+                       f"{refinement['residual_rms_mm_before']:.2f} -> {refinement['residual_rms_mm_after']:.2f} mm; "
+                       f"held to cross the previous axis: {crossing})")
+        else:
+            typer.echo("axes from the sweeps alone: the recording has no other poses to refine them over "
+                       "(`selfcal plan --sweeps --poses N`)")
         for j in chain.joints:
             where = (f" through ({', '.join(f'{1000 * v:.1f}' for v in j.point)}) mm +- {j.position_sd_mm:.2f}"
                      if j.type == "revolute" else "")
