@@ -144,8 +144,11 @@ def train(
         from selfmodel.training import SelfModelTrainer
 
         check_new_output(out)
+        from selfmodel.placement import PlacementSettings
+
+        # On a discovered chain the discovery's own fit over the random poses places the joints.
         trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
-                                   hold=parse_holds(hold), device=device)
+                                   hold=parse_holds(hold), device=device, placement=PlacementSettings(hold=no_urdf))
         before = load_model(previous) if previous is not None else None
         if urdf is not None and not urdf.is_file():
             raise InputError(f"{urdf}: URDF not found.")
@@ -223,7 +226,7 @@ def train(
                 for j in discovered.joints:
                     where = f", position +- {j.position_sd_mm:.2f} mm" if j.type == "revolute" else ""
                     typer.echo(f"  {j.name:<16} {j.type:<9} direction +- {j.direction_sd_deg:.3f} deg{where}")
-            if result.corrections is not None:
+            if result.corrections is not None and not no_urdf:  # held on a discovered chain
                 typer.echo(result.corrections.summary())
             if changes is not None:
                 from selfmodel.changes import summary as change_lines

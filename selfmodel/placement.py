@@ -47,6 +47,10 @@ class PlacementSettings:
     floor_m: float = 0.008  # last scale: about twice the depth noise of a camera 1.5 m away
     bootstrap: int = 200
     seed: int = 0
+    # Placements held where they were (``initial``): a chain discovered from this very depth was
+    # already fitted to it with the links' own points, and its convex-hull meshes are no description
+    # to fit against (they cover what one view saw, so they pull joints by degrees).
+    hold: bool = False
 
 
 @dataclass
@@ -128,6 +132,8 @@ def fit_placements(spec: ChainSpec, meshes: dict[str, trimesh.Trimesh], surface:
     rng = np.random.default_rng(settings.seed)
     J = spec.dof
     start = np.zeros((J, 6)) if initial is None else np.asarray(initial, dtype=float).reshape(J, 6)
+    if settings.hold:  # nothing learned: the prior's spread is what is known
+        return JointCorrections(list(spec.joint_names), start.copy(), np.tile(PRIOR_SIGMA, (J, 1)), 0, 0.0)
     deltas = start.copy()
     rows = rng.choice(len(surface), min(settings.max_points, len(surface)), replace=False)
     points, configs = surface[rows].astype(float), surface_config[rows].astype(np.int64)

@@ -186,15 +186,19 @@ class AxisRefinement:
             block = covariance[offsets[i]:offsets[i + 1], offsets[i]:offsets[i + 1]]
             turn = float(np.degrees(np.arccos(np.clip(abs(d @ start[i][0]), -1, 1))))
             # Held to cross the previous axis: where along it (one number), and that axis's own place.
-            across = block[2, 2] + (joints[i - 1].position_sd_mm / 1000) ** 2 if i in held else block[2, 2] + block[3, 3]
+            if i in held:
+                across = block[2, 2] + (joints[i - 1].position_sd_mm / 1000) ** 2
+            else:
+                across = block[2, 2] + block[3, 3]
             p = p + d * (d @ (previous - p))  # the foot of the previous joint's point, as the sweeps give it
             previous = p
             moved_mm = 1000 * float(np.linalg.norm(np.cross(p - start[i][1], d)))
             joint.direction_sd_deg = float(np.degrees(np.sqrt(max(block[0, 0] + block[1, 1], 0.0))))
             joint.position_sd_mm = float(1000 * np.sqrt(max(across, 0.0)))
             joint.direction, joint.point = d.tolist(), p.tolist()
-            report["joints"].append({"joint": joint.name, "turned_deg": turn, "moved_mm": moved_mm, "crosses_previous": i in held,
-                                     "direction_sd_deg": joint.direction_sd_deg, "position_sd_mm": joint.position_sd_mm})
+            report["joints"].append({"joint": joint.name, "turned_deg": turn, "moved_mm": moved_mm,
+                                     "crosses_previous": i in held, "direction_sd_deg": joint.direction_sd_deg,
+                                     "position_sd_mm": joint.position_sd_mm})
         return report
 
 
