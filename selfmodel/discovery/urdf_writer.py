@@ -50,6 +50,22 @@ def joint_origins(chain: DiscoveredChain) -> list[np.ndarray]:
     return origins
 
 
+def largest_cluster(points: np.ndarray, gap: float = 0.03, min_points: int = 5) -> np.ndarray:
+    """The largest group of ``points`` (n, 3) m whose members lie within ``gap`` m of one another
+    (DBSCAN): a link is one body, and what else its motion happened to explain (static patches of
+    the scene a turn maps onto themselves) lies apart from it and would blow its hull up."""
+    import open3d as o3d
+
+    if len(points) < MIN_HULL_POINTS:
+        return points
+    labels = np.asarray(o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points)).cluster_dbscan(
+        eps=gap, min_points=min_points))
+    if (labels < 0).all():
+        return points
+    biggest = np.bincount(labels[labels >= 0]).argmax()
+    return points[labels == biggest]
+
+
 def _origin_element(parent: ET.Element, transform: np.ndarray) -> None:
     xyz = " ".join(f"{v:.9g}" for v in transform[:3, 3])
     rpy = " ".join(f"{v:.9g}" for v in matrix_to_rpy(transform[:3, :3]))
@@ -74,6 +90,7 @@ def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str 
         points = np.array(chain.link_points.get(name, []), dtype=float).reshape(-1, 3)
         if k == 0 or len(points) < MIN_HULL_POINTS:
             continue
+        points = largest_cluster(points)
         local = (points - frames[k][:3, 3]) @ frames[k][:3, :3]
         try:
             hull = trimesh.convex.convex_hull(local)
