@@ -133,7 +133,7 @@ def checked(workdir: Path, models: dict) -> dict:
         if cache.is_file() and cache.stat().st_mtime > (folder / "weights.pt").stat().st_mtime:
             out[label] = json.loads(cache.read_text())
             continue
-        rows = [asdict(row) for row in check_against(load_model(folder), load_session(session).urdf_path)]
+        rows = [asdict(row) for row in check_against(load_model(folder), load_session(session).urdf_path).rows]
         cache.write_text(json.dumps(rows))
         out[label] = rows
     return out
@@ -273,7 +273,8 @@ def report(args, results: dict, command: str) -> None:
         rows = []
         for label, found in check.items():
             for rank, row in enumerate(found[:4]):
-                rows.append([label, rank + 1, row["link"], f"{row['deviation_mm']:.1f}", row["kind"], f"{row['shape_mm']:.1f}",
+                rows.append([label, rank + 1, row["link"], f"{row['deviation_mm']:.1f}", row["kind"],
+                             f"{max(row.get('added_mm', 0.0), row.get('missing_mm', 0.0)):.1f}",
                              f"{row['joint_mm']:.1f}", f"{row.get('added_mm', 0.0):.1f}"])
         first = {label: found[0] for label, found in check.items()}
         lines += ["", "`selfmodel check` against the session's URDF, the intact control beside the crashed arm "
@@ -282,11 +283,8 @@ def report(args, results: dict, command: str) -> None:
                   "", "Crashed: " + (f"{first['crashed']['link']} first ({first['crashed']['deviation_mm']:.1f} mm, "
                                      f"{first['crashed']['kind']}); intact: {first['intact']['link']} first "
                                      f"({first['intact']['deviation_mm']:.1f} mm)."),
-                  "", "The intact control shows what a figure is worth: 'added matter' on link6 and link5 stands at "
-                      "about 20 mm on the intact arm as on the crashed one (learned matter around the flange and "
-                      "board that the description does not hold), so on the xArm6 it is a floor, not damage; the "
-                      "bent link's joint figure is the one the intact arm does not have. On the 2-joint test arm a "
-                      "4 x 4 x 8 cm tool is named first (tests/test_selfmodel_trust.py)."]
+                  "", "The check's verdicts, the bend against the truth and why the learned surfaces misled the "
+                      "earlier check: section `damage-check` (scripts/bench_damage_check.py)."]
     if results.get("threads"):
         s = results["threads"]
         lines += ["", f"Training steps per second ({args.thread_steps} steps on the {args.relearn_poses}-pose crashed "

@@ -45,6 +45,9 @@ MIN_POSES = 3  # ... from this many poses to count
 CONFIGURATIONS = 12  # training configurations the joint figures are read at
 DRAWS = 64  # Monte Carlo draws of a correction within its standard deviation
 MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sigma / sqrt(n)
+POSES_THROUGH = 24  # training poses whose depth images the seen-through test reads
+SAMPLES_THROUGH = 4000  # described surface samples per link for it
+THROUGH_SHARE = 0.5  # a bin is seen through when at least this share of the rays that reach it go through
 
 
 @dataclass
@@ -71,6 +74,7 @@ class LinkDeviation:
     missing_mm: float = 0.0  # matter the body lacks: the bin median deepest inside
     missing_sd_mm: float = 0.0
     missing_where_link: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    missing_seen_through: bool = False  # the missing figure is described surface the cameras saw through
     bins: int = 0  # bins of measured points that count on this link
 
     @property
@@ -87,12 +91,14 @@ class DamageCheck:
     bin_se_mm: float  # the standard error of a typical bin (its median count of points)
     points: int  # measured points used
     placement_fitted: bool  # the model carries a placement fit with standard deviations
+    seen_through_checked: bool = False  # the training sessions' depth images were read for missing matter
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
 
         return {"noise_mm": self.noise_mm, "bin_se_mm": self.bin_se_mm, "points": self.points,
-                "placement_fitted": self.placement_fitted, "links": [asdict(row) for row in self.rows]}
+                "placement_fitted": self.placement_fitted, "seen_through_checked": self.seen_through_checked,
+                "links": [asdict(row) for row in self.rows]}
 
 
 def _user_corrections(model, spec: ChainSpec) -> tuple[np.ndarray, np.ndarray | None]:
@@ -232,6 +238,97 @@ def _joint_figures(spec: ChainSpec, meshes: dict, q: np.ndarray, deltas: np.ndar
     return out
 
 
+def _training_sessions(model) -> list | None:
+    """The sessions the model was trained on (config.json names them relative to the model folder),
+    or None where one is gone or has no camera poses of its own (trained with --cameras)."""
+    from capture.session import load_session
+    from selfmodel.model_io import read_config
+
+    folder = getattr(model, "folder", None)
+    if folder is None:
+        return None
+    sessions = []
+    for relative in read_config(folder).get("training", {}).get("sessions", []):
+        path = (Path(folder) / relative).resolve()
+        if not (path / "session.json").is_file():
+            return None
+        session = load_session(path)
+        if any(camera.base_T_camera is None for camera in session.cameras.values()):
+            return None
+        sessions.append(session)
+    return sessions or None
+
+
+def _seen_through(spec: ChainSpec, meshes: dict, deltas: np.ndarray, sessions: list, margin: float,
+                  rng: np.random.Generator) -> dict:
+    """Link -> (described surface samples (n, 3) link frame, rays through them (n,), rays that met
+    them (n,)): at up to POSES_THROUGH training poses, every camera's depth at the pixel of each
+    sample posed with the fitted placements. Beyond the sample by more than ``margin`` (m), or no
+    reading where the camera says none is free: the ray went through matter the description has."""
+    from scipy.ndimage import minimum_filter
+
+    samples = {link: np.asarray(meshes[link].sample(SAMPLES_THROUGH, return_index=False), dtype=float)
+               for link in spec.link_names if link in meshes}
+    through = {link: np.zeros(len(points), dtype=int) for link, points in samples.items()}
+    met = {link: np.zeros(len(points), dtype=int) for link, points in samples.items()}
+    rows = [(session, row) for session in sessions for row in range(len(session.pose_ids))]
+    for index in np.sort(rng.choice(len(rows), min(POSES_THROUGH, len(rows)), replace=False)):
+        session, row = rows[index]
+        pose = session.pose_ids[row]
+        poses = link_poses_numpy(spec, session.q[row][None], deltas)[0]
+        for name, camera in session.cameras.items():
+            if not session.has_image(name, pose, "depth"):
+                continue
+            depth = session.image(name, pose, "depth")
+            height, width = depth.shape
+            camera_T_base = np.linalg.inv(camera.base_T_camera)
+            # A ray goes through only where its pixel's neighbours do too: at a silhouette a sample
+            # rounds to a pixel just past the body (a pixel is 7 mm wide at 1 m on the test rig).
+            # A 0 reading goes through where the camera says 0 is free (its own word), else it holds.
+            nearest = minimum_filter(np.where(depth > 0, depth, np.inf if camera.no_depth == "free" else 0.0), size=3)
+            for i, link in enumerate(spec.link_names):
+                if link not in samples:
+                    continue
+                transform = camera_T_base @ poses[i]
+                p = samples[link] @ transform[:3, :3].T + transform[:3, 3]
+                ahead = np.flatnonzero(p[:, 2] > 0.05)
+                uvw = p[ahead] @ camera.info.K.T
+                u = np.rint(uvw[:, 0] / uvw[:, 2]).astype(np.int64)
+                v = np.rint(uvw[:, 1] / uvw[:, 2]).astype(np.int64)
+                inside = (u >= 0) & (u < width) & (v >= 0) & (v < height)
+                rows_in, u, v = ahead[inside], u[inside], v[inside]
+                reading = depth[v, u].astype(float)
+                z = p[rows_in, 2]
+                went = nearest[v, u] > z + margin
+                hit = (reading > 0) & (np.abs(reading - z) <= margin)
+                through[link][rows_in[went]] += 1
+                met[link][rows_in[hit]] += 1
+    return {link: (samples[link], through[link], met[link]) for link in samples}
+
+
+def _gap(samples: np.ndarray, through: np.ndarray, met: np.ndarray, measured: np.ndarray) -> tuple[float, list[float]]:
+    """The described surface the cameras saw through, as (how far it lies from the nearest measured
+    point of the link, m, over the bin most surely seen through; that bin's centre, link frame):
+    PITCH bins of samples reached in at least MIN_POSES rays, THROUGH_SHARE of them through."""
+    from scipy.spatial import cKDTree
+
+    cell = np.floor(samples / PITCH).astype(np.int64)
+    cells, inverse = np.unique(cell, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    went = np.bincount(inverse, through, len(cells))
+    reached = went + np.bincount(inverse, met, len(cells))
+    bins = np.flatnonzero((went >= MIN_POSES) & (went >= THROUGH_SHARE * reached))
+    if not len(bins) or not len(measured):
+        return 0.0, [0.0, 0.0, 0.0]
+    distance = cKDTree(measured).query(samples)[0]
+    best, where = 0.0, [0.0, 0.0, 0.0]
+    for b in bins:
+        value = float(np.median(distance[inverse == b]))
+        if value > best:
+            best, where = value, ((cells[b] + 0.5) * PITCH).tolist()
+    return best, where
+
+
 def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None) -> DamageCheck:
     """Per-link figures (module docstring) of a structured ``model`` against the description
     ``urdf_path``, largest first."""
@@ -263,6 +360,10 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
     joints = _joint_figures(spec, meshes, q[chosen], deltas, std, rng)
     movable = [k for k, joint in enumerate(spec.joints) if joint.type != "fixed"]
 
+    sessions = _training_sessions(model)
+    margin = max(3 * noise, 0.005)
+    through = _seen_through(spec, meshes, deltas, sessions, margin, rng) if sessions else {}
+
     rows, typical = [], []
     for i, link in enumerate(spec.link_names):
         mine = nearest == i
@@ -278,6 +379,11 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
             row.added_where_link = centres[out_bin].tolist()
             row.missing_mm, row.missing_sd_mm = max(0.0, float(-medians[in_bin] * 1000)), float(se[in_bin] * 1000)
             row.missing_where_link = centres[in_bin].tolist()
+        if link in through and mine.any():
+            gap, gap_where = _gap(*through[link], local[mine])
+            if gap > row.missing_mm / 1000:
+                row.missing_mm, row.missing_sd_mm, row.missing_where_link = gap * 1000, noise * 1000, gap_where
+                row.missing_seen_through = True
         carried = [(j, k) for j, k in enumerate(movable) if spec.joints[k].parent_index == i]
         if carried:
             j, k = max(carried, key=lambda pair: joints[pair[0]]["mm"])
@@ -294,4 +400,4 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
         rows.append(row)
     rows.sort(key=lambda row: -(row.deviation_mm - 2 * (row.deviation_sd_mm or 0.0)))
     return DamageCheck(rows, noise * 1000, float(np.median(typical) * 1000) if typical else float("nan"),
-                       int(len(points)), std is not None)
+                       int(len(points)), std is not None, bool(through))

@@ -83,6 +83,10 @@ def describe(row) -> str:
     if row.kind == "added matter":
         return (f"{row.link} carries matter the description lacks (a tool, a cable?): measured surface "
                 f"{_pm(row.added_mm, row.added_sd_mm)} outside it around {_where(row.added_where_link)} in the link frame")
+    if row.kind == "missing matter" and row.missing_seen_through:
+        return (f"{row.link} lacks matter the description has: the cameras saw through its described surface around "
+                f"{_where(row.missing_where_link)} in the link frame, {_pm(row.missing_mm, row.missing_sd_mm)} from the "
+                f"nearest surface they measured")
     if row.kind == "missing matter":
         return (f"{row.link} lacks matter the description has: the cameras saw {_pm(row.missing_mm, row.missing_sd_mm)} "
                 f"inside the described body around {_where(row.missing_where_link)} in the link frame")

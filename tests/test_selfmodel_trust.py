@@ -204,8 +204,8 @@ def test_check_names_matter_the_description_lacks_beside_its_intact_control(inta
     folder = tmp_path / "tool-model"
     folder.mkdir()
     save_model(trainer(300).fit([session]), folder, [session], {"steps": 300})
-    tooled = check_against(load_model(folder), session.urdf_path, configurations=6)
-    intact_rows = {row.link: row for row in check_against(control, control.urdf_path, configurations=6)}
+    tooled = check_against(load_model(folder), session.urdf_path).rows
+    intact_rows = {row.link: row for row in check_against(control, control.urdf_path).rows}
     assert tooled[0].link == "box" and tooled[0].kind == "added matter", tooled
     # The 4 x 4 x 8 cm tool stands up to 5 cm off the described box; the intact arm's own figure is the control.
     assert tooled[0].added_mm > 3 * max(intact_rows["box"].added_mm, 5.0), (tooled[0], intact_rows["box"])
