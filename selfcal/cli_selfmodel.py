@@ -301,7 +301,10 @@ def check(
             print_json({"verdict": verdict.as_dict(), **result.as_dict()})
         else:
             say_verdict(verdict)
-            typer.echo(f"depth noise about the description {result.noise_mm:.1f} mm over {result.points} measured points")
+            typer.echo(f"depth noise about the description {result.noise_mm:.1f} mm over {result.points} measured points; "
+                       + ("described surface the cameras saw through: read from the training sessions' depth images"
+                          if result.seen_through_checked else "described surface the cameras saw through: not checked "
+                          "(the training sessions are not where the model folder names them, or have no camera poses)"))
             for row in result.rows:
                 sd = "" if row.deviation_sd_mm is None else f" +- {row.deviation_sd_mm:4.1f}"
                 bend = "" if not row.joint else (f"  [{row.joint}: moves what follows {row.joint_mm:.1f} mm, turned "

@@ -239,24 +239,21 @@ def _joint_figures(spec: ChainSpec, meshes: dict, q: np.ndarray, deltas: np.ndar
 
 
 def _training_sessions(model) -> list | None:
-    """The sessions the model was trained on (config.json names them relative to the model folder),
-    or None where one is gone or has no camera poses of its own (trained with --cameras)."""
+    """The sessions the model was trained on (config.json names them), or None where one is gone or
+    has no camera poses of its own (trained with --cameras): then nothing is seen through."""
     from capture.session import load_session
-    from selfmodel.model_io import read_config
+    from selfmodel.export_sources import training_session_paths
 
     folder = getattr(model, "folder", None)
     if folder is None:
         return None
-    sessions = []
-    for relative in read_config(folder).get("training", {}).get("sessions", []):
-        path = (Path(folder) / relative).resolve()
-        if not (path / "session.json").is_file():
-            return None
-        session = load_session(path)
-        if any(camera.base_T_camera is None for camera in session.cameras.values()):
-            return None
-        sessions.append(session)
-    return sessions or None
+    paths = training_session_paths(Path(folder))
+    if not paths or not all((path / "session.json").is_file() for path in paths):
+        return None
+    sessions = [load_session(path) for path in paths]
+    if any(camera.base_T_camera is None for session in sessions for camera in session.cameras.values()):
+        return None
+    return sessions
 
 
 def _seen_through(spec: ChainSpec, meshes: dict, deltas: np.ndarray, sessions: list, margin: float,
