@@ -2,10 +2,13 @@
 
 Each damaged arm beside its intact control, every link's figure and the verdict:
 
-- the xArm6 seen by four depth cameras, intact and crashed (link3 bent 3 degrees): the bend the
-  check estimates (from the placement fit) against the truth (read here only, never by the check);
+- the xArm6 seen by four depth cameras, intact and crashed (link3 bent 3 degrees), 120 poses and
+  fewer (24: the quick demo's): the bend the check estimates (from the placement fit) against the
+  truth (read here only, never by the check);
 - the 2-joint box arm (tests/data/selfmodel): intact, upper link bent 3 degrees, a 4 x 4 x 8 cm tool
   bolted under the box, on several capture seeds;
+- the intact xArm6 whose session does not declare the calibration board on its flange (28 x 21 cm
+  of matter the description lacks);
 - the Panda with a 4 x 4 x 12 cm box on its hand (``--panda``).
 
 The check reads the placement fit and the measured depth points a model folder keeps, not the
@@ -58,9 +61,11 @@ def model_of(workdir: Path, label: str, rig, poses: int, seed: int, steps: int) 
         print(f"training {model} ({steps} steps: the check needs the placement fit and the depth points) ...", flush=True)
         trainer = SelfModelTrainer(kind="structured", steps=steps, seed=0, threads=1, batch=1024, prior_batch=256,
                                    labels=LabelSettings(hit_rays_per_image=300, miss_rays_per_image=100))
-        result = trainer.fit([load_session(session)])
+        loaded = load_session(session)
+        result = trainer.fit([loaded])
+        board = (loaded.manifest.get("sensors") or {}).get("board")  # as `selfcal selfmodel train` keeps it
         with output_folder(model) as temporary:
-            save_model(result, temporary, [load_session(session)], {"steps": steps})
+            save_model(result, temporary, [loaded], {"steps": steps}, board)
     return model, session
 
 
@@ -99,12 +104,48 @@ def rows_of(label: str, found: dict) -> list[list]:
     return out
 
 
+def learned_surface_offsets(model_folder: Path, links: list[str], configurations: int = 10) -> dict:
+    """Where the learned networks' surfaces lie against the description posed with the fitted
+    placements (what the earlier check read): per link, the share of the learned surface (meshed at
+    4 mm) inside other links' described solids, and more than 10 mm outside every described link."""
+    import trimesh
+
+    from selfmodel.chain import link_poses_numpy
+    from selfmodel.meshing import link_meshes_of
+    from selfmodel.model_io import load_model, surface_samples
+    from selfmodel.training import described_meshes, described_solids
+
+    model = load_model(model_folder)
+    spec = model.spec
+    solids = described_solids(described_meshes(spec, model.urdf_path, model.tip_link, model.board))
+    learned = link_meshes_of(model, 0.004)
+    q = surface_samples(model)[2]
+    poses = link_poses_numpy(spec, q[np.linspace(0, len(q) - 1, configurations).astype(int)], model.corrections.deltas)
+    out = {}
+    for link in links:
+        index = spec.link_names.index(link)
+        points = np.asarray(trimesh.sample.sample_surface(learned[link], 5000, seed=0)[0])
+        own = np.tile(solids[link].signed_distance(points), len(poses))
+        union = []
+        for pose in poses:
+            base = points @ pose[index, :3, :3].T + pose[index, :3, 3]
+            union.append(np.min([solids[name].signed_distance((base - pose[j, :3, 3]) @ pose[j, :3, :3])
+                                 for j, name in enumerate(spec.link_names) if name in solids], axis=0))
+        union = np.concatenate(union)
+        out[link] = {"inside_other_pct": float(100 * np.mean((own > 0.01) & (union < 0.003))),
+                     "outside_all_pct": float(100 * np.mean(union > 0.01)),
+                     "outside_all_p95_mm": float(1000 * np.percentile(union, 95))}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/damage-check"))
     parser.add_argument("--xarm-models", type=Path, default=Path("/tmp/selfmodel-trust"),
                         help="folder of the self-model trust benchmark (its 120-pose intact and crashed models are reused)")
     parser.add_argument("--poses", type=int, default=120)
+    parser.add_argument("--few-poses", type=int, nargs="*", default=[24, 60],
+                        help="also capture the xArm6 intact and crashed with these few poses (the quick demo takes 24)")
     parser.add_argument("--box-seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--panda", action="store_true")
     parser.add_argument("--panda-poses", type=int, default=60)
@@ -123,6 +164,24 @@ def main() -> None:
         else:
             model, session = model_of(args.workdir, f"xarm6-{label}", rig, args.poses, 1, 20)
         results[f"xArm6 {label}"] = (checked(model, session), session)
+    # The intact xArm6 whose session does not declare its calibration board: 28 x 21 cm of matter on
+    # link6 that the description lacks, as a bolted-on tool would be.
+    undeclared = args.workdir / "xarm6-intact-board-undeclared-model"
+    if not undeclared.exists():
+        import shutil
+
+        reuse = args.xarm_models / "models" / f"intact-{args.poses}"
+        shutil.copytree(reuse if reuse.is_dir() else args.workdir / "xarm6-intact-model", undeclared)
+        config = json.loads((undeclared / "config.json").read_text())
+        config["board"] = None
+        config["training"]["sessions"] = [os.path.relpath(results["xArm6 intact"][1].resolve(), undeclared.resolve())]
+        (undeclared / "config.json").write_text(json.dumps(config))
+    results["xArm6 intact, board not declared"] = (checked(undeclared, results["xArm6 intact"][1]),
+                                                   results["xArm6 intact"][1])
+    for poses in args.few_poses:
+        for label, rig in (("intact", "xarm6-cameras"), ("crashed", "xarm6-cameras-crashed")):
+            model, session = model_of(args.workdir, f"xarm6-{label}-{poses}", rig, poses, 5, 5)
+            results[f"xArm6 {label}, {poses} poses"] = (checked(model, session), session)
     for seed in args.box_seeds:
         for label, rig in (("intact", "two_joint_box"), ("bent", "two_joint_box_bent"), ("tool", "two_joint_box_tool")):
             model, session = model_of(args.workdir, f"box-{label}-{seed}", DATA / f"{rig}.toml", 40, seed, 5)
@@ -135,6 +194,10 @@ def main() -> None:
         for label, rig in (("intact", builtin), ("box on the hand", rig_file)):
             model, session = model_of(args.workdir, f"panda-{label.split()[0]}", rig, args.panda_poses, 1, 5)
             results[f"Panda {label}"] = (checked(model, session), session)
+    intact_model = args.xarm_models / "models" / f"intact-{args.poses}"
+    if not intact_model.is_dir():
+        intact_model = args.workdir / "xarm6-intact-model"
+    offsets = learned_surface_offsets(intact_model, ["link5", "link6"])
     (args.workdir / "results.json").write_text(json.dumps({k: v[0] for k, v in results.items()}, indent=1))
 
     lines = ["Each damaged arm beside its intact control. The check reads the placement fit's corrections (with "
@@ -160,16 +223,21 @@ def main() -> None:
     if bends:
         lines += ["", "The bend the check names against the truth (degrees):", "",
                   table(["arm", "link", "joint", "estimated deg", "true deg", "error deg"], bends)]
-    xarm = [r for label, (found, _) in results.items() if label.startswith("xArm6") for r in rows_of(label, found)]
-    lines += ["", "Every link of the xArm6, intact and crashed (mm; joint: how far the joint's correction moves what "
+    xarm = [r for label, (found, _) in results.items() if label in ("xArm6 intact", "xArm6 crashed")
+            for r in rows_of(label, found)]
+    lines += ["", "Every link of the 120-pose xArm6, intact and crashed (mm; joint: how far the joint's correction moves what "
                   "follows it, and its rotation):", "",
               table(["arm", "link", "figure mm", "kind", "joint", "added mm", "missing mm"], xarm),
               "", "Why the earlier check saw about 20 mm of added matter on link5 and link6 of the intact xArm6: it read "
-                  "the learned networks' surfaces. On the 120-pose intact model, 54 % of the learned link5 surface and "
-                  "38 % of link6's (with the board) lie more than 10 mm outside their own described solids (link5's "
-                  "network claims space it shares with link4 and link6; the 3.5 mm board is learned centimetres thick). "
-                  "The measured depth points on the same links sit within 2-5 mm of the description posed with the "
-                  "fitted placements: the board (declared in the session) and the links are where the description says.",
+                  "the learned networks' surfaces, and those are where the learning error lives. The learned surfaces of "
+                  "the intact model (meshed at 4 mm, posed at 10 training configurations with the fitted placements): "
+                  + "; ".join(f"{link}: {o['inside_other_pct']:.0f} % inside other links' described solids (space its "
+                              f"network claims from its neighbours), {o['outside_all_pct']:.0f} % more than 10 mm outside "
+                              f"every described link (95th percentile {o['outside_all_p95_mm']:.1f} mm)"
+                              for link, o in offsets.items())
+                  + ". Not the board mount, not a camera-facing side: the measured depth points on the same links sit "
+                    "within the figures above (2-5 mm) of the description posed with the fitted placements, the board "
+                    "declared in the session being part of it.",
               "", "Machine shared with other helpers' jobs: the seconds are noisy; the figures are not timing."]
     command = "nice -n 10 .venv/bin/python scripts/bench_damage_check.py" + (" --panda" if args.panda else "")
     write_section("damage-check", "Damage check: intact against damaged, both ways", "\n".join(lines), command)

@@ -20,8 +20,15 @@ the arm. The check uses what the training measured and what the placement fit ma
   ``sigma`` is the depth noise about the description over the whole arm (a robust spread). A bin
   counts only when poses agree on it (seen in at least ``MIN_POSES`` poses): a tool bolted on moves
   with its link, noise does not. Outside: matter the description lacks (a bolted-on tool, a cable
-  bundle); inside, deeper than the threshold: the cameras saw through matter the description has
-  and the body lacks (a missing or bent part).
+  bundle); inside: the cameras measured a surface behind the described one (a cover taken off, a
+  bent part).
+- ``missing matter`` seen through: where the description has matter at a silhouette, the cameras
+  see the background through it and measure no point of the arm there at all. The training
+  sessions' depth images (when they are still where config.json names them) are read at
+  POSES_THROUGH poses: a described surface sample whose pixel (and its neighbours) reads farther
+  than the sample by more than three times the noise was seen through. A bin of samples seen
+  through in most of the rays that reach it counts, with the distance from it to the nearest
+  surface measured on the link as its figure.
 
 A calibration board declared in the training session (``sensors.board``) counts as part of the
 description on the tip link: it is equipment the user put there, not damage. :mod:`selfmodel.verdicts`
