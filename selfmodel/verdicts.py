@@ -15,11 +15,12 @@ Both are built by :func:`rigs.verdicts.judge`.
   MINIMUM_THRESHOLD_MM. Damage that holds a large share of the points widens that spread (an
   undeclared board on the xArm6's flange, a third of the points: 7.0 mm instead of 3.2), which
   raises the threshold but leaves it far below what such matter reads. A figure counts as damage
-  when it exceeds the threshold by more than twice its standard deviation (FAIL); when the threshold lies within two standard deviations of it, or
-  a joint figure has none (a model trained without a placement fit), the data do not tell (CANNOT
-  TELL); a threshold below the depth noise itself cannot be told from it either. On an intact
-  arm the largest figure is about the noise (the xArm6: 4-5 mm against 3.2 mm of noise), so three
-  times the noise keeps intact links below it while a 3 degree bend (16 mm on the xArm6) is beyond.
+  when it exceeds the threshold by more than twice its standard deviation (FAIL); when the
+  threshold lies within two standard deviations of it, or a joint figure has none (a model trained
+  without a placement fit), the data do not tell (CANNOT TELL); a threshold below the depth noise
+  itself cannot be told from it either. On an intact arm the largest figure is about the noise
+  (the xArm6: 4-5 mm against 3.2 mm of noise), so three times the noise keeps intact links below
+  it while a 3 degree bend (16 mm on the xArm6) is beyond.
 """
 
 from __future__ import annotations
