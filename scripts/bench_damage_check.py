@@ -38,11 +38,12 @@ from rigs import load_rig  # noqa: E402
 from rigs.files import output_folder  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "selfmodel"
+# A 4 x 4 x 12 cm box against the hand's +x face (the hand is 64 mm thick), reaching past the fingers.
 PANDA_BOX = """
 [[truth.added_body]]
 link = "panda_hand"
 box = [0.04, 0.04, 0.12]
-xyz = [0.06, 0.0, 0.03]
+xyz = [0.052, 0.0, 0.03]
 """
 
 

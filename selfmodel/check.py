@@ -20,8 +20,9 @@ the arm. The check uses what the training measured and what the placement fit ma
   ``sigma`` is the depth noise about the description over the whole arm (a robust spread). A bin
   counts only when poses agree on it (seen in at least ``MIN_POSES`` poses): a tool bolted on moves
   with its link, noise does not. Outside: matter the description lacks (a bolted-on tool, a cable
-  bundle); inside: the cameras measured a surface behind the described one (a cover taken off, a
-  bent part).
+  bundle), charged to the link it hangs from (a piece of points far outside belongs to the link
+  nearest where it meets the description); inside: the cameras measured a surface behind the
+  described one (a cover taken off, a bent part).
 - ``missing matter`` seen through: where the description has matter at a silhouette, the cameras
   see the background through it and measure no point of the arm there at all. The training
   sessions' depth images (when they are still where config.json names them) are read at
@@ -333,6 +334,29 @@ def _gap(samples: np.ndarray, through: np.ndarray, met: np.ndarray, measured: np
     return best, where
 
 
+def _attached(points: np.ndarray, configs: np.ndarray, signed: np.ndarray, nearest: np.ndarray,
+              far: np.ndarray) -> np.ndarray:
+    """``nearest`` with the points ``far`` outside the description given to the link they hang
+    from: at each configuration, far points that touch (PITCH cells, 26-connected) form one piece,
+    and the whole piece belongs to the link nearest its point closest to the description. A tool
+    bolted on the Panda's hand reaches past link7 and the fingers, which are nearer to its far end."""
+    from scipy import ndimage
+
+    out = nearest.copy()
+    for config in np.unique(configs[far]):
+        rows = np.flatnonzero(far & (configs == config))
+        cell = np.floor(points[rows] / PITCH).astype(np.int64)
+        cell -= cell.min(axis=0)
+        grid = np.zeros(cell.max(axis=0) + 1, dtype=bool)
+        grid[tuple(cell.T)] = True
+        labels, count = ndimage.label(grid, structure=np.ones((3, 3, 3)))
+        piece = labels[tuple(cell.T)]
+        order = np.lexsort((signed[rows], piece))
+        first = order[np.searchsorted(piece[order], np.arange(1, count + 1))]
+        out[rows] = nearest[rows][first][piece - 1]
+    return out
+
+
 def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None) -> DamageCheck:
     """Per-link figures (module docstring) of a structured ``model`` against the description
     ``urdf_path``, largest first."""
@@ -359,6 +383,13 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
     # The depth noise about the description, over the whole arm: a robust spread (damage is a few
     # links' share of the points, so it moves this little).
     noise = float(1.4826 * np.median(np.abs(signed - np.median(signed))))
+    far = signed > max(3 * noise, 0.005)
+    if far.any():
+        attached = _attached(points, configs, signed, nearest, far)
+        moved = np.flatnonzero(attached != nearest)
+        pose = poses[configs[moved], attached[moved]]
+        local[moved] = np.einsum("nji,nj->ni", pose[:, :3, :3], points[moved] - pose[:, :3, 3])
+        nearest = attached
 
     chosen = np.sort(rng.choice(len(q), min(CONFIGURATIONS, len(q)), replace=False))
     joints = _joint_figures(spec, meshes, q[chosen], deltas, std, rng)
