@@ -14,14 +14,15 @@ the arm. The check uses what the training measured and what the placement fit ma
   component the depth data leave free (a round link's spin) widens the figure instead of deciding it.
 - ``added matter`` and ``missing matter``: the measured surface points (what the cameras saw of the
   arm at training poses, kept in the model folder) against the description posed with the fitted
-  placements, signed distance to the nearest link's solid (positive outside). Points are binned on a
-  grid in the frame of the link they lie nearest to; a bin's figure is its median (robust to flying
-  pixels), with the standard error ``1.25 sigma / sqrt(n)`` of a median of ``n`` points whose spread
+  placements, signed distance to the nearest link's solid (positive outside). Points are pooled on
+  a PITCH grid in the frame of the link they lie nearest to; a cell's figure is the median over it
+  and its 26 neighbours (a 3 cm cube; robust to flying pixels, and not fooled by a cell just off a
+  surface, which holds only the tail of the noise), with the standard error ``1.25 sigma / sqrt(n)`` of a median of ``n`` points whose spread
   ``sigma`` is the depth noise about the description over the whole arm (a robust spread). A bin
   counts only when poses agree on it (seen in at least ``MIN_POSES`` poses): a tool bolted on moves
   with its link, noise does not. Outside: matter the description lacks (a bolted-on tool, a cable
   bundle), charged to the link it hangs from (a piece of points far outside belongs to the link
-  nearest where it meets the description); inside: the cameras measured a surface behind the
+  most of it lies nearest to); inside: the cameras measured a surface behind the
   described one (a cover taken off, a bent part).
 - ``missing matter`` seen through: where the description has matter at a silhouette, the cameras
   see the background through it and measure no point of the arm there at all. The training
@@ -338,22 +339,22 @@ def _attached(points: np.ndarray, configs: np.ndarray, signed: np.ndarray, neare
               far: np.ndarray) -> np.ndarray:
     """``nearest`` with the points ``far`` outside the description given to the link they hang
     from: at each configuration, far points that touch (PITCH cells, 26-connected) form one piece,
-    and the whole piece belongs to the link nearest its point closest to the description. A tool
-    bolted on the Panda's hand reaches past link7 and the fingers, which are nearer to its far end."""
+    and the whole piece belongs to the link most of its points lie nearest to. A tool bolted on the
+    Panda's hand reaches past link7 and the fingers, which are nearer to its ends than the hand."""
     from scipy import ndimage
 
     out = nearest.copy()
     for config in np.unique(configs[far]):
         rows = np.flatnonzero(far & (configs == config))
-        cell = np.floor(points[rows] / PITCH).astype(np.int64)
+        cell = np.floor(points[rows] / (2 * PITCH)).astype(np.int64)  # sparse samples: 2 cm cells keep a piece whole
         cell -= cell.min(axis=0)
         grid = np.zeros(cell.max(axis=0) + 1, dtype=bool)
         grid[tuple(cell.T)] = True
         labels, count = ndimage.label(grid, structure=np.ones((3, 3, 3)))
-        piece = labels[tuple(cell.T)]
-        order = np.lexsort((signed[rows], piece))
-        first = order[np.searchsorted(piece[order], np.arange(1, count + 1))]
-        out[rows] = nearest[rows][first][piece - 1]
+        piece = labels[tuple(cell.T)] - 1
+        votes = np.zeros((count, int(nearest.max()) + 1), dtype=int)
+        np.add.at(votes, (piece, nearest[rows]), 1)
+        out[rows] = np.argmax(votes, axis=1)[piece]
     return out
 
 
