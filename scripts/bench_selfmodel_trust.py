@@ -130,11 +130,15 @@ def checked(workdir: Path, models: dict) -> dict:
     out = {}
     for label, (folder, session) in models.items():
         cache = folder.with_name(folder.name + ".check.json")
-        if cache.is_file() and cache.stat().st_mtime > (folder / "weights.pt").stat().st_mtime:
-            out[label] = json.loads(cache.read_text())
+        # Rows of the check that reads the placement fit and the measured depth (an older cache holds
+        # a bare list: the learned-surface check's, not reused).
+        cached = json.loads(cache.read_text()) if cache.is_file() else None
+        if isinstance(cached, dict) and cached.get("check") == "measured depth" \
+                and cache.stat().st_mtime > (folder / "weights.pt").stat().st_mtime:
+            out[label] = cached["rows"]
             continue
         rows = [asdict(row) for row in check_against(load_model(folder), load_session(session).urdf_path).rows]
-        cache.write_text(json.dumps(rows))
+        cache.write_text(json.dumps({"check": "measured depth", "rows": rows}))
         out[label] = rows
     return out
 
