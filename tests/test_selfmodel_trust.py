@@ -209,3 +209,26 @@ def test_check_names_matter_the_description_lacks_beside_its_intact_control(inta
     assert tooled[0].link == "box" and tooled[0].kind == "added matter", tooled
     # The 4 x 4 x 8 cm tool stands up to 5 cm off the described box; the intact arm's own figure is the control.
     assert tooled[0].added_mm > 3 * max(intact_rows["box"].added_mm, 5.0), (tooled[0], intact_rows["box"])
+
+
+def test_baked_answers_the_same_whichever_way_a_batch_is_laid_out(intact, sessions):
+    """One configuration, runs of equal configurations (a planner's points x configurations), a
+    configuration per point, one thread or two: the same answers, point by point."""
+    _, model = intact
+    session = load_session(sessions["intact"])
+    rng = np.random.default_rng(4)
+    points = rng.uniform(*model.bounds, (40_000, 3)).astype(np.float32)
+    configs = session.q[rng.integers(0, len(session.q), 40_000)].astype(np.float32)
+    one = load_baked(model, model.folder)
+    one.threads = 1
+    two = load_baked(model, model.folder)
+    two.threads = 2
+    each = np.concatenate([one.occupancy(points[k:k + 1], configs[k]) for k in range(0, 40_000, 97)])
+    np.testing.assert_allclose(one.occupancy(points, configs)[::97], each, atol=1e-6)  # a configuration per point
+    runs = np.repeat(configs[:200], 200, axis=0)  # 200 configurations x 200 points
+    per_run = np.concatenate([one.occupancy(points[k * 200:(k + 1) * 200], runs[k * 200]) for k in range(200)])
+    np.testing.assert_allclose(one.occupancy(points, runs), per_run, atol=1e-6)
+    np.testing.assert_array_equal(two.occupancy(points, runs), one.occupancy(points, runs))
+    np.testing.assert_array_equal(two.occupancy(points, configs[0]), one.occupancy(points, configs[0]))
+    outside = points + np.asarray(model.bounds[1]) - np.asarray(model.bounds[0])
+    assert not np.any(one.occupancy(outside, configs[0]))  # outside the workspace: free, as the network says
