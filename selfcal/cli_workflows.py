@@ -100,20 +100,18 @@ def plan(
                     update(k + 1)
             q = np.array(q)
             summary = {"plan": str(out), "poses": poses, "optimal": optimal, "candidates": len(q) if optimal else None}
+            if optimal:
+                from calib.workflows.pose_selection import candidate_jacobians, d_optimal, log_det
+
             if relearn is not None:
-                from selfmodel.pose_planning import plan_relearn
+                from selfmodel.pose_planning import placement_blocks
                 from selfmodel.training import described_meshes
 
                 meshes = described_meshes(relearn.spec, relearn.urdf_path, relearn.tip_link, relearn.board)
-                chosen = plan_relearn(relearn.spec, meshes, q, spec.cameras, poses,
-                                      relearn.chain.deltas.detach().double().numpy(), seed)
-                q = q[chosen["indices"]]
-                summary.update({"self_model": str(self_model), "identifiable_combinations": chosen["rank"],
-                                "log_det": chosen["log_det"], "random_log_det_median": chosen["random_log_det_median"],
-                                "information_gain_per_combination": chosen["information_gain_per_combination"]})
+                blocks, rank = placement_blocks(relearn.spec, meshes, q, spec.cameras,
+                                                relearn.chain.deltas.detach().double().numpy(), seed)
+                summary["self_model"] = str(self_model)
             elif optimal:
-                from calib.workflows.pose_selection import candidate_jacobians, d_optimal, log_det
-
                 chain = previous.chain if previous is not None else world.chain
                 targets = (previous.targets if previous is not None else {t.name: t.xyz for t in spec.targets}) or {"tip": np.zeros(3)}
                 if previous is not None and previous.tracker_T_base:
@@ -124,6 +122,7 @@ def plan(
                     frame = np.eye(4)
                     frame[0, 3] = 3.0
                 blocks, rank = candidate_jacobians(chain, q, targets, frame)
+            if optimal:
                 selection = d_optimal(blocks, poses)
                 rng = np.random.default_rng(seed)
                 random_log_det = float(np.median([log_det(blocks, rng.choice(len(q), poses, replace=False)) for _ in range(20)]))

@@ -8,9 +8,10 @@ module poses samples of every link's description surface (with the previous mode
 keeps those some camera sees (in its image and facing it; occlusion by other links is not modelled,
 so a few hidden points count), and sums their residual Jacobians (``placement._jacobian``) into the
 information matrix of the corrections. The plan is the D-optimal subset of the candidates on the
-combinations the candidates can determine at all (``calib.workflows.pose_selection.d_optimal``, the
-calibration planner's), so each pose adds what the others do not yet see: another side of a link,
-another joint angle for the links downstream of a possible bend.
+combinations the candidates can determine at all (the calibration planner's
+``calib.workflows.pose_selection.d_optimal``), so each pose adds what the others do not yet see: another side of a link,
+another joint angle for the links downstream of a possible bend. ``placement_blocks`` gives the
+candidates' information in the shape ``selfcal plan`` hands to that chooser.
 """
 
 from __future__ import annotations
@@ -81,26 +82,14 @@ def placement_information(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras,
     return out
 
 
-def plan_relearn(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras, count: int, deltas: np.ndarray | None = None,
-                 seed: int = 0) -> dict:
-    """The D-optimal ``count`` of candidates ``q`` (M, dof) for the placement fit. Returns indices
-    (count,), the combinations the candidates determine (rank), and log det of the chosen
-    information beside the median of random choices of as many."""
-    from calib.workflows.pose_selection import d_optimal, log_det
-
+def placement_blocks(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras, deltas: np.ndarray | None = None,
+                     seed: int = 0) -> tuple[np.ndarray, int]:
+    """Per-candidate blocks (M, r, r) with B^T B each candidate's information on the r combinations
+    of corrections some candidate's cameras see, and r: the shape the calibration planner's
+    ``d_optimal`` chooses from."""
     information = placement_information(spec, meshes, q, cameras, deltas, seed=seed)
-    total = information.sum(axis=0)
-    values, vectors = np.linalg.eigh(total)
-    keep = values > 1e-9 * values.max()
-    basis = vectors[:, keep]  # the combinations some candidate's cameras can see
+    values, vectors = np.linalg.eigh(information.sum(axis=0))
+    basis = vectors[:, values > 1e-9 * values.max()]
     reduced = np.einsum("ri,mij,js->mrs", basis.T, information, basis)
-    # d_optimal takes per-candidate blocks B with B^T B the information: a symmetric square root.
-    eigen, rotation = np.linalg.eigh(reduced)
-    blocks = np.sqrt(np.clip(eigen, 0.0, None))[:, :, None] * np.transpose(rotation, (0, 2, 1))
-    selection = d_optimal(blocks, count)
-    rng = np.random.default_rng(seed)
-    random = float(np.median([log_det(blocks, rng.choice(len(q), count, replace=False)) for _ in range(20)]))
-    rank = int(keep.sum())
-    return {"indices": np.asarray(selection.indices), "rank": rank, "log_det": float(selection.log_det),
-            "random_log_det_median": random,
-            "information_gain_per_combination": float(np.exp((selection.log_det - random) / rank))}
+    eigen, rotation = np.linalg.eigh(reduced)  # a symmetric square root of each candidate's information
+    return np.sqrt(np.clip(eigen, 0.0, None))[:, :, None] * np.transpose(rotation, (0, 2, 1)), basis.shape[1]
