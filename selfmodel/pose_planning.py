@@ -5,8 +5,8 @@ shapes then follow in those frames. The placement fit (``selfmodel.placement``) 
 surface points onto the description's geometry through the chain, so a pose informs it through the
 point-to-plane residuals of the surface its cameras see. For each candidate configuration this
 module poses samples of every link's description surface (with the previous model's corrections),
-keeps those some camera sees (in its image and facing it; occlusion by other links is not modelled,
-so a few hidden points count), and sums their residual Jacobians (``placement._jacobian``) into the
+keeps those some camera sees (in its image, facing it, and with nothing of the posed description
+between: one ray per point and camera), and sums their residual Jacobians (``placement._jacobian``) into the
 information matrix of the corrections. The plan is the D-optimal subset of the candidates on the
 combinations the candidates can determine at all (the calibration planner's
 ``calib.workflows.pose_selection.d_optimal``), so each pose adds what the others do not yet see: another side of a link,
@@ -39,9 +39,10 @@ def surface_samples(meshes: dict, spec: ChainSpec, per_link: int, rng: np.random
     return np.concatenate(points), np.concatenate(normals), np.concatenate(owners)
 
 
-def seen(points: np.ndarray, normals: np.ndarray, cameras) -> np.ndarray:
+def seen(points: np.ndarray, normals: np.ndarray, cameras, scene=None) -> np.ndarray:
     """(P,) how many ``cameras`` (CameraSpec-like: base_T_camera, K, width, height, near, far) have
-    each base-frame point in their image and in range with its normal facing them."""
+    each base-frame point in their image and in range with its normal facing them, and, given an
+    open3d RaycastingScene of the posed arm, nothing of it in front (2 mm of slack)."""
     count = np.zeros(len(points))
     for camera in cameras:
         camera_T_base = np.linalg.inv(camera.base_T_camera)
@@ -52,9 +53,33 @@ def seen(points: np.ndarray, normals: np.ndarray, cameras) -> np.ndarray:
             v = camera.K[1, 1] * local[:, 1] / depth + camera.K[1, 2]
         centre = camera.base_T_camera[:3, 3]
         facing = np.sum(normals * (centre - points), axis=1) > 0
-        count += (depth > camera.near) & (depth < camera.far) & (u >= 0) & (u < camera.width) & (v >= 0) \
+        visible = (depth > camera.near) & (depth < camera.far) & (u >= 0) & (u < camera.width) & (v >= 0) \
             & (v < camera.height) & facing
+        if scene is not None and visible.any():
+            import open3d as o3d
+
+            rows = np.flatnonzero(visible)
+            ray = points[rows] - centre
+            length = np.linalg.norm(ray, axis=1)
+            rays = np.hstack([np.broadcast_to(centre, (len(rows), 3)), ray / length[:, None]]).astype(np.float32)
+            hit = scene.cast_rays(o3d.core.Tensor(rays))["t_hit"].numpy()
+            visible[rows[hit < length - 0.002]] = False
+        count += visible
     return count
+
+
+def _posed_scene(meshes: dict, spec: ChainSpec, poses: np.ndarray):
+    """An open3d RaycastingScene of the description's links posed by ``poses`` (L, 4, 4)."""
+    import open3d as o3d
+
+    scene = o3d.t.geometry.RaycastingScene()
+    for index, link in enumerate(spec.link_names):
+        mesh = meshes.get(link)
+        if mesh is None or not len(mesh.faces):
+            continue
+        vertices = mesh.vertices @ poses[index, :3, :3].T + poses[index, :3, 3]
+        scene.add_triangles(o3d.core.Tensor(vertices.astype(np.float32)), o3d.core.Tensor(mesh.faces.astype(np.uint32)))
+    return scene
 
 
 def placement_information(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras, deltas: np.ndarray | None = None,
@@ -72,7 +97,7 @@ def placement_information(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras,
         pose = poses[m, owner]
         points = np.einsum("nij,nj->ni", pose[:, :3, :3], local) + pose[:, :3, 3]
         normals = np.einsum("nij,nj->ni", pose[:, :3, :3], local_normals)
-        weight = seen(points, normals, cameras)
+        weight = seen(points, normals, cameras, _posed_scene(meshes, spec, poses[m]))
         rows = np.flatnonzero(weight)
         if not len(rows):
             continue

@@ -285,7 +285,7 @@ def test_relearn_plan_chooses_poses_that_see_more_than_random_ones(intact, tmp_p
     assert len(set(chosen.indices.tolist())) == 8
     rng = np.random.default_rng(0)
     random = np.median([log_det(blocks, rng.choice(120, 8, replace=False)) for _ in range(20)])
-    # Measured 1.26-1.31x the information per combination of a random choice (candidate seeds 0-4).
+    # Measured 1.26-1.31x the information per combination of a random choice (candidate seeds 0-4, hidden points dropped).
     assert np.exp((chosen.log_det - random) / rank) > 1.1
     information = placement_information(model.spec, meshes, q[:4], rig.cameras)
     assert information.shape == (4, 6 * model.dof, 6 * model.dof)
