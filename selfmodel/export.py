@@ -356,14 +356,16 @@ def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Gener
     points, faces = mesh.sample(surface_count, return_index=True, seed=int(rng.integers(2**31)))
     # Vertices too: the corners and edges, where a cover is likeliest to fall short.
     vertices = rng.choice(len(mesh.vertices), min(surface_count, len(mesh.vertices)), replace=False)
-    surface = np.vstack([np.asarray(points) + margin * mesh.face_normals[faces],
-                         np.asarray(mesh.vertices)[vertices] + margin * mesh.vertex_normals[vertices]])
+    inner = np.vstack([np.asarray(points), np.asarray(mesh.vertices)[vertices]])
+    normals = np.vstack([mesh.face_normals[faces], mesh.vertex_normals[vertices]])
+    surface = inner + margin * normals
     depth = ndimage.distance_transform_edt(np.pad(body.solid, 1))[1:-1, 1:-1, 1:-1]
     cells = np.argwhere(body.solid)
     cells = cells[rng.choice(len(cells), min(candidates, len(cells)), replace=False)]
     clearance = np.maximum(depth[tuple(cells.T)] - 0.5, 0.0) * body.voxel + margin
     return SphereTarget(link, surface, float(mesh.area) / len(surface), body.origin + body.voxel * cells, clearance,
-                        interior=body.inside, field=DistanceField.of_solid(body.solid, body.origin, body.voxel, margin))
+                        interior=body.inside, field=DistanceField.of_solid(body.solid, body.origin, body.voxel, margin),
+                        inner=inner)
 
 
 def _inflate(piece: ConvexPiece, margin: float, max_vertices: int, rng: np.random.Generator) -> ConvexPiece:

@@ -220,8 +220,10 @@ def _room(covers: dict, contacts: list[Contact]) -> dict[str, np.ndarray]:
 
 def hold_surface(cover, target, room: np.ndarray | None = None) -> tuple[object, float]:
     """Each surface point still outside grows its nearest sphere that may grow so far: not into a
-    checked link's body at a recorded configuration, nor by more than its ``room`` (k,) m; the share
-    of points none may take is returned."""
+    checked link's body at a recorded configuration, nor by more than its ``room`` (k,) m. A point
+    none may take, next to a touching neighbour, is taken back to the body's own surface (the
+    target's ``inner`` point, without the margin) and held there if it can be; the share of points
+    held at neither is returned."""
     from scipy.spatial import cKDTree
 
     from selfmodel.spheres import SphereCover
@@ -234,14 +236,19 @@ def hold_surface(cover, target, room: np.ndarray | None = None) -> tuple[object,
         limit = np.full(len(radii), np.inf)
     if room is not None:
         limit = np.minimum(limit, radii + room)
-    distance = np.linalg.norm(target.surface[:, None] - centres[None], axis=2)
-    need = distance - radii[None]
-    outside = need.min(axis=1) > 0
-    rows = np.flatnonzero(outside)
-    # The nearest sphere (by how much it must grow) that may grow that far.
-    room = np.where(distance[rows] <= limit[None], need[rows], np.inf)
-    nearest = np.argmin(room, axis=1)
-    fine = np.isfinite(room[np.arange(len(rows)), nearest])
-    for k in np.unique(nearest[fine]):
-        radii[k] = max(radii[k], float(distance[rows[fine & (nearest == k)], k].max()) + 1e-6)
+    left = target.surface
+    for attempt in range(2):
+        distance = np.linalg.norm(left[:, None] - centres[None], axis=2)
+        need = distance - radii[None]
+        rows = np.flatnonzero(need.min(axis=1) > 0)
+        # The nearest sphere (by how much it must grow) that may grow that far.
+        allowed = np.where(distance[rows] <= limit[None], need[rows], np.inf)
+        nearest = np.argmin(allowed, axis=1)
+        fine = np.isfinite(allowed[np.arange(len(rows)), nearest])
+        for k in np.unique(nearest[fine]):
+            radii[k] = max(radii[k], float(distance[rows[fine & (nearest == k)], k].max()) + 1e-6)
+        if attempt == 0 and target.inner is not None and (~fine).any():
+            left = target.inner[rows[~fine]]
+            continue
+        break
     return SphereCover(centres, radii), float(np.sum(~fine)) / max(len(target.surface), 1)

@@ -64,7 +64,8 @@ class SphereTarget:
     sphere there may have (it must not reach other links where the arm really stood). For the joint
     fit (:mod:`selfmodel.sphere_fit`): ``interior`` (P, 3) points inside, ``field`` the signed
     distance to the surface held (a :class:`selfmodel.sphere_fit.DistanceField`), and ``obstacles``
-    (M, 3) points of the bodies of links checked against this one, at the recorded configurations."""
+    (M, 3) points of the bodies of links checked against this one, at the recorded configurations;
+    ``inner`` (S, 3) the surface points without the margin (on the body itself), row for row."""
 
     link: str
     surface: np.ndarray
@@ -75,6 +76,7 @@ class SphereTarget:
     interior: np.ndarray | None = None
     field: object = None
     obstacles: np.ndarray | None = None
+    inner: np.ndarray | None = None
 
     def radii(self, bulge: float) -> np.ndarray:
         radii = self.clearance + bulge
