@@ -194,27 +194,28 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
             print(it, float(coverage.detach()), float(protrusion.detach()), float(torch.as_tensor(apart).detach()))
     result = {t.link: SphereCover(centres[t.link].detach().numpy().copy(), radii(t.link).detach().numpy().copy())
               for t in targets}
-    room = _room(result, contacts)
+    # Links take the room left to their checked neighbours' spheres one after another, so a sphere
+    # may use all of a gap its neighbour does not need.
     uncovered = {}
     for t in targets:
-        result[t.link], uncovered[t.link] = hold_surface(result[t.link], t, room[t.link])
+        room = _room(result, contacts, t.link)
+        result[t.link], uncovered[t.link] = hold_surface(result[t.link], t, room)
     return result, {"uncovered": uncovered, "iterations": iterations}
 
 
-def _room(covers: dict, contacts: list[Contact]) -> dict[str, np.ndarray]:
-    """link -> (k,) how far (m) each sphere may grow before it meets a sphere of a link it is checked
-    against at some recorded configuration: half the free gap, since the other may grow too."""
-    room = {link: np.full(len(cover.radii), np.inf) for link, cover in covers.items()}
+def _room(covers: dict, contacts: list[Contact], link: str) -> np.ndarray:
+    """(k,) how far (m) each sphere of ``link`` may grow before it comes within ``GAP`` of a sphere
+    of a link it is checked against, at any recorded configuration."""
+    room = np.full(len(covers[link].radii), np.inf)
     for contact in contacts:
-        if contact.a not in covers or contact.b not in covers:
+        if link not in (contact.a, contact.b) or contact.a not in covers or contact.b not in covers:
             continue
         ca, cb = covers[contact.a], covers[contact.b]
         posed = np.einsum("cij,kj->cki", contact.a_T_b[:, :3, :3], cb.centres) + contact.a_T_b[:, None, :3, 3]
         free = (np.linalg.norm(ca.centres[None, :, None] - posed[:, None], axis=3) - ca.radii[None, :, None]
                 - cb.radii[None, None] - GAP).min(axis=0)  # (ka, kb)
-        half = np.maximum(free, 0.0) / 2
-        room[contact.a] = np.minimum(room[contact.a], half.min(axis=1))
-        room[contact.b] = np.minimum(room[contact.b], half.min(axis=0))
+        free = np.maximum(free, 0.0)
+        room = np.minimum(room, free.min(axis=1) if link == contact.a else free.min(axis=0))
     return room
 
 
