@@ -112,7 +112,7 @@ def main() -> None:
         crashed = trained(args.workdir, "structured-crashed", crashed_train, "structured", args.minutes, args.seed,
                           args.threads)
         results["structured, crashed rig"] = evaluated(crashed, crashed_heldout, args.heldout, 0.005)
-        check_rows = check_against(load_model(crashed), load_session(crashed_train).urdf_path)
+        check_rows = check_against(load_model(crashed), load_session(crashed_train).urdf_path).rows
         for row in check_rows:
             print(row, flush=True)
         report(args, results, check_rows, command)

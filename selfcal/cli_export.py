@@ -56,15 +56,21 @@ def export(
     seed: int = typer.Option(0, "--seed", help="Seed of the sphere fit, the margin search and the SRDF sampling."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda: where the model answers."),
+    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
+                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
+                                              "where this folder sits inside the package)."),
     json_output: bool = typer.Option(False, "--json", help="Print the export report as JSON."),
 ) -> None:
     """Export a self-model's body as convex pieces (URDF), cuRobo spheres and a MoveIt SRDF."""
     with user_errors():
+        from rigs import urdf as urdf_io
         from rigs.errors import InputError
         from rigs.files import check_new_output
         from selfmodel.export import CollisionExporter, export_model
 
         check_new_output(out, force)  # before minutes of work, not after
+        if ros_package is not None:
+            urdf_io.check_package_name(ros_package)
         if srdf_samples < 1:
             raise InputError(f"--srdf-samples {srdf_samples}: need at least one configuration.")
         exporter = CollisionExporter(max_spheres=spheres, max_pieces=pieces, margin=parse_margin(margin),
@@ -77,7 +83,8 @@ def export(
         loaded = load_model_folder(model).to(target)
         with progress_bar("exporting collision geometry") as update:
             report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout,
-                                  progress=update, urdf=urdf, model=loaded)
+                                  progress=update, urdf=urdf, model=loaded,
+                                  ros_package=ros_package)
         if json_output:
             print_json(report)
             return
@@ -90,6 +97,9 @@ def export(
                    f"pairs ({srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always, "
                    f"{srdf['never']} never in {srdf['samples']} samples), {srdf['kept_enabled']} kept enabled for the "
                    f"description's sake (export {report['seconds']['export_total']:.0f} s)")
+        if ros_package is not None:
+            typer.echo(f"  robot.urdf names its meshes as package://{ros_package.rstrip('/')}/meshes/...: the "
+                       f"folder belongs at that place in the package")
         figures = report.get("truth") or {}
         if "pieces" in figures:
             for kind in ("pieces", "spheres"):

@@ -280,29 +280,37 @@ def check(
     model: Path = typer.Argument(..., help="Structured model folder."),
     urdf: Path = typer.Option(..., "--urdf", help="The description to compare the learned body with."),
     json_output: bool = typer.Option(False, "--json", help="Print the verdict and per-link deviations as JSON."),
-    threshold_mm: Optional[float] = typer.Option(None, "--threshold-mm", help="Damage threshold, mm: a link that "
-                                                 "deviates more is reported (default: 2 x the median link's "
-                                                 "deviation, the spread an intact link of this model shows, and at "
-                                                 "least 8 mm)."),
+    threshold_mm: Optional[float] = typer.Option(None, "--threshold-mm", help="Damage threshold, mm: a link whose "
+                                                 "joint correction moves what follows it, or whose measured surface "
+                                                 "stands outside or inside the description, by more than this (and "
+                                                 "by more than twice its uncertainty) is reported (default: 3 x the "
+                                                 "depth noise about the description, and at least 5 mm)."),
     require_pass: bool = require_pass_option(),
 ) -> None:
-    """Where the learned body differs from a URDF: per link the largest deviation (mm) and where, largest first."""
+    """Is the arm intact? Per link: its joint correction (the estimated bend, degrees) and matter added to or
+    missing from the description, each with its uncertainty, judged against a damage threshold."""
     with user_errors():
-        from dataclasses import asdict
-
         from selfmodel.check import check_against
         from selfmodel.model_io import load_model
         from selfmodel.verdicts import check_verdict
 
         check_positive(threshold_mm=threshold_mm)  # before minutes of work
-        rows = check_against(load_model(model), urdf)
-        verdict = check_verdict(rows, threshold_mm)
+        result = check_against(load_model(model), urdf)
+        verdict = check_verdict(result, threshold_mm)
         if json_output:
-            print_json({"verdict": verdict.as_dict(), "links": [asdict(row) for row in rows]})
+            print_json({"verdict": verdict.as_dict(), **result.as_dict()})
         else:
             say_verdict(verdict)
-            for row in rows:
+            typer.echo(f"depth noise about the description {result.noise_mm:.1f} mm over {result.points} measured points; "
+                       + ("described surface the cameras saw through: read from the training sessions' depth images"
+                          if result.seen_through_checked else "described surface the cameras saw through: not checked "
+                          "(the training sessions are not where the model folder names them, or have no camera poses)"))
+            for row in result.rows:
+                sd = "" if row.deviation_sd_mm is None else f" +- {row.deviation_sd_mm:4.1f}"
+                bend = "" if not row.joint else (f"  [{row.joint}: moves what follows {row.joint_mm:.1f} mm, turned "
+                                                 f"{row.bend_deg:.2f}" + ("" if row.bend_sd_deg is None else
+                                                                          f" +- {row.bend_sd_deg:.2f}") + " deg]")
                 x, y, z = (1000 * v for v in row.where_link)
-                typer.echo(f"{row.link:<16} {row.deviation_mm:8.1f} mm  {row.kind:<14} at ({x:.0f}, {y:.0f}, {z:.0f}) mm "
-                           f"in the link frame  [shape {row.shape_mm:.1f}, joint {row.joint_mm:.1f}, added {row.added_mm:.1f}]")
+                typer.echo(f"{row.link:<16} {row.deviation_mm:8.1f}{sd} mm  {row.kind:<16} at ({x:.0f}, {y:.0f}, {z:.0f}) mm "
+                           f"in the link frame  [added {row.added_mm:.1f}, missing {row.missing_mm:.1f} mm]{bend}")
     exit_for(verdict, require_pass)

@@ -25,6 +25,9 @@ def plan(
     tip_link: Optional[str] = typer.Option(None, "--tip-link"),
     optimal: bool = typer.Option(False, "--optimal", help="A D-optimal subset of many candidates for the identifiable parameters."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Plan around this calibration's model and reflectors."),
+    self_model: Optional[Path] = typer.Option(None, "--self-model", help="With --optimal: plan a self-model relearn "
+                                              "(`selfmodel train --previous`): poses whose depth images fix this "
+                                              "model's joint placements best, seen by the rig's cameras."),
     candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal."),
     seed: int = typer.Option(0, "--seed"),
     sweeps: bool = typer.Option(False, "--sweeps", help="A discovery plan: each joint alone from home through an "
@@ -39,6 +42,11 @@ def plan(
 ) -> None:
     """Plan calibration poses: random valid ones, or with --optimal the most informative few; with
     --sweeps a discovery plan (one joint at a time, then random poses)."""
+    if sweeps and self_model is not None:
+        with user_errors():
+            from rigs import InputError
+
+            raise InputError("--sweeps plans a discovery; --self-model plans a self-model relearn: give one.")
     if sweeps:
         return _sweep_plan(out, poses, rig, urdf, base_link, tip_link, optimal, calibration, seed, sweep_steps,
                            sweep_deg, sweep_mm, joint or [], force, json_output)
@@ -58,6 +66,8 @@ def plan(
         check_new_file(out, force)
         if poses < 1:
             raise InputError(f"--poses must be at least 1, got {poses}.")
+        if self_model is not None and (not optimal or calibration is not None):
+            raise InputError("--self-model plans a self-model relearn with --optimal; it does not take --calibration.")
         if optimal and candidates < poses:
             raise InputError(f"--candidates {candidates}: --optimal chooses {poses} poses among at least as many candidates.")
         spec = robot_from_options(rig, urdf, base_link, tip_link)
@@ -66,7 +76,19 @@ def plan(
             from calib.calibration import Calibration
 
             previous = Calibration.load(calibration)
+        relearn = None
+        if self_model is not None:
+            from selfmodel.model_io import load_model
+
+            relearn = load_model(self_model)
+            if relearn.kind != "structured":
+                raise InputError(f"{self_model}: a {relearn.kind} model has no joint placements to plan for; "
+                                 f"plan a structured model's relearn.")
+            if not spec.cameras:
+                raise InputError(f"--rig {rig or urdf}: has no depth cameras to plan a self-model relearn with.")
         with nominal_world(spec) as world:
+            if relearn is not None and list(relearn.joint_names) != world.chain.joint_names:
+                raise InputError(f"{self_model}: is a self-model of another robot (joints {list(relearn.joint_names)}).")
             if previous is not None and list(previous.joint_names) != world.chain.joint_names:
                 raise InputError(f"{calibration}: is a calibration of another robot (joints {list(previous.joint_names)}).")
             stream = random_poses(world.chain.lower, world.chain.upper, seed, lambda q: pose_is_valid(world, spec, q))
@@ -81,6 +103,15 @@ def plan(
             if optimal:
                 from calib.workflows.pose_selection import candidate_jacobians, d_optimal, log_det
 
+            if relearn is not None:
+                from selfmodel.pose_planning import placement_blocks
+                from selfmodel.training import described_meshes
+
+                meshes = described_meshes(relearn.spec, relearn.urdf_path, relearn.tip_link, relearn.board)
+                blocks, rank = placement_blocks(relearn.spec, meshes, q, spec.cameras,
+                                                relearn.chain.deltas.detach().double().numpy(), seed)
+                summary["self_model"] = str(self_model)
+            elif optimal:
                 chain = previous.chain if previous is not None else world.chain
                 targets = (previous.targets if previous is not None else {t.name: t.xyz for t in spec.targets}) or {"tip": np.zeros(3)}
                 if previous is not None and previous.tracker_T_base:
@@ -91,6 +122,7 @@ def plan(
                     frame = np.eye(4)
                     frame[0, 3] = 3.0
                 blocks, rank = candidate_jacobians(chain, q, targets, frame)
+            if optimal:
                 selection = d_optimal(blocks, poses)
                 rng = np.random.default_rng(seed)
                 random_log_det = float(np.median([log_det(blocks, rng.choice(len(q), poses, replace=False)) for _ in range(20)]))
@@ -104,8 +136,9 @@ def plan(
         else:
             text = f"{out}: {poses} poses"
             if optimal:
+                what = "joint placement combinations the cameras see" if relearn is not None else "identifiable combinations"
                 text += (f", D-optimal among {summary['candidates']} candidates for {summary['identifiable_combinations']} "
-                         f"identifiable combinations ({summary['information_gain_per_combination']:.1f}x the information "
+                         f"{what} ({summary['information_gain_per_combination']:.1f}x the information "
                          f"per combination of a random choice)")
             typer.echo(text)
 

@@ -303,10 +303,16 @@ def write_index(folder: Path, steps: list[Step], figures: dict, images: dict[str
         + _links(("collision/robot.urdf", "robot.urdf (convex pieces)"), ("collision/curobo_spheres.yml", "curobo_spheres.yml"),
                  ("collision/robot.srdf", "robot.srdf"), ("collision/export_report.json", "export_report.json"),
                  ("results/eval.json", "eval.json"), ("results/train.json", "train.json"))))
-    rows = [[row["link"], f"{row['deviation_mm']:.1f} mm", "its own shape" if row["kind"] == "shape" else
-             f"where {row['kind']} places what follows"] for row in check["links"][:4]]
-    sections.append(("5. Is the xArm6 damaged? The learned body against its URDF", _verdict(check)
-                     + html_report.table(["link", "largest deviation", "what deviates"], rows)
+    def what(row: dict) -> str:
+        if row["kind"].startswith("joint"):
+            bend = row.get("bend_deg")
+            return (f"{row['kind']} turned {bend:.2f} deg, moving what follows" if bend is not None else
+                    f"where {row['kind']} places what follows")
+        return {"added matter": "matter the URDF lacks", "missing matter": "matter the body lacks"}.get(row["kind"], row["kind"])
+
+    rows = [[row["link"], f"{row['deviation_mm']:.1f} mm", what(row)] for row in check["links"][:4]]
+    sections.append(("5. Is the xArm6 damaged? What the cameras measured against its URDF", _verdict(check)
+                     + html_report.table(["link", "largest figure", "what differs"], rows)
                      + _links(("results/check.json", "check.json (every link)"))))
     sections.append(("Steps", html_report.table(["step", "command", "seconds"],
                                                 [[st.title, "selfcal " + " ".join(st.args), round(st.seconds, 1)] for st in steps])

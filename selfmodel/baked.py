@@ -2,9 +2,11 @@
 
 Each link's network is evaluated once on a regular grid over its domain box, in the link's own
 frame; a query poses the links with the model's learned kinematics (the same chain, the same joint
-corrections), moves the points into each link frame and reads the logits back by trilinear
-interpolation (torch's ``grid_sample``); occupancy is the same soft union over links as the
-network's. The network stays the reference: ``agreement`` says how often the two disagree on
+corrections), moves the points into every link's grid coordinates with one matrix product, keeps
+the (point, link) pairs that fall inside a grid and reads their logits by trilinear interpolation
+from one raveled array of all grids (one gather of a cell's 8 corners); occupancy is the same soft
+union over links as the network's (sigmoid of the log-sum-exp, computed as S / (1 + S) with S the
+sum of exp(logit)). Large batches are cut into cache-sized blocks shared by two threads. The network stays the reference: ``agreement`` says how often the two disagree on
 occupied/free, and ``selfmodel eval`` reports both.
 
 On disk (``baked.npz`` in the model folder, ``allow_pickle=False``): ``pitch`` (m), and per link
@@ -14,6 +16,7 @@ On disk (``baked.npz`` in the model folder, ``allow_pickle=False``): ``pitch`` (
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +30,18 @@ CLAMP = -OUTSIDE_LOGIT  # logits are kept in [-30, 30]: beyond, sigmoid is 0 or 
 
 
 class BakedSelfModel:
-    """``occupancy(points (N, 3), q (N, dof) or (dof,)) -> (N,)`` like the network it was baked from."""
+    """``occupancy(points (N, 3), q (N, dof) or (dof,)) -> (N,)`` like the network it was baked from.
+
+    ``threads``: Python threads sharing a large batch (torch releases the interpreter in its
+    kernels); by default two where the process may use two cores, one otherwise.
+    """
 
     kind = "baked"
 
-    def __init__(self, network: StructuredSelfModel, pitch: float, origins: list[np.ndarray], grids: list[np.ndarray]):
+    def __init__(self, network: StructuredSelfModel, pitch: float, origins: list[np.ndarray], grids: list[np.ndarray],
+                 threads: int | None = None):
+        from selfmodel.training import usable_cores
+
         self.network = network
         self.pitch = float(pitch)
         self.joint_names = list(network.joint_names)
@@ -39,11 +49,19 @@ class BakedSelfModel:
         self.workspace_lo, self.workspace_hi = network.workspace_lo, network.workspace_hi
         self.origins = [np.asarray(o, dtype=np.float32) for o in origins]
         self.grids = [np.asarray(g, dtype=np.float16) for g in grids]
-        # grid_sample reads (1, 1, z, y, x) volumes; zero padding outside means OUTSIDE_LOGIT after the shift.
-        self._volumes = [torch.from_numpy(np.ascontiguousarray(g.astype(np.float32).transpose(2, 1, 0) - OUTSIDE_LOGIT))[None, None]
-                         for g in self.grids]
-        self._scale = [torch.from_numpy((2.0 / (self.pitch * (np.array(g.shape) - 1))).astype(np.float32)) for g in self.grids]
-        self._lo = [torch.from_numpy(o) for o in self.origins]
+        self.threads = threads or min(2, usable_cores())
+        self._deltas = network.chain.deltas.detach().double().cpu().numpy()
+        # Every link's grid raveled into one array, so one gather reads any link's cell corners.
+        shapes = np.array([g.shape for g in self.grids], dtype=np.int64)  # (L, 3) nodes along x, y, z
+        self._flat = torch.from_numpy(np.concatenate([g.astype(np.float32).ravel() for g in self.grids]))
+        self._offset = torch.from_numpy(np.concatenate([[0], np.cumsum(shapes.prod(axis=1))[:-1]]))
+        strides = np.stack([shapes[:, 1] * shapes[:, 2], shapes[:, 2], np.ones(len(shapes), np.int64)], axis=1)
+        self._strides = torch.from_numpy(strides)
+        corners = np.array([[dx, dy, dz] for dx in (0, 1) for dy in (0, 1) for dz in (0, 1)])
+        self._corners = torch.from_numpy(strides @ corners.T)  # (L, 8) flat offsets of a cell's corners
+        self._half = (shapes - 1).astype(np.float64) / 2  # (L, 3) half the grid's extent, in nodes
+        self._top = torch.from_numpy((shapes - 2).astype(np.float32))  # (L, 3) last cell's first node
+        self._half_t = torch.from_numpy(self._half.astype(np.float32))
 
     @property
     def dof(self) -> int:
@@ -53,43 +71,102 @@ class BakedSelfModel:
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         return self.workspace_lo.copy(), self.workspace_hi.copy()
 
-    def link_logits_at(self, points: torch.Tensor, poses: torch.Tensor) -> torch.Tensor:
-        """points (N, 3) base frame, poses (L, 4, 4) one configuration's link poses -> (N, L) logits."""
-        out = torch.full((len(points), len(self._volumes)), OUTSIDE_LOGIT)
-        for index, volume in enumerate(self._volumes):
-            rotation, translation = poses[index, :3, :3], poses[index, :3, 3]
-            local = (points - translation) @ rotation  # R^T (p - t), row vectors
-            grid = (local - self._lo[index]) * self._scale[index] - 1.0
-            # Most points lie outside most links' boxes: only the others are read (1.5x faster on the xArm6).
-            rows = torch.nonzero((grid.abs() <= 1.0).all(dim=1)).squeeze(1)
-            if len(rows):
-                sampled = torch.nn.functional.grid_sample(volume, grid[rows].view(1, 1, 1, -1, 3), mode="bilinear",
-                                                          padding_mode="zeros", align_corners=True)
-                out[rows, index] = sampled.view(-1) + OUTSIDE_LOGIT
-        return out
+    def _affine(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """q (C, dof) -> (C, 3L, 3), (C, 3L): A @ base-frame point + b = every link's grid coordinates,
+        row ``axis * L + link``, normalised so that each grid spans [-1, 1] on each axis."""
+        from selfmodel.chain import link_poses_numpy
+
+        poses = link_poses_numpy(self.network.spec, q, self._deltas)  # (C, L, 4, 4)
+        rotation, translation = poses[:, :, :3, :3], poses[:, :, :3, 3]
+        lo = np.stack(self.origins).astype(np.float64)
+        # node coordinate = (R^T (p - t) - lo) / pitch; normalised = node / half - 1
+        scale = 1.0 / (self.pitch * self._half)  # (L, 3)
+        matrix = rotation.transpose(0, 1, 3, 2) * scale[None, :, :, None]  # (C, L, axis, 3)
+        offset = -(np.einsum("cli,clik->clk", translation, rotation) + lo) * scale - 1.0  # (C, L, axis)
+        count = len(q)
+        return (matrix.transpose(0, 2, 1, 3).reshape(count, -1, 3).astype(np.float32),
+                offset.transpose(0, 2, 1).reshape(count, -1).astype(np.float32))
+
+    def _sums(self, planes: torch.Tensor) -> torch.Tensor:
+        """(3L, n) normalised grid coordinates of n points (row ``axis * L + link``) -> (n,) sum over
+        links of exp(logit)."""
+        links_count, count = len(self.grids), planes.shape[1]
+        x, y, z = planes.view(3, -1)  # each (L * n,): link-major
+        # Most points lie outside most links' grids: only the (point, link) pairs inside are read.
+        size = planes.abs().view(3, -1)
+        pairs = (torch.maximum(torch.maximum(size[0], size[1]), size[2]) <= 1.0).nonzero().squeeze(1)
+        links = pairs // count
+        rows = pairs - links * count
+        nodes = torch.stack([x[pairs], y[pairs], z[pairs]], dim=1).add_(1.0).mul_(self._half_t[links])
+        first = torch.minimum(nodes.floor(), self._top[links])
+        fraction = nodes.sub_(first)
+        base = self._offset[links] + (first.long() * self._strides[links]).sum(dim=1)
+        values = self._flat.take(base[:, None] + self._corners[links]).view(-1, 2, 4)  # corners by (x, (y, z))
+        values = torch.lerp(values[:, 0], values[:, 1], fraction[:, 0:1]).view(-1, 2, 2)
+        values = torch.lerp(values[:, 0], values[:, 1], fraction[:, 1:2])
+        logits = torch.lerp(values[:, 0], values[:, 1], fraction[:, 2])
+        # Links whose grid a point misses answer OUTSIDE_LOGIT, as the network's do.
+        sums = torch.full((count,), links_count * OUTSIDE_EXP)
+        return sums.index_add_(0, rows, logits.exp_() - OUTSIDE_EXP)
 
     def occupancy(self, points, q) -> np.ndarray:
         """points (N, 3) base frame m, q (N, dof) or (dof,) -> (N,) occupancy probabilities."""
         single = np.ndim(q) == 1
         points, q = _as_queries(points, q, self.dof)
         out = np.zeros(len(points), dtype=np.float32)
-        inside = np.all((points >= self.workspace_lo) & (points <= self.workspace_hi), axis=1)
+        within = np.all((points >= self.workspace_lo) & (points <= self.workspace_hi), axis=1)
+        rows = slice(None) if within.all() else np.flatnonzero(within)
+        inside = torch.from_numpy(points[rows]).T  # (3, n)
+        if not inside.shape[1]:
+            return out
+        q = q[:1] if single else q[rows]
+        # Configurations are posed once per run of equal rows (a planner's batch is points x configurations).
+        starts = np.array([0]) if single else np.flatnonzero(np.r_[True, np.any(q[1:] != q[:-1], axis=1)])
+        matrices, offsets = (torch.from_numpy(a) for a in self._affine(q[starts]))
+        count = inside.shape[1]
+        if len(starts) == 1:
+            def chunk(start: int, stop: int) -> torch.Tensor:
+                return self._sums(torch.addmm(offsets[0][:, None], matrices[0], inside[:, start:stop]))
+        elif count >= RUN * len(starts):
+            ends = np.r_[starts[1:], count]
+
+            def chunk(start: int, stop: int) -> torch.Tensor:
+                planes = torch.empty((matrices.shape[1], stop - start))
+                first, last = np.searchsorted(ends, start, side="right"), np.searchsorted(starts, stop, side="left")
+                for run in range(first, last):
+                    a, b = max(starts[run], start), min(ends[run], stop)
+                    torch.addmm(offsets[run][:, None], matrices[run], inside[:, a:b], out=planes[:, a - start:b - start])
+                return self._sums(planes)
+        else:
+            which_all = torch.from_numpy(np.cumsum(np.r_[True, np.any(q[1:] != q[:-1], axis=1)]) - 1)
+
+            def chunk(start: int, stop: int) -> torch.Tensor:
+                which = which_all[start:stop]
+                planes = torch.einsum("nij,jn->in", matrices[which], inside[:, start:stop]) + offsets[which].T
+                return self._sums(planes.contiguous())
+
+        bounds = list(range(0, count, CHUNK)) + [count]
+        spans = list(zip(bounds[:-1], bounds[1:]))
         with torch.no_grad():
-            if single:
-                groups = [(np.flatnonzero(inside), q[0])]
+            if self.threads > 1 and len(spans) > 1:
+                parts = _pool(self.threads).map(lambda span: chunk(*span), spans)
             else:
-                unique, inverse = np.unique(q[inside], axis=0, return_inverse=True)
-                rows = np.flatnonzero(inside)
-                order = np.argsort(inverse.ravel(), kind="stable")
-                bounds = np.searchsorted(inverse.ravel()[order], np.arange(len(unique) + 1))
-                groups = [(rows[order[bounds[u]:bounds[u + 1]]], unique[u]) for u in range(len(unique))]
-            configurations = np.stack([config for _, config in groups]) if groups else np.zeros((0, self.dof))
-            poses = self.network.chain.base_T_links(torch.from_numpy(configurations.astype(np.float32))).cpu()
-            for (rows, _), pose in zip(groups, poses):
-                if len(rows):
-                    logits = self.link_logits_at(torch.from_numpy(points[rows]), pose)
-                    out[rows] = torch.sigmoid(torch.logsumexp(logits, dim=1)).numpy()
+                parts = (chunk(*span) for span in spans)
+            sums = torch.cat(list(parts))
+        out[rows] = (sums / (1.0 + sums)).numpy()  # sigmoid(log(sum exp(logits)))
         return out
+
+
+RUN = 32  # points per configuration from which each run of equal configurations is posed on its own
+CHUNK = 16_384  # points per block: the (block, 3 L) coordinates stay in cache
+OUTSIDE_EXP = float(np.exp(OUTSIDE_LOGIT))
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    if threads not in _pools:
+        _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="baked")
+    return _pools[threads]
 
 
 def bake(network: StructuredSelfModel, pitch: float = PITCH, batch: int = 200_000) -> BakedSelfModel:

@@ -495,13 +495,15 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
 
 def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samples: int = 10_000, force: bool = False,
                  evaluate: Callable[[Path, CollisionExport], dict] | None = None,
-                 progress: Progress | None = None, seed: int = 0, description: Path | None = None) -> dict:
+                 progress: Progress | None = None, seed: int = 0, description: Path | None = None,
+                 ros_package: str | None = None) -> dict:
     """Write the export folder atomically; returns the report (also ``out/export_report.json``).
 
     ``description``: the URDF whose visual meshes stand for the real arm when the SRDF's disabled
     pairs are checked (default: ``model_urdf``). ``evaluate(exported_urdf, fitted)`` may add report
     keys (``truth``, ``measured_surface``). InputError, and no folder, when the written model is in
-    collision at a recorded configuration.
+    collision at a recorded configuration. ``ros_package``: NAME or NAME/FOLDER, robot.urdf's mesh
+    paths written as ``package://`` URIs of that ROS package once every check has read the file.
     """
     from rigs.files import atomic_write_text
     from selfmodel.curobo_config import dump, robot_document, spheres_document
@@ -539,6 +541,10 @@ def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samp
         start = time.perf_counter()
         report.update((evaluate(urdf_path, fitted) or {}) if evaluate is not None else {})
         fitted.seconds["evaluation"] = time.perf_counter() - start
+        if ros_package is not None:
+            # Last: the checks above load the file the way a planner beside it does (relative paths).
+            urdf_io.use_package_uris(urdf_path, ros_package)
+        report["ros_package"] = ros_package
         report["seconds"] = fitted.seconds
         atomic_write_json(folder / "export_report.json", report)
     return report
@@ -567,12 +573,14 @@ def name_recorded_poses(model, model_folder: Path) -> None:
 
 def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, force: bool = False,
                  evaluate_truth: bool = True, heldout: Path | None = None, truth_poses: int = 10,
-                 progress: Progress | None = None, model=None, urdf: Path | None = None) -> dict:
+                 progress: Progress | None = None, model=None, urdf: Path | None = None,
+                 ros_package: str | None = None) -> dict:
     """Load a model folder, export its collision geometry to ``out``; the report as a dict.
 
     With ``evaluate_truth``, the export is measured against a simulated truth: the ``heldout``
     session's poses when given, else the first training session's true arm at ``truth_poses``
     random configurations. ``urdf``: the description that cuts a free model's body into links.
+    ``ros_package``: see :func:`write_export`.
     """
     from rigs.files import check_new_output
     from selfmodel.export_truth import PosedExport, evaluate_export, load_truth, truth_at_random_configurations
@@ -610,4 +618,5 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
         return {"truth": evaluate(exported_urdf, export) if evaluate_truth else None,
                 "measured_surface": measured_surface_inside(model, export)}
 
-    return write_export(fitted, Path(urdf_path), out, exporter.srdf_samples, force, evaluate_all, seed=exporter.seed)
+    return write_export(fitted, Path(urdf_path), out, exporter.srdf_samples, force, evaluate_all, seed=exporter.seed,
+                        ros_package=ros_package)

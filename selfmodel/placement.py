@@ -115,6 +115,35 @@ def _downstream(spec: ChainSpec) -> np.ndarray:
     return moved
 
 
+def _jacobian(spec: ChainSpec, poses: np.ndarray, deltas: np.ndarray, moved: np.ndarray, points: np.ndarray,
+              normals: np.ndarray, owner: np.ndarray, configs: np.ndarray) -> np.ndarray:
+    """(n, 6 J) derivatives of the point-to-plane residuals n . (link_T_base p - c) by the corrections.
+
+    For joint j, G = base_T_parent @ origin @ exp6(delta_j) is its frame before its motion, and a
+    link it moves sits at G exp6(e) H. A right perturbation e = (v, w) moves the point's link-frame
+    position by R_H^T (-v + [y]x w) with y = G^-1 p, so the residual moves by -a . v + (a x y) . w
+    with a = R_G^T n_base (the normal in G's frame). The corrections are added to delta, not composed
+    on the right: exp6(delta + d) = exp6(delta) exp6(Jexp6(delta) d) turns one into the other."""
+    import pinocchio as pin
+
+    from rigs.transforms import exp6
+
+    movable = [k for k, joint in enumerate(spec.joints) if joint.type != "fixed"]
+    jacobian = np.zeros((len(points), 6 * len(movable)))
+    for j, k in enumerate(movable):
+        mine = np.flatnonzero(moved[j][owner])
+        if not len(mine):
+            continue
+        joint = spec.joints[k]
+        frame = poses[:, joint.parent_index] @ (joint.origin @ exp6(deltas[j]))  # (C, 4, 4) G per configuration
+        rotation = frame[configs[mine], :3, :3]
+        a = np.einsum("nji,nj->ni", rotation, normals[mine])  # R_G^T n
+        y = np.einsum("nji,nj->ni", rotation, points[mine] - frame[configs[mine], :3, 3])
+        right = np.hstack([-a, np.cross(a, y)])
+        jacobian[mine, 6 * j:6 * j + 6] = right @ pin.Jexp6(pin.Motion(np.asarray(deltas[j], dtype=float)))
+    return jacobian
+
+
 def fit_placements(spec: ChainSpec, meshes: dict[str, trimesh.Trimesh], surface: np.ndarray, surface_config: np.ndarray,
                    q: np.ndarray, initial: np.ndarray | None = None,
                    settings: PlacementSettings | None = None) -> JointCorrections:
@@ -133,11 +162,11 @@ def fit_placements(spec: ChainSpec, meshes: dict[str, trimesh.Trimesh], surface:
     points, configs = surface[rows].astype(float), surface_config[rows].astype(np.int64)
     links = [(index, link) for index, link in enumerate(spec.link_names) if link in meshes]
     scenes = _scenes(meshes)
+    boxes = {index: np.asarray(meshes[link].bounds, dtype=float) for index, link in links}
     moved = _downstream(spec)
     prior = 1.0 / PRIOR_SIGMA ** 2
     scales = np.geomspace(settings.start_m, settings.floor_m, max(2, settings.iterations // 2))
     scales = np.concatenate([scales, np.full(max(0, settings.iterations - len(scales)), settings.floor_m)])
-    eps = 1e-6
     for iteration, scale in enumerate(scales):
         poses = link_poses_numpy(spec, q, deltas)
         # Which description link each point lies nearest to, and the tangent plane there.
@@ -145,41 +174,36 @@ def fit_placements(spec: ChainSpec, meshes: dict[str, trimesh.Trimesh], surface:
         owner = np.full(len(points), -1)
         closest = np.zeros((len(points), 3))
         normal = np.zeros((len(points), 3))
+        reach = 3 * scale  # farther than this from every link, a point is an outlier whichever is nearest
         for index, link in links:
-            local = _local(poses, index, points, configs).astype(np.float32)
-            answer = scenes[link].compute_closest_points(o3d.core.Tensor(local))
+            local = _local(poses, index, points, configs)
+            # Only points within reach of the link's bounding box can have it as their inlier's link.
+            lo, hi = boxes[index]
+            near_box = np.flatnonzero(np.linalg.norm(local - np.clip(local, lo, hi), axis=1) < np.minimum(best, reach))
+            if not len(near_box):
+                continue
+            answer = scenes[link].compute_closest_points(o3d.core.Tensor(local[near_box].astype(np.float32)))
             near = answer["points"].numpy().astype(float)
-            distance = np.linalg.norm(near - local, axis=1)
-            better = distance < best
-            best[better], owner[better] = distance[better], index
-            closest[better] = near[better]
-            normal[better] = answer["primitive_normals"].numpy()[better]
-        inlier = best < 3 * scale
+            distance = np.linalg.norm(near - local[near_box], axis=1)
+            better = distance < best[near_box]
+            rows_better = near_box[better]
+            best[rows_better], owner[rows_better] = distance[better], index
+            closest[rows_better] = near[better]
+            normal[rows_better] = answer["primitive_normals"].numpy()[better]
+        inlier = best < reach
         if inlier.sum() < 100:
             break
         p, c, n, o, k = points[inlier], closest[inlier], normal[inlier], owner[inlier], configs[inlier]
         residual = np.zeros(len(p))
-        jacobian = np.zeros((len(p), J * 6))
+        # In the base frame: each point's normal (n_base), for the placement Jacobian below.
+        n_base = np.zeros((len(p), 3))
         for index, _ in links:
             mine = o == index
             if not mine.any():
                 continue
             residual[mine] = np.sum(n[mine] * (_local(poses, index, p[mine], k[mine]) - c[mine]), axis=1)
-        for j in range(J):
-            mine = moved[j][o]
-            if not mine.any():
-                continue
-            for component in range(6):
-                shifted = deltas.copy()
-                shifted[j, component] += eps
-                shifted_poses = link_poses_numpy(spec, q, shifted)
-                column = np.zeros(mine.sum())
-                for index, _ in links:
-                    rows_here = o[mine] == index
-                    if rows_here.any():
-                        sub = np.flatnonzero(mine)[rows_here]
-                        column[rows_here] = np.sum(n[sub] * (_local(shifted_poses, index, p[sub], k[sub]) - c[sub]), axis=1)
-                jacobian[mine, 6 * j + component] = (column - residual[mine]) / eps
+            n_base[mine] = np.einsum("nij,nj->ni", poses[k[mine], index, :3, :3], n[mine])
+        jacobian = _jacobian(spec, poses, deltas, moved, p, n_base, o, k)
         weight = 1.0 / (1.0 + (residual / scale) ** 2)  # Cauchy: what disagrees with the description pulls little
         sigma2 = max(float(np.sum(weight * residual ** 2) / max(weight.sum(), 1.0)), 1e-8)
         hessian = (jacobian * weight[:, None]).T @ jacobian / sigma2 + np.diag(np.tile(prior, J))

@@ -223,6 +223,7 @@ class SelfModelTrainer:
     final_learning_rate: float | None = None
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     overlap_weight: float = 1.0  # exclusive ownership: weight of the mean (sum - max) of link probabilities
+    occupied_weight: float = 1.0  # weight of an occupied label against a free one (BCE pos_weight): see _loop
     hidden: int | None = None  # network width (kind's default when None)
     layers: int | None = None
     domain_margin: float = 0.05  # m around each link's joint origins and description geometry
@@ -420,6 +421,11 @@ class SelfModelTrainer:
         last_save = time.perf_counter()
         step, history = run["step"], run["history"]
         poses_all = None
+        # Free labels outnumber occupied ones near a surface (every ray carves free space up to its
+        # reading, and neighbouring configurations' rays carve past a surface the fitted placements
+        # put a millimetre off), so an even weighting leaves the learned boundary just inside the
+        # body: the truly occupied points called free lie almost all within 2 mm of the surface.
+        occupied_weight = torch.tensor(float(self.occupied_weight), device=points.device)
         while True:
             # The schedule runs on the fraction done: of the steps, or of the time budget (so a
             # machine that slows down mid-run still ends on time, with the rate annealed).
@@ -436,7 +442,7 @@ class SelfModelTrainer:
                     poses_all = model.chain.base_T_links(q_all)
                 poses = poses_all
                 link_logits = model.link_logits(batch_points, poses[configs[rows]])
-                loss = bce(torch.logsumexp(link_logits, dim=1), batch_labels)
+                loss = bce(torch.logsumexp(link_logits, dim=1), batch_labels, pos_weight=occupied_weight)
                 prior_terms, matter_logits, matter_owner = self._prior_terms(model, prior, poses.detach(), generator)
                 if prior_terms:
                     loss = loss + 0.25 * torch.stack(prior_terms).mean()
@@ -447,7 +453,7 @@ class SelfModelTrainer:
                 loss = loss + self.overlap_weight * overlap(link_logits, owner)
             else:
                 logits = model.logits(batch_points, q_all[configs[rows]])
-                loss = bce(logits, batch_labels)
+                loss = bce(logits, batch_labels, pos_weight=occupied_weight)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -1838,6 +1838,11 @@ def _(fx, case):
     return _export(fx, case, "--margin", "wide")
 
 
+@case("selfmodel export: --ros-package leads outside the package")
+def _(fx, case):
+    return _export(fx, case, "--ros-package", "my_robot/../../etc")
+
+
 @case("selfmodel export: --srdf-samples 0")
 def _(fx, case):
     return _export(fx, case, "--srdf-samples", "0")

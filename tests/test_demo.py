@@ -75,6 +75,10 @@ def test_quick_demo_runs_every_step_and_links_every_report(tmp_path):
     assert "bent lbr_iiwa_link_3" in recalibration["summary"][0]
     audit = figures["audit"]["models"]
     assert max(p["AP_mm"] for p in audit["calibrated"]["poses"]) < max(p["AP_mm"] for p in audit["nominal"]["poses"])
+    # The demo's xArm6 is the crashed rig (link3 bent 3 degrees): the damage check names it with its bend.
+    check = figures["check"]
+    assert check["verdict"]["result"] == "FAIL" and check["verdict"]["reason"].startswith("link3 is bent"), check["verdict"]
+    assert abs(check["links"][0]["bend_deg"] - 3.0) < 0.6, check["links"][0]
     assert (out / "collision" / "robot.urdf").is_file() and (out / "collision" / "curobo_spheres.yml").is_file()
     assert not list(tmp_path.glob(".demo*"))  # no temporary folder left behind
 
@@ -104,8 +108,8 @@ def test_the_index_page_opens_each_job_with_its_verdict_and_shows_no_json(tmp_pa
                  "chamfer_pct_workspace": 0.6, "false_free_rate": 0.004},
         "export": {"margin_mm": 4.0, "links": {"link1": {"pieces": 3, "spheres": 12}}, "truth": {"pieces": {"coverage": 0.99}}},
         "check": {"verdict": verdict(13.6, 11.0), "links": [
-            {"link": "link3", "deviation_mm": 13.6, "kind": "joint joint4", "where_link": [0, 0, 0.3]},
-            {"link": "link6", "deviation_mm": 9.0, "kind": "shape", "where_link": [0, 0, 0]}]},
+            {"link": "link3", "deviation_mm": 13.6, "kind": "joint joint4", "where_link": [0, 0, 0.3], "bend_deg": 2.9},
+            {"link": "link6", "deviation_mm": 9.0, "kind": "added matter", "where_link": [0, 0, 0]}]},
     }
     figure, axis = plt.subplots()
     axis.plot([0, 1])
@@ -117,6 +121,7 @@ def test_the_index_page_opens_each_job_with_its_verdict_and_shows_no_json(tmp_pa
     assert "chamfer" not in index.lower().replace("chamfer-l1", "")  # labelled in words, not by its key
     assert "RMS error on 3D points of fresh poses, calibrated" in index and "0.023 mm" in index
     assert 'href="results/validate.json"' in index and 'href="results/check.json"' in index
+    assert "joint4 turned 2.90 deg" in index and "matter the URDF lacks" in index
     # A page that dumped JSON, or a section without a verdict, is caught.
     try:
         assert_a_person_can_read(index.replace("</h2>", '</h2><p>{"rms_mm": 0.02}</p>', 1))

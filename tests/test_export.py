@@ -373,3 +373,30 @@ def test_trained_model_exports_from_the_command_line(tmp_path):
     assert report["truth"]["pieces"]["surface_samples"] > 1000
     assert 0.0 <= report["truth"]["pieces"]["coverage"] <= 1.0
     assert report["measured_surface"]["pieces"]["samples"] > 100
+
+
+def test_export_writes_package_uris_that_pinocchio_resolves_from_anywhere(exported, tmp_path, monkeypatch):
+    """--ros-package: robot.urdf names its meshes inside a ROS package; Pinocchio finds them
+    through package_dirs whatever the working directory, and the folder's own checks still ran."""
+    import shutil
+
+    import pinocchio as pin
+
+    from selfmodel.export import write_export
+
+    _, _, fitted = exported
+    out = tmp_path / "collision"
+    report = write_export(fitted, URDF, out, 2000, ros_package="box_description/collision")
+    assert report["ros_package"] == "box_description/collision"
+    assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
+    filenames = [mesh.get("filename") for mesh in ET.parse(out / "robot.urdf").getroot().iter("mesh")]
+    assert filenames and all(name.startswith("package://box_description/collision/meshes/") for name in filenames)
+    workspace = tmp_path / "ws" / "src"
+    shutil.copytree(out, workspace / "box_description" / "collision")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    urdf = str(workspace / "box_description" / "collision" / "robot.urdf")
+    model = pin.buildModelFromUrdf(urdf)
+    geometry = pin.buildGeomFromUrdf(model, urdf, pin.GeometryType.COLLISION, package_dirs=[str(workspace)])
+    assert geometry.ngeoms == sum(len(link.pieces) for link in fitted.links.values())

@@ -204,10 +204,10 @@ def test_check_charges_a_misplaced_joint_to_the_link_that_carries_it(trained, tm
     elbow[:3, 3] += [0.03, 0.0, 0.0]  # the description puts the elbow 3 cm off
     urdf_io.set_joint_origin(tree, "elbow", elbow)
     urdf_io.write_urdf(tree, folder / "wrong.urdf")
-    rows = check_against(model, folder / "wrong.urdf", configurations=4)
+    rows = check_against(model, folder / "wrong.urdf").rows
     assert rows[0].link == "upper" and rows[0].kind == "joint elbow"
     assert 25 < rows[0].deviation_mm < 40
-    own = {row.link: row for row in check_against(model, model.urdf_path, configurations=4)}
+    own = {row.link: row for row in check_against(model, model.urdf_path).rows}
     assert own["upper"].joint_mm < 5
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from rigs.verdicts import CANNOT_TELL, FAIL, PASS, Tolerance, combine, judge
@@ -71,6 +72,8 @@ def test_calibrate_passes_at_the_trackers_noise_floor(rig, tmp_path):
     assert 0.03 < verdict["tolerance"]["value"] < 0.07
     page = (tmp_path / "cal" / "report.html").read_text()
     assert page.index("<strong>PASS</strong>") < page.index("Residuals")
+    stored = yaml.safe_load((tmp_path / "cal" / "calibration.yaml").read_text())["verdict"]
+    assert stored == verdict  # the calibration file carries what the command concluded
 
 
 def test_calibrate_fails_when_the_model_cannot_explain_the_arm(rig, tmp_path):
@@ -80,6 +83,7 @@ def test_calibrate_fails_when_the_model_cannot_explain_the_arm(rig, tmp_path):
     verdict = verdict_of(result)
     assert verdict["result"] == FAIL and verdict["measured"] > 0.5
     assert (tmp_path / "cal" / "robot.urdf").is_file()  # written whatever the verdict
+    assert yaml.safe_load((tmp_path / "cal" / "calibration.yaml").read_text())["verdict"]["result"] == FAIL
 
 
 def test_calibrate_cannot_tell_below_what_the_tracker_resolves(rig, tmp_path):
@@ -123,6 +127,7 @@ def test_recalibrating_the_crashed_arm_passes_and_names_the_bend(rig, tmp_path):
     assert verdict["result"] == PASS and "a bent lbr_iiwa_link_3" in verdict["reason"]
     assert "previous calibration's cross-validated RMS" in verdict["tolerance"]["source"]
     assert json.loads((tmp_path / "new" / "recalibration.json").read_text())["verdict"]["result"] == PASS
+    assert yaml.safe_load((tmp_path / "new" / "calibration.yaml").read_text())["verdict"]["result"] == PASS
 
 
 def test_recalibrating_zero_offsets_only_cannot_absorb_a_bend(rig, tmp_path):

@@ -101,6 +101,8 @@ def calibration_document(calibration) -> dict:
         "convention": "parent_T_joint = urdf_origin @ exp6(delta_twist) @ Rot(axis, zero_offset); robot.urdf has it written in",
         "robot": {"urdf": "robot.urdf", "base_link": summary["base_link"], "tip_link": summary["tip_link"]},
         "model": summary.get("model"),
+        # What the command concluded, beside what it measured (``selfcal calibrate`` / ``recalibrate``).
+        **({"verdict": summary["verdict"]} if summary.get("verdict") else {}),
         "sensors": summary.get("sensors", []),
         "joints": joints,
         "tracker_T_base": _frame(calibration.tracker_T_base[frames[0]]) if frames else None,

@@ -1,10 +1,10 @@
 """A fleet's self-models against each other: each link's deviation from the description, Chamfer.
 
-``selfcal selfmodel check`` says, per link, how far the learned body sits from the URDF. On one
-arm that figure mixes damage with what the learning leaves uncertain (an intact arm's links can
-show several millimetres), so a damage verdict needs intact siblings beside it: a link is flagged
-when its deviation is far above the fleet's for the same link (robust z, one-sided, threshold and
-floor in :mod:`selfcal.fleet.compare`). Chamfer-L1 against the simulated truth, where the held-out
+``selfcal selfmodel check`` says, per link, how far what the cameras measured sits from the URDF
+(a joint correction's reach, added or missing matter) and gives each arm a verdict of its own.
+Against its siblings a link is also flagged when its figure is far above the fleet's for the same
+link (robust z, one-sided, threshold and floor in :mod:`selfcal.fleet.compare`): what one arm alone
+cannot put beside an intact control. Chamfer-L1 against the simulated truth, where the held-out
 session has it, is compared the same way on a log scale.
 
 GPUs: an arm's task asks Ray for one GPU only where the cluster has GPUs and ``selfcal selfmodel
