@@ -40,6 +40,7 @@ from selfmodel.export_margin import (check_margin, climb_outward, level_set_samp
 from selfmodel.export_separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
                                          without_cells)
 from selfmodel.export_sources import less_parent, link_sources, prepare_free_model, training_session_paths
+from selfmodel.sphere_fit import Contact, DistanceField, refine_covers
 from selfmodel.spheres import SphereCover, SphereTarget, fit_sphere_covers
 from selfmodel.srdf import CollisionMatrix, collision_matrix, write_srdf
 
@@ -62,6 +63,23 @@ class Recorded:
 
     pose_ids: list[str]
     q: np.ndarray  # (C, dof)
+
+
+@dataclass
+class Bodies:
+    """The first stage of the fit: learned bodies (link frames, m) with what they came from, the
+    chain's pair kinds, and each link's poses (C, 4, 4) at the recorded configurations."""
+
+    sources: list
+    bodies: dict[str, LinkBody]
+    occupancies: dict
+    spec: object
+    recorded: Recorded | None
+    kinds: dict[tuple[str, str], str]
+    separation: Separation
+    poses: dict[str, np.ndarray] | None
+    seconds: dict[str, float]
+    rng: np.random.Generator
 
 
 @dataclass
@@ -124,12 +142,15 @@ class CollisionExporter:
     lie before the model is refused (shallower overlap is settled: see selfmodel.export_separation).
     ``free_configurations``: how many configurations define a free model's link bodies, and
     ``free_consistency`` the mean occupancy across them that counts as the link's body.
+    ``sphere_iterations``: steps of the joint sphere fit (:mod:`selfmodel.sphere_fit`; 0: the greedy
+    cover as it is).
     """
 
     def __init__(self, max_spheres: int = 64, max_pieces: int = 8, margin: float | None = None,
                  voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
                  margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
-                 free_consistency: float = 0.8, overlap_tolerance: float = 0.015, seed: int = 0):
+                 free_consistency: float = 0.8, overlap_tolerance: float = 0.015, sphere_iterations: int = 250,
+                 seed: int = 0):
         self.max_spheres = max_spheres
         self.max_pieces = max_pieces
         self.margin = margin
@@ -141,6 +162,7 @@ class CollisionExporter:
         self.free_configurations = free_configurations
         self.free_consistency = free_consistency
         self.overlap_tolerance = overlap_tolerance
+        self.sphere_iterations = sphere_iterations
         self.seed = seed
 
     def check(self) -> None:
@@ -155,7 +177,8 @@ class CollisionExporter:
         if not self.voxel > 0:
             raise InputError(f"voxel {self.voxel}: must be > 0.")
 
-    def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
+    def bodies(self, model, where: str = "model") -> "Bodies":
+        """The learned per-link bodies (link frames), settled apart where the arm really stood."""
         self.check()
         rng = np.random.default_rng(self.seed)
         sources = link_sources(model, rng, where, self.free_configurations, self.free_consistency)
@@ -194,6 +217,13 @@ class CollisionExporter:
                     bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
                                                     self.voxel, source.level, where=where)
             seconds["separation"] += time.perf_counter() - start
+        return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng)
+
+    def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
+        staged = self.bodies(model, where)
+        sources, bodies, occupancies, rng = staged.sources, staged.bodies, staged.occupancies, staged.rng
+        spec, recorded, kinds, separation = staged.spec, staged.recorded, staged.kinds, staged.separation
+        poses, seconds = staged.poses, staged.seconds
         links: dict[str, LinkCollision] = {}
         for done, source in enumerate(sources):
             body, occupancy = bodies[source.link], occupancies[source.link]
@@ -225,6 +255,11 @@ class CollisionExporter:
         if poses is not None:
             limit_spheres(targets, bodies, poses, kinds)
         covers = fit_sphere_covers(targets, self.max_spheres, rng=rng)
+        contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
+                                             for (a, b), kind in kinds.items() if kind == "checked"]
+        covers, sphere_fit = refine_covers(targets, covers, contacts, iterations=self.sphere_iterations,
+                                           rng=np.random.default_rng(self.seed))
+        separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
         for name, cover in covers.items():
             links[name].spheres = cover
         seconds["spheres"] += time.perf_counter() - start
@@ -306,7 +341,8 @@ def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], pose
         near = [points for points in near if len(points)]
         if not near:
             continue
-        distance, _ = cKDTree(np.vstack(near)).query(target.centres)
+        target.obstacles = np.vstack(near)
+        distance, _ = cKDTree(target.obstacles).query(target.centres)
         target.limit = np.maximum(distance - bodies[target.link].voxel, 1e-4)
 
 
@@ -320,13 +356,16 @@ def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Gener
     points, faces = mesh.sample(surface_count, return_index=True, seed=int(rng.integers(2**31)))
     # Vertices too: the corners and edges, where a cover is likeliest to fall short.
     vertices = rng.choice(len(mesh.vertices), min(surface_count, len(mesh.vertices)), replace=False)
-    surface = np.vstack([np.asarray(points) + margin * mesh.face_normals[faces],
-                         np.asarray(mesh.vertices)[vertices] + margin * mesh.vertex_normals[vertices]])
+    inner = np.vstack([np.asarray(points), np.asarray(mesh.vertices)[vertices]])
+    normals = np.vstack([mesh.face_normals[faces], mesh.vertex_normals[vertices]])
+    surface = inner + margin * normals
     depth = ndimage.distance_transform_edt(np.pad(body.solid, 1))[1:-1, 1:-1, 1:-1]
     cells = np.argwhere(body.solid)
     cells = cells[rng.choice(len(cells), min(candidates, len(cells)), replace=False)]
     clearance = np.maximum(depth[tuple(cells.T)] - 0.5, 0.0) * body.voxel + margin
-    return SphereTarget(link, surface, float(mesh.area) / len(surface), body.origin + body.voxel * cells, clearance)
+    return SphereTarget(link, surface, float(mesh.area) / len(surface), body.origin + body.voxel * cells, clearance,
+                        interior=body.inside, field=DistanceField.of_solid(body.solid, body.origin, body.voxel, margin),
+                        inner=inner)
 
 
 def _inflate(piece: ConvexPiece, margin: float, max_vertices: int, rng: np.random.Generator) -> ConvexPiece:

@@ -48,12 +48,14 @@ class Separation:
     cells_settled: dict[str, int] = field(default_factory=dict)  # grid cells a body gave up to a neighbour
     reach_mm: float = 0.0  # how far from a touching neighbour a cut piece may leave its body uncovered
     forced_cuts: int = 0  # cuts by the best plane where no plane parts the two bodies' parts
+    spheres_uncovered: dict[str, float] = field(default_factory=dict)  # share of a link's surface the spheres leave
+                                                                        # to keep clear of a touching neighbour
 
     def report(self) -> dict:
         return {"configurations": self.configurations, "cells_settled": self.cells_settled,
                 "piece_cuts": self.cuts, "piece_splits": self.splits, "forced_cuts": self.forced_cuts,
                 "uncovered_near_contact_mm": self.reach_mm,
-                "sphere_shrinks": self.sphere_shrinks,
+                "sphere_shrinks": self.sphere_shrinks, "spheres_uncovered_near_contact": self.spheres_uncovered,
                 "pairs": {kind: sum(1 for k in self.kinds.values() if k == kind) for kind in ("adjacent", "rigid", "checked")},
                 "deepest_body_overlap_mm": {f"{a}/{b}": round(depth, 2) for (a, b), depth in
                                             sorted(self.body_overlap_mm.items(), key=lambda item: -item[1])[:5] if depth > 0}}

@@ -123,8 +123,10 @@ class _PosedTruth:
 
 
 def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Generator,
-                    surface_samples: int = 20000, volume_samples: int = 100_000) -> dict:
-    """The figures of the module docstring, for the export's pieces (and spheres) against the truth."""
+                    surface_samples: int = 20000, volume_samples: int = 100_000,
+                    kinds: tuple[str, ...] = ("pieces", "spheres")) -> dict:
+    """The figures of the module docstring, for the export's pieces (and spheres) against the truth;
+    ``kinds`` names which of the two to measure (those the export has)."""
     links = sorted(set(export.pieces) | set(export.spheres))
     poses = export_link_poses(export, links, truth.joint_names, truth.q_commanded)
     piece_meshes = {link: trimesh.util.concatenate([piece.mesh() for piece in export.pieces[link]])
@@ -134,7 +136,7 @@ def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Gen
     counts = np.maximum((surface_samples * areas / areas.sum()).astype(int), 50)
     link_samples = {link: np.asarray(truth.meshes[link].sample(int(n), seed=int(rng.integers(2**31)))) for link, n in
                     zip(truth.link_names, counts)}
-    kinds = ["pieces"] + (["spheres"] if export.spheres else [])
+    kinds = [kind for kind in kinds if (export.pieces if kind == "pieces" else export.spheres)]
     totals = {kind: {"gaps": [], "interior": [0, 0], "export_volume": 0, "true_volume": 0, "protrusion": [],
                      "outer": 0} for kind in kinds}
     per_link = {link: {kind: [0, 0, 0.0] for kind in kinds} for link in truth.link_names}

@@ -61,7 +61,11 @@ class SphereTarget:
     """One link's body for the sphere fit (link frame, m): ``surface`` (S, 3) points to hold, each
     worth ``area`` m^2 of surface; candidate centres ``centres`` (C, 3) inside the body with
     ``clearance`` (C,), their distance to the body's surface; ``limit`` (C,): the largest radius a
-    sphere there may have (it must not reach other links where the arm really stood)."""
+    sphere there may have (it must not reach other links where the arm really stood). For the joint
+    fit (:mod:`selfmodel.sphere_fit`): ``interior`` (P, 3) points inside, ``field`` the signed
+    distance to the surface held (a :class:`selfmodel.sphere_fit.DistanceField`), and ``obstacles``
+    (M, 3) points of the bodies of links checked against this one, at the recorded configurations;
+    ``inner`` (S, 3) the surface points without the margin (on the body itself), row for row."""
 
     link: str
     surface: np.ndarray
@@ -69,6 +73,10 @@ class SphereTarget:
     centres: np.ndarray
     clearance: np.ndarray
     limit: np.ndarray | None = None
+    interior: np.ndarray | None = None
+    field: object = None
+    obstacles: np.ndarray | None = None
+    inner: np.ndarray | None = None
 
     def radii(self, bulge: float) -> np.ndarray:
         radii = self.clearance + bulge

@@ -1,0 +1,83 @@
+"""The sphere fit on known solids: a box and a capsule come out covered, with little sticking out.
+
+Bodies are meshed from analytic occupancy (as a learned link is), fitted with the export's greedy
+cover and joint refinement, and judged against the exact solids: surface coverage of exact surface
+samples and how far the union's outer surface lies outside (the analytic signed distance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+BOX = np.array([0.15, 0.04, 0.03])  # half extents, m
+CAPSULE = (0.04, 0.12)  # radius, half length of the axis segment (along z), m
+
+
+def box_distance(points: np.ndarray) -> np.ndarray:
+    q = np.abs(points) - BOX
+    return np.linalg.norm(np.maximum(q, 0), axis=1) + np.minimum(q.max(axis=1), 0)
+
+
+def capsule_distance(points: np.ndarray) -> np.ndarray:
+    radius, half = CAPSULE
+    axis = np.clip(points[:, 2], -half, half)
+    return np.linalg.norm(points - np.stack([np.zeros_like(axis), np.zeros_like(axis), axis], axis=1), axis=1) - radius
+
+
+def exact_surface(distance, lo, hi, rng, count=20_000):
+    """Points within 0.1 mm of the exact surface, by rejection then one projection step."""
+    points = rng.uniform(lo, hi, (count * 40, 3))
+    d = distance(points)
+    near = points[np.abs(d) < 0.004][:count]
+    step = 1e-5
+    for _ in range(3):  # Newton steps along the numerical gradient onto the zero set
+        grad = np.stack([(distance(near + step * e) - distance(near - step * e)) / (2 * step) for e in np.eye(3)], axis=1)
+        near = near - distance(near)[:, None] * grad / np.maximum(np.linalg.norm(grad, axis=1, keepdims=True) ** 2, 1e-12)
+    return near
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    from selfmodel.collision import link_body
+    from selfmodel.export import sphere_target
+    from selfmodel.sphere_fit import refine_covers
+    from selfmodel.spheres import fit_sphere_covers
+
+    rng = np.random.default_rng(0)
+    shapes = {"box": (box_distance, -BOX - 0.02, BOX + 0.02),
+              "capsule": (capsule_distance, -np.array([0.06, 0.06, 0.18]), np.array([0.06, 0.06, 0.18]))}
+    targets = []
+    for name, (distance, lo, hi) in shapes.items():
+        body = link_body(name, lambda p, d=distance: 1.0 / (1.0 + np.exp(np.clip(d(p) / 0.001, -50, 50))), lo, hi, 0.004)
+        targets.append(sphere_target(name, body, 0.0, rng))
+    greedy = fit_sphere_covers(targets, 16, rng=rng)
+    refined, info = refine_covers(targets, greedy, iterations=250)
+    return shapes, greedy, refined, info
+
+
+def figures(cover, distance, lo, hi):
+    rng = np.random.default_rng(3)
+    surface = exact_surface(distance, lo, hi, rng)
+    shell = cover.surface_points(400, rng)
+    outside = np.maximum(distance(shell), 0.0)
+    return float(np.mean(cover.outside_distance(surface) <= 1e-9)), float(np.percentile(outside, 95))
+
+
+def test_refined_spheres_cover_a_box_and_a_capsule_and_stay_close(fitted):
+    shapes, _, refined, info = fitted
+    assert sum(len(cover.radii) for cover in refined.values()) <= 16
+    # Measured: capsule 100 % covered, p95 5.0 mm; box 99.6 %, p95 26.7 mm (a 60 x 80 mm section
+    # takes spheres of about its half diagonal, 50 mm, so they stand some 20 mm off its faces).
+    bounds = {"capsule": (0.998, 0.007), "box": (0.99, 0.035)}
+    for name, (distance, lo, hi) in shapes.items():
+        coverage, p95 = figures(refined[name], distance, lo, hi)
+        assert coverage > bounds[name][0], (name, coverage)
+        assert p95 < bounds[name][1], (name, p95)
+        assert info["uncovered"][name] == 0.0  # no neighbour to keep clear of: every target point held
+
+
+def test_refinement_sticks_out_less_than_the_greedy_cover(fitted):
+    shapes, greedy, refined, _ = fitted
+    # Measured 5.0 mm refined against 6.9 mm greedy on the capsule.
+    assert figures(refined["capsule"], *shapes["capsule"])[1] < 0.9 * figures(greedy["capsule"], *shapes["capsule"])[1]
