@@ -8,7 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import CalibrationModel, Deflection, Torques, check_positive, require_pass_option
+from selfcal.options import (CalibrationModel, Deflection, Torques, check_positive, require_pass_option,
+                             ros_package_option)
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
@@ -50,9 +51,7 @@ def calibrate(
                                                  "RMS error, mm (default: twice the error the tracker's stated "
                                                  "uncertainty alone gives at the measured points)."),
     require_pass: bool = require_pass_option(),
-    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
-                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
-                                              "where this folder sits inside the package)."),
+    ros_package: Optional[str] = ros_package_option(),
 ) -> None:
     """Fit the arm's kinematic errors and every sensor's frames from tracker points, probe poses or board images."""
     with user_errors():

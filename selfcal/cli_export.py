@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from selfcal.options import ros_package_option
 from selfcal.ui import print_json, progress_bar, user_errors
 
 
@@ -56,9 +57,7 @@ def export(
     seed: int = typer.Option(0, "--seed", help="Seed of the sphere fit, the margin search and the SRDF sampling."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda: where the model answers."),
-    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
-                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
-                                              "where this folder sits inside the package)."),
+    ros_package: Optional[str] = ros_package_option(),
     json_output: bool = typer.Option(False, "--json", help="Print the export report as JSON."),
 ) -> None:
     """Export a self-model's body as convex pieces (URDF), cuRobo spheres and a MoveIt SRDF."""

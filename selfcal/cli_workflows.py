@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from selfcal.options import CalibrationModel, check_positive, require_pass_option, robot_from_options
+from selfcal.options import (CalibrationModel, check_positive, require_pass_option, robot_from_options,
+                             ros_package_option)
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 
@@ -227,9 +228,7 @@ def recalibrate(
                                                  "error after the refit, mm (default: twice the previous "
                                                  "calibration's, and at least twice the tracker's own error)."),
     require_pass: bool = require_pass_option(),
-    ros_package: Optional[str] = typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as "
-                                              "package://NAME/... for the ROS package NAME (optionally NAME/FOLDER: "
-                                              "where this folder sits inside the package)."),
+    ros_package: Optional[str] = ros_package_option(),
 ) -> None:
     """Refit from a previous calibration and name what changed, most significant first."""
     with user_errors():

@@ -42,6 +42,13 @@ def require_pass_option():
                         "(for CI and plant scripts); the outputs are written either way.")
 
 
+def ros_package_option():
+    import typer
+
+    return typer.Option(None, "--ros-package", help="Write mesh paths in robot.urdf as package://NAME/... for the "
+                        "ROS package NAME (optionally NAME/FOLDER: where this folder sits inside the package).")
+
+
 def check_positive(**values: float | None) -> None:
     """Refuse a tolerance that is given but not positive, before any work (flag name from the keyword)."""
     from rigs.errors import InputError
