@@ -124,6 +124,8 @@ class ChainDiscovery:
     change: float = 4.0
     refine_pairs: int = 8
     refine_poses: int = 40
+    segment_sources: int = 4
+    segment_votes: int = 120
     seed: int = 0
 
     def fit(self, session: Session, progress: Progress | None = None) -> DiscoveredChain:
@@ -170,7 +172,40 @@ class ChainDiscovery:
         others = [row for row in range(len(q)) if row not in swept]
         if others and self.refine_poses:
             chain.source["refinement"] = self.refine(chain, frames, session, others)
+        # What each link is, voted by every frame now that the chain's motion is known (each sweep's
+        # own reference frame only saw its joint's part of the story) ...
+        self._segment(chain, frames, session, others)
+        if others and self.refine_poses:
+            # ... and the axes once more with those points (a link holding another's points pulls
+            # its axis towards explaining them), then the links once more on the final axes.
+            first = chain.source["refinement"]
+            chain.source["refinement"] = self.refine(chain, frames, session, others)
+            chain.source["refinement"]["residual_rms_mm_first_segmentation"] = first.get("residual_rms_mm_after")
+            self._segment(chain, frames, session, others)
         return chain
+
+    def _segment(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, others: list[int]) -> None:
+        """Each link's points at home by :class:`MotionSegmentation`: seen at home and at a few random
+        poses (sides home did not show), voted on by every frame (at most ``segment_votes``)."""
+        from selfmodel.discovery.segmentation import MotionSegmentation
+
+        q, home = session.q, np.array(chain.home)
+        at_home = [row for row in range(len(q)) if np.allclose(q[row], home, atol=1e-9)]
+        sources = at_home[:1] + [others[i] for i in np.linspace(0, len(others) - 1, min(self.segment_sources, len(others)))
+                                 .round().astype(int)] if others else at_home[:1]
+        if not sources:
+            sources = [int(np.argmin(np.abs(q - home).sum(axis=1)))]
+        votes = list(range(len(q)))
+        if len(votes) > self.segment_votes:
+            votes = [votes[i] for i in np.linspace(0, len(votes) - 1, self.segment_votes).round().astype(int)]
+        noise = self._noise(frames, sources)
+        links = MotionSegmentation(voxel=max(self.voxel, noise), seed=self.seed).fit(
+            chain, frames, q, sorted(set(sources)), votes, noise)
+        names = list(chain.link_points) or [f"link_{k}" for k in range(1, len(chain.joints) + 1)]
+        chain.link_points = {name: points.round(6).tolist() for name, points in zip(names, links[1:])}
+        chain.source["segmentation"] = {"sources": len(set(sources)), "votes": len(votes),
+                                        "points": {name: len(points) for name, points in zip(names, links[1:])},
+                                        "static_points": len(links[0])}
 
     def refine(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, rows: list[int]) -> dict:
         """All axes refined at once over the poses ``rows`` (the random ones: every joint away from
