@@ -241,14 +241,16 @@ def main() -> None:
                "tip rotation RMS deg", "refinement residual mm before", "after", "pybullet joints", "discover s"],
               tip_rows),
         "Per joint (position: distance of the true joint origin from the discovered axis line, at home; sd: after "
-        "the refinement, a cluster-robust covariance of the joint fit with one cluster per pose; a slide keeps its "
+        "the refinement, a two-way cluster-robust covariance of the joint fit, clustered by pose and by 3 cm patch "
+        "of each link's surface; a slide keeps its "
         "sweep's direction and sd, the spread of single-pair refits over the square root of their number):",
         table(["arm", "joint", "type", "direction err deg, sweeps", "direction err deg, refined", "direction sd deg",
                "position err mm, sweeps", "position err mm, refined", "position sd mm", "direction err / sd",
                "position err / sd", "axis"], axis_rows),
         _sd_verdict(axis_rows),
-        "The sd covers the noise of the depth the fit saw, not the errors of the links' points at home (one view "
-        "each, segmented from the sweeps): the errors are several times the sd, so read the sd as a lower bound.",
+        "The sd covers what varies from pose to pose and from patch to patch of a link's surface, not what all "
+        "poses share (each link's points at home, the chain's rigid-link model): on the xArm6 and the iiwa the "
+        "errors are several times the sd, so read the sd as a lower bound there.",
         "Tip figures: the discovered chain's tip frame is not the true one (nothing said where it is), so the "
         "true tip origin at home is carried on the discovered last link; its position over random poses "
         f"({args.poses}, seed 0) is compared. The machine was shared with other helpers: seconds are noisy.",

@@ -108,7 +108,7 @@ def test_each_link_is_what_its_motion_explains_over_every_frame(discovered):
         assert len(points) > 200, (k, len(points))
         nearest, distance = _nearest_true_link(truth / "robot.urdf", points)
         own = np.mean((nearest == k) & (distance < 0.01))
-        assert own > 0.85, (k, own)  # measured 0.95-0.98 (seeds 4-6); the sweeps' masks alone gave 0.2-0.65
+        assert own > 0.85, (k, own)  # measured 0.98-0.99 (seeds 4-6); each sweep's own masks gave 0.2-0.65
     urdf = (folder / "found" / "robot.urdf").read_text()
     assert urdf.count("<collision>") == 4  # the base has a hull too
 
