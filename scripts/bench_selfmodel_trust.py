@@ -9,12 +9,15 @@ crashed (link3 bent 3 degrees):
 - the network against its baked per-link grids: queries per second (same batches) and disagreement;
 - relearning the crashed arm from the intact model (``--previous``) on few poses and steps, against
   a fresh model of the crashed arm: Chamfer and seconds;
-- training steps per second at 1 and 2 torch threads, with and without a competing process.
+- training steps per second at 1 and 2 torch threads, with and without a competing process;
+- accuracy at a step budget (``--budget-steps``: what 5 and 10 minutes give), the defaults against
+  main's trainer (its depth labels and weights) in the same run.
 
 Step budgets and one torch thread for the comparisons (the machine is shared); captures and models
 are cached under --workdir.
 
-    nice -n 10 .venv/bin/python scripts/bench_selfmodel_trust.py
+    nice -n 10 .venv/bin/python scripts/bench_selfmodel_trust.py --poses 300 --steps 4000 --relearn-steps 100 \
+        --heldout 4 --budget-steps 4000 8000
 """
 
 from __future__ import annotations
