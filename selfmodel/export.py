@@ -33,6 +33,7 @@ import yaml
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, output_folder
+from selfmodel.export_carving import POSES as CARVE_POSES, SIGMAS as CARVE_SIGMAS, Carving, carve
 from selfmodel.collision import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                  pieces_outside_distance)
 from selfmodel.export_margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
@@ -80,6 +81,7 @@ class Bodies:
     poses: dict[str, np.ndarray] | None
     seconds: dict[str, float]
     rng: np.random.Generator
+    carving: Carving | None = None
 
 
 @dataclass
@@ -97,6 +99,7 @@ class CollisionExport:
     held: dict[str, float] = field(default_factory=dict)
     recorded: Recorded | None = None
     separation: Separation | None = None
+    carving: Carving | None = None
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -143,14 +146,16 @@ class CollisionExporter:
     ``free_configurations``: how many configurations define a free model's link bodies, and
     ``free_consistency`` the mean occupancy across them that counts as the link's body.
     ``sphere_iterations``: steps of the joint sphere fit (:mod:`selfmodel.sphere_fit`; 0: the greedy
-    cover as it is).
+    cover as it is). ``carve_poses``: a body cell goes where the training sessions' cameras saw
+    through it at this many recorded poses (0: no carving), the reading beyond it by ``carve_sigmas``
+    depth noise sigmas (:mod:`selfmodel.export_carving`).
     """
 
     def __init__(self, max_spheres: int = 64, max_pieces: int = 8, margin: float | None = None,
                  voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
                  margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
                  free_consistency: float = 0.8, overlap_tolerance: float = 0.015, sphere_iterations: int = 250,
-                 seed: int = 0):
+                 carve_poses: int = CARVE_POSES, carve_sigmas: float = CARVE_SIGMAS, seed: int = 0):
         self.max_spheres = max_spheres
         self.max_pieces = max_pieces
         self.margin = margin
@@ -163,6 +168,8 @@ class CollisionExporter:
         self.free_consistency = free_consistency
         self.overlap_tolerance = overlap_tolerance
         self.sphere_iterations = sphere_iterations
+        self.carve_poses = carve_poses
+        self.carve_sigmas = carve_sigmas
         self.seed = seed
 
     def check(self) -> None:
@@ -204,9 +211,20 @@ class CollisionExporter:
         recorded = recorded_configurations(model)
         kinds = pair_kinds(spec, list(bodies))
         separation = Separation(kinds)
-        poses = None
+        poses = None if recorded is None else self._recorded_poses(model, spec, recorded, list(bodies))
+        # Where the cameras saw through, the arm was not: carved before the bodies are settled
+        # apart, so what two links contest is their measured matter, not their bulk.
+        start = time.perf_counter()
+        carved, carving = carve(bodies, poses, getattr(model, "folder", None),
+                                None if recorded is None else recorded.q, self.carve_poses, self.carve_sigmas)
+        for source in sources:
+            if len(carved[source.link]):
+                occupancies[source.link] = without_cells(occupancies[source.link], bodies[source.link],
+                                                         carved[source.link])
+                bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
+                                                self.voxel, source.level, where=where)
+        seconds["carving"] = time.perf_counter() - start
         if recorded is not None:
-            poses = self._recorded_poses(model, spec, recorded, list(bodies))
             separation.configurations = len(recorded.q)
             start = time.perf_counter()
             lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
@@ -217,7 +235,7 @@ class CollisionExporter:
                     bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
                                                     self.voxel, source.level, where=where)
             seconds["separation"] += time.perf_counter() - start
-        return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng)
+        return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng, carving)
 
     def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
         staged = self.bodies(model, where)
@@ -274,7 +292,7 @@ class CollisionExporter:
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
-                               model.base_link, model.tip_link, dict(spec.held), recorded, separation)
+                               model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving)
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
                        rng: np.random.Generator) -> tuple[float, int]:
@@ -486,6 +504,7 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
                  "kept_enabled_why": {"/".join(pair): why for pair, why in sorted(matrix.kept.items())},
                  "disabled": [list(item) for item in matrix.disabled()]},
         "separation": export.separation.report() if export.separation is not None else None,
+        "carving": export.carving.report() if export.carving is not None else None,
         "recorded_poses_in_collision": recorded,
         "learned_joint_origins": sorted(export.joint_origins),
         "held_joints": export.held,
