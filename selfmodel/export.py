@@ -219,10 +219,7 @@ class CollisionExporter:
                                 None if recorded is None else recorded.q, self.carve_poses, self.carve_sigmas)
         for source in sources:
             if len(carved[source.link]):
-                occupancies[source.link] = without_cells(occupancies[source.link], bodies[source.link],
-                                                         carved[source.link])
-                bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
-                                                self.voxel, source.level, where=where)
+                self._remove_cells(source, bodies, occupancies, carved[source.link], where)
         seconds["carving"] = time.perf_counter() - start
         if recorded is not None:
             separation.configurations = len(recorded.q)
@@ -230,12 +227,21 @@ class CollisionExporter:
             lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
             for source in sources:
                 if len(lost[source.link]):
-                    occupancies[source.link] = without_cells(occupancies[source.link], bodies[source.link],
-                                                             lost[source.link])
-                    bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
-                                                    self.voxel, source.level, where=where)
+                    self._remove_cells(source, bodies, occupancies, lost[source.link], where)
             seconds["separation"] += time.perf_counter() - start
         return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng, carving)
+
+    def _remove_cells(self, source, bodies: dict[str, LinkBody], occupancies: dict, cells: np.ndarray,
+                      where: str) -> None:
+        """The link's body rebuilt without ``cells`` (grid indices); the level sets the margin samples
+        lose them too and are kept to within one cell of the new body, else the margin would grow
+        back what was taken away (and what the removal cut off, dropped as a detached blob)."""
+        body = bodies[source.link]
+        occupancies[source.link] = without_cells(occupancies[source.link], body, cells)
+        bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi, self.voxel,
+                                        source.level, where=where)
+        source.level_sets = [near_body(without_cells(level_set, body, cells), bodies[source.link])
+                             for level_set in source.level_sets]
 
     def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
         staged = self.bodies(model, where)
@@ -332,6 +338,25 @@ class CollisionExporter:
             poses = link_poses_numpy(spec, recorded.q)
             names = list(spec.link_names)
         return {link: poses[:, names.index(link)] for link in links}
+
+
+def near_body(level_set: Callable[[np.ndarray], np.ndarray], body: LinkBody) -> Callable[[np.ndarray], np.ndarray]:
+    """``level_set`` (link frame) where the point's grid cell is within one cell of ``body``, 0 elsewhere."""
+    from scipy import ndimage
+
+    grown = ndimage.binary_dilation(np.pad(body.solid, 1), iterations=1)  # as LinkBody.contains(grow_cells=1)
+
+    def restricted(points: np.ndarray) -> np.ndarray:
+        points = np.asarray(points, dtype=float)
+        values = np.asarray(level_set(points), dtype=float).copy()
+        index = np.round((points - body.origin) / body.voxel).astype(int) + 1
+        valid = np.all((index >= 0) & (index < grown.shape), axis=1)
+        near = np.zeros(len(points), dtype=bool)
+        near[valid] = grown[tuple(index[valid].T)]
+        values[~near] = 0.0
+        return values
+
+    return restricted
 
 
 def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],

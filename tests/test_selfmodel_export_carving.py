@@ -189,3 +189,24 @@ def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_pa
     assert report["carving"]["status"] == "carved" and report["carving"]["cells_removed"]["box"] > 0
     saved = json.loads((tmp_path / "collision" / "export_report.json").read_text())
     assert saved["carving"]["volume_removed_cm3"]["box"] > 100  # of the 400 cm3 slab
+
+
+def test_the_declared_board_is_matter_of_the_tip_to_its_corners():
+    """A network rounds a 3.5 mm plate's corners off; the export takes the board the session declares
+    (at its nominal mount) as part of the tip's body, corners included, and grows the tip's bounds."""
+    from rigs.simulator import board_plate
+    from selfmodel.export_sources import with_board
+
+    board = {"kind": "charuco", "squares": [7, 5], "square_m": 0.035, "marker_m": 0.026, "dictionary": "DICT_4X4_50",
+             "tip_T_board_nominal": [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.012], [0, 0, 0, 1]]}
+    occupancy, lo, hi = with_board(lambda points: np.zeros(len(points)), np.full(3, -0.02), np.full(3, 0.02), board)
+    plate = board_plate((7, 5), 0.035)
+    plate.apply_translation([0, 0, 0.012])
+    corners = np.asarray(plate.vertices)
+    inward = corners - 0.0004 * np.sign(corners - plate.bounds.mean(axis=0))
+    outward = corners + 0.002 * np.sign(corners - plate.bounds.mean(axis=0))
+    assert (occupancy(inward) > 0.5).all() and (occupancy(outward) < 0.5).all()
+    assert np.all(lo <= plate.bounds[0]) and np.all(hi >= plate.bounds[1])
+    # What the network learned stays where the plate is not.
+    learned = with_board(lambda points: np.full(len(points), 0.9), lo, hi, board)[0]
+    assert np.allclose(learned(np.array([[0.0, 0.0, -0.05]])), 0.9)
