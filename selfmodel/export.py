@@ -2,7 +2,8 @@
 
 For every link of the model: its learned body in the link's frame (marching cubes of the
 per-link occupancy; for the free model, of what stays occupied in the link's frame across many
-configurations), then
+configurations), carved where the training sessions' cameras saw through it
+(:mod:`selfmodel.export_carving`), then
 
 - convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
 - a margin: by default the smallest inflation that puts the model's own 0.5 level set, sampled
