@@ -84,6 +84,9 @@ def export(
             report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout,
                                   progress=update, urdf=urdf, model=loaded,
                                   ros_package=ros_package)
+        carving = report.get("carving") or {}
+        if carving.get("warning"):
+            typer.echo(f"warning: {carving['warning']}", err=True)
         if json_output:
             print_json(report)
             return
@@ -96,6 +99,9 @@ def export(
                    f"pairs ({srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always, "
                    f"{srdf['never']} never in {srdf['samples']} samples), {srdf['kept_enabled']} kept enabled for the "
                    f"description's sake (export {report['seconds']['export_total']:.0f} s)")
+        if carving.get("status") == "carved":
+            typer.echo(f"  carved {sum(carving['volume_removed_cm3'].values()):.0f} cm3 of learned matter that the cameras "
+                       f"saw through at >= {carving['min_poses']} of {carving['poses']} recorded poses")
         if ros_package is not None:
             typer.echo(f"  robot.urdf names its meshes as package://{ros_package.rstrip('/')}/meshes/...: the "
                        f"folder belongs at that place in the package")

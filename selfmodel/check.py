@@ -248,67 +248,30 @@ def _joint_figures(spec: ChainSpec, meshes: dict, q: np.ndarray, deltas: np.ndar
 
 
 def _training_sessions(model) -> list | None:
-    """The sessions the model was trained on (config.json names them), or None where one is gone or
-    has no camera poses of its own (trained with --cameras): then nothing is seen through."""
-    from capture.session import load_session
-    from selfmodel.export_sources import training_session_paths
+    """The sessions the model was trained on, or None where one is gone or has no camera poses of
+    its own (trained with --cameras): then nothing is seen through."""
+    from selfmodel.seen_through import training_sessions
 
-    folder = getattr(model, "folder", None)
-    if folder is None:
-        return None
-    paths = training_session_paths(Path(folder))
-    if not paths or not all((path / "session.json").is_file() for path in paths):
-        return None
-    sessions = [load_session(path) for path in paths]
-    if any(camera.base_T_camera is None for session in sessions for camera in session.cameras.values()):
-        return None
-    return sessions
+    return training_sessions(getattr(model, "folder", None))[0]
 
 
 def _seen_through(spec: ChainSpec, meshes: dict, deltas: np.ndarray, sessions: list, margin: float,
                   rng: np.random.Generator) -> dict:
     """Link -> (described surface samples (n, 3) link frame, rays through them (n,), rays that met
     them (n,)): at up to POSES_THROUGH training poses, every camera's depth at the pixel of each
-    sample posed with the fitted placements. Beyond the sample by more than ``margin`` (m), or no
-    reading where the camera says none is free: the ray went through matter the description has."""
-    from scipy.ndimage import minimum_filter
+    sample posed with the fitted placements (:func:`selfmodel.seen_through.through_counts`, a
+    reading beyond the sample by more than ``margin`` m goes through)."""
+    from selfmodel.seen_through import View, through_counts
 
     samples = {link: np.asarray(meshes[link].sample(SAMPLES_THROUGH, return_index=False), dtype=float)
                for link in spec.link_names if link in meshes}
-    through = {link: np.zeros(len(points), dtype=int) for link, points in samples.items()}
-    met = {link: np.zeros(len(points), dtype=int) for link, points in samples.items()}
     rows = [(session, row) for session in sessions for row in range(len(session.pose_ids))]
+    views = []
     for index in np.sort(rng.choice(len(rows), min(POSES_THROUGH, len(rows)), replace=False)):
         session, row = rows[index]
-        pose = session.pose_ids[row]
         poses = link_poses_numpy(spec, session.q[row][None], deltas)[0]
-        for name, camera in session.cameras.items():
-            if not session.has_image(name, pose, "depth"):
-                continue
-            depth = session.image(name, pose, "depth")
-            height, width = depth.shape
-            camera_T_base = np.linalg.inv(camera.base_T_camera)
-            # A ray goes through only where its pixel's neighbours do too: at a silhouette a sample
-            # rounds to a pixel just past the body (a pixel is 7 mm wide at 1 m on the test rig).
-            # A 0 reading goes through where the camera says 0 is free (its own word), else it holds.
-            nearest = minimum_filter(np.where(depth > 0, depth, np.inf if camera.no_depth == "free" else 0.0), size=3)
-            for i, link in enumerate(spec.link_names):
-                if link not in samples:
-                    continue
-                transform = camera_T_base @ poses[i]
-                p = samples[link] @ transform[:3, :3].T + transform[:3, 3]
-                ahead = np.flatnonzero(p[:, 2] > 0.05)
-                uvw = p[ahead] @ camera.info.K.T
-                u = np.rint(uvw[:, 0] / uvw[:, 2]).astype(np.int64)
-                v = np.rint(uvw[:, 1] / uvw[:, 2]).astype(np.int64)
-                inside = (u >= 0) & (u < width) & (v >= 0) & (v < height)
-                rows_in, u, v = ahead[inside], u[inside], v[inside]
-                reading = depth[v, u].astype(float)
-                z = p[rows_in, 2]
-                went = nearest[v, u] > z + margin
-                hit = (reading > 0) & (np.abs(reading - z) <= margin)
-                through[link][rows_in[went]] += 1
-                met[link][rows_in[hit]] += 1
+        views.append(View(session, row, {link: poses[i] for i, link in enumerate(spec.link_names)}))
+    through, met = through_counts(samples, views, lambda camera, z: margin)
     return {link: (samples[link], through[link], met[link]) for link in samples}
 
 

@@ -5,12 +5,18 @@ Every depth pixel is a ray from the camera centre. A pixel (u, v) with depth z b
 centre; see docs/session-format.md) and to the base frame with the camera's ``base_T_camera``.
 Along a ray that hit the arm at measured depth d (noise sigma from the camera's noise law):
 
-- a band ``d +- band`` gets samples at EQUAL density on both sides, labelled by the side they fall
+- a band ``d +- side`` gets samples at EQUAL density on both sides, labelled by the side they fall
   on (occupied behind d, free in front), so the learned boundary sits at the median of the noise
-  instead of a sigma in front of the surface;
-- a thin shell behind the band is occupied, unless another camera of the same pose saw that spot
-  free (in front of where its own reading vouches free space): the shell is an assumption (matter
-  goes on behind a surface), and a board 3.5 mm thick would otherwise be learned 3 cm thick;
+  instead of a sigma in front of the surface. ``side`` (1.5 sigma) is narrower than the free
+  clearance ``band`` (2.5 sigma): a reading says where a surface is, not how thick the body behind
+  it is, and on the xArm6 seen from 1.5 m (sigma about 7 mm) a band as wide as the clearance made
+  the 3.5 mm board on the flange and the unseen underside of the base centimetres thick;
+- optionally (``shell_samples`` > 0; none by default) a thin shell behind the clearance is occupied,
+  unless another camera of the same pose saw that spot free. The shell is an assumption (matter goes
+  on behind a surface) that thin parts, grazing rays and unseen undersides break: with a 12 mm shell,
+  learned surface 1-3 cm behind such readings made up 2.0 of the xArm6 model's 3.1 mm mean distance
+  to the true surface. The insides of
+  bodies come from the never-seen-free prior instead (selfmodel.training);
 - the segment from where the ray enters the workspace to ``d - band`` is free;
 - what lies further behind is unknown and gets no label.
 
@@ -49,12 +55,13 @@ class LabelSettings:
     miss_rays_per_image: int = 400  # rays that read nothing, from cameras whose zeros are free
     background_rays_per_image: int = 500  # rays that hit something else (or a depth edge): free space only
     band_samples: int = 4  # per hit ray, uniform in d +- band
-    shell_samples: int = 1  # per hit ray, behind the band
+    shell_samples: int = 0  # per hit ray, behind the clearance (0: none; the never-seen-free prior fills bodies)
     free_samples: int = 2  # per hit ray, in front of the band
     miss_samples: int = 2  # per ray that hit nothing
-    band_sigmas: float = 2.5  # band half-width in noise sigmas ...
+    band_sigmas: float = 2.5  # free space ends this many noise sigmas in front of a reading ...
     band_min: float = 0.004  # ... but at least this many metres
-    shell: float = 0.012  # m of occupied shell behind the band
+    side_sigmas: float = 1.5  # half-width of the band labelled by side, in noise sigmas (at least band_min)
+    shell: float = 0.012  # m of occupied shell behind the clearance (shell_samples per hit ray)
     workspace_margin: float = 0.03  # m added around the measured surface's bounds
     no_depth: str | None = None  # what a 0 pixel means: None as each camera says; "free" or "unknown" for all
     edge_pixels: str = "drop"  # "drop": edge pixels label nothing occupied (module docstring); "keep": as any
@@ -308,8 +315,12 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
         free_rays["start"].append(np.zeros(int(seen.sum())))
         free_rays["end"].append(end[seen])
         samples_t = []
-        # Band: equal density both sides of d, labelled by side (the arm's hits only).
-        t = d[arm, None] + band[arm, None] * rng.uniform(-1.0, 1.0, (int(arm.sum()), settings.band_samples))
+        # Band: equal density both sides of d, labelled by side (the arm's hits only). Narrower than
+        # the clearance: what lies behind a reading is matter only on the assumption that the body
+        # goes on, which a board, a thin edge or a grazing ray breaks; and between side and clearance
+        # nothing is labelled, so the band's two halves stay equal and the boundary unbiased.
+        side = np.minimum(np.maximum(settings.side_sigmas * sigma, settings.band_min), band)
+        t = d[arm, None] + side[arm, None] * rng.uniform(-1.0, 1.0, (int(arm.sum()), settings.band_samples))
         samples_t.append((np.flatnonzero(arm), t, (t > d[arm, None]).astype(np.float32)))
         # Shell behind the band: occupied, as far as no other camera saw it free.
         t = d[arm, None] + band[arm, None] + settings.shell * rng.uniform(0.0, 1.0, (int(arm.sum()), settings.shell_samples))

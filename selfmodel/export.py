@@ -2,7 +2,8 @@
 
 For every link of the model: its learned body in the link's frame (marching cubes of the
 per-link occupancy; for the free model, of what stays occupied in the link's frame across many
-configurations), then
+configurations), carved where the training sessions' cameras saw through it
+(:mod:`selfmodel.export_carving`), then
 
 - convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
 - a margin: by default the smallest inflation that puts the model's own 0.5 level set, sampled
@@ -33,6 +34,7 @@ import yaml
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, output_folder
+from selfmodel.export_carving import POSES as CARVE_POSES, SIGMAS as CARVE_SIGMAS, Carving, carve
 from selfmodel.collision import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                  pieces_outside_distance)
 from selfmodel.export_margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
@@ -80,6 +82,7 @@ class Bodies:
     poses: dict[str, np.ndarray] | None
     seconds: dict[str, float]
     rng: np.random.Generator
+    carving: Carving | None = None
 
 
 @dataclass
@@ -97,6 +100,7 @@ class CollisionExport:
     held: dict[str, float] = field(default_factory=dict)
     recorded: Recorded | None = None
     separation: Separation | None = None
+    carving: Carving | None = None
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -143,14 +147,16 @@ class CollisionExporter:
     ``free_configurations``: how many configurations define a free model's link bodies, and
     ``free_consistency`` the mean occupancy across them that counts as the link's body.
     ``sphere_iterations``: steps of the joint sphere fit (:mod:`selfmodel.sphere_fit`; 0: the greedy
-    cover as it is).
+    cover as it is). ``carve_poses``: a body cell goes where the training sessions' cameras saw
+    through it at this many recorded poses (0: no carving), the reading beyond it by ``carve_sigmas``
+    depth noise sigmas (:mod:`selfmodel.export_carving`).
     """
 
     def __init__(self, max_spheres: int = 64, max_pieces: int = 8, margin: float | None = None,
                  voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
                  margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
                  free_consistency: float = 0.8, overlap_tolerance: float = 0.015, sphere_iterations: int = 250,
-                 seed: int = 0):
+                 carve_poses: int = CARVE_POSES, carve_sigmas: float = CARVE_SIGMAS, seed: int = 0):
         self.max_spheres = max_spheres
         self.max_pieces = max_pieces
         self.margin = margin
@@ -163,6 +169,8 @@ class CollisionExporter:
         self.free_consistency = free_consistency
         self.overlap_tolerance = overlap_tolerance
         self.sphere_iterations = sphere_iterations
+        self.carve_poses = carve_poses
+        self.carve_sigmas = carve_sigmas
         self.seed = seed
 
     def check(self) -> None:
@@ -204,20 +212,37 @@ class CollisionExporter:
         recorded = recorded_configurations(model)
         kinds = pair_kinds(spec, list(bodies))
         separation = Separation(kinds)
-        poses = None
+        poses = None if recorded is None else self._recorded_poses(model, spec, recorded, list(bodies))
+        # Where the cameras saw through, the arm was not: carved before the bodies are settled
+        # apart, so what two links contest is their measured matter, not their bulk.
+        start = time.perf_counter()
+        carved, carving = carve(bodies, poses, getattr(model, "folder", None),
+                                None if recorded is None else recorded.q, self.carve_poses, self.carve_sigmas)
+        for source in sources:
+            if len(carved[source.link]):
+                self._remove_cells(source, bodies, occupancies, carved[source.link], where)
+        seconds["carving"] = time.perf_counter() - start
         if recorded is not None:
-            poses = self._recorded_poses(model, spec, recorded, list(bodies))
             separation.configurations = len(recorded.q)
             start = time.perf_counter()
             lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
             for source in sources:
                 if len(lost[source.link]):
-                    occupancies[source.link] = without_cells(occupancies[source.link], bodies[source.link],
-                                                             lost[source.link])
-                    bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi,
-                                                    self.voxel, source.level, where=where)
+                    self._remove_cells(source, bodies, occupancies, lost[source.link], where)
             seconds["separation"] += time.perf_counter() - start
-        return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng)
+        return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng, carving)
+
+    def _remove_cells(self, source, bodies: dict[str, LinkBody], occupancies: dict, cells: np.ndarray,
+                      where: str) -> None:
+        """The link's body rebuilt without ``cells`` (grid indices); the level sets the margin samples
+        lose them too and are kept to within one cell of the new body, else the margin would grow
+        back what was taken away (and what the removal cut off, dropped as a detached blob)."""
+        body = bodies[source.link]
+        occupancies[source.link] = without_cells(occupancies[source.link], body, cells)
+        bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi, self.voxel,
+                                        source.level, where=where)
+        source.level_sets = [near_body(without_cells(level_set, body, cells), bodies[source.link])
+                             for level_set in source.level_sets]
 
     def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
         staged = self.bodies(model, where)
@@ -274,7 +299,7 @@ class CollisionExporter:
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
-                               model.base_link, model.tip_link, dict(spec.held), recorded, separation)
+                               model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving)
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
                        rng: np.random.Generator) -> tuple[float, int]:
@@ -314,6 +339,25 @@ class CollisionExporter:
             poses = link_poses_numpy(spec, recorded.q)
             names = list(spec.link_names)
         return {link: poses[:, names.index(link)] for link in links}
+
+
+def near_body(level_set: Callable[[np.ndarray], np.ndarray], body: LinkBody) -> Callable[[np.ndarray], np.ndarray]:
+    """``level_set`` (link frame) where the point's grid cell is within one cell of ``body``, 0 elsewhere."""
+    from scipy import ndimage
+
+    grown = ndimage.binary_dilation(np.pad(body.solid, 1), iterations=1)  # as LinkBody.contains(grow_cells=1)
+
+    def restricted(points: np.ndarray) -> np.ndarray:
+        points = np.asarray(points, dtype=float)
+        values = np.asarray(level_set(points), dtype=float).copy()
+        index = np.round((points - body.origin) / body.voxel).astype(int) + 1
+        valid = np.all((index >= 0) & (index < grown.shape), axis=1)
+        near = np.zeros(len(points), dtype=bool)
+        near[valid] = grown[tuple(index[valid].T)]
+        values[~near] = 0.0
+        return values
+
+    return restricted
 
 
 def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
@@ -486,6 +530,7 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
                  "kept_enabled_why": {"/".join(pair): why for pair, why in sorted(matrix.kept.items())},
                  "disabled": [list(item) for item in matrix.disabled()]},
         "separation": export.separation.report() if export.separation is not None else None,
+        "carving": export.carving.report() if export.carving is not None else None,
         "recorded_poses_in_collision": recorded,
         "learned_joint_origins": sorted(export.joint_origins),
         "held_joints": export.held,

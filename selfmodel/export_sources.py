@@ -55,6 +55,32 @@ def less_parent(source: LinkSource, parent: LinkBody, consistency: float) -> Cal
     return occupancy
 
 
+def with_board(occupancy: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, board: dict,
+               sharpness: float = 0.0005) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray, np.ndarray]:
+    """The tip's occupancy with the calibration board the session declares (``sensors.board``, at its
+    nominal mount) as matter, and its bounds grown to hold the plate. Depth blurs a 3.5 mm plate:
+    the network learns it thick in the middle and rounds its corners off, so a corner of the real
+    board would reach past the exported pieces. The plate is equipment the user stated, like the
+    description in the damage check; where its stated mount is off, the carving by what the
+    cameras saw through takes back what is not there."""
+    from selfmodel.training import board_mesh
+
+    plate = board_mesh(board)
+    box = plate.bounding_box_oriented
+    board_T_tip = np.linalg.inv(np.asarray(box.primitive.transform, dtype=float))
+    half = 0.5 * np.asarray(box.primitive.extents, dtype=float)
+
+    def combined(points: np.ndarray) -> np.ndarray:
+        points = np.asarray(points, dtype=float)
+        local = np.abs(points @ board_T_tip[:3, :3].T + board_T_tip[:3, 3]) - half
+        distance = np.linalg.norm(np.maximum(local, 0), axis=1) + np.minimum(local.max(axis=1), 0)
+        plate_value = 1.0 / (1.0 + np.exp(np.clip(distance / sharpness, -50, 50)))
+        return np.maximum(np.asarray(occupancy(points), dtype=float), plate_value)
+
+    reach = 0.01
+    return combined, np.minimum(lo, plate.bounds[0] - reach), np.maximum(hi, plate.bounds[1] + reach)
+
+
 def link_sources(model, rng: np.random.Generator, where: str, free_configurations: int = 12,
                  free_consistency: float = 0.8) -> list[LinkSource]:
     """Per-link bodies from a structured model (``link_occupancy``) or a free one (``occupancy``)."""
@@ -63,6 +89,8 @@ def link_sources(model, rng: np.random.Generator, where: str, free_configuration
         for link in model.link_names:
             lo, hi = (np.asarray(v, dtype=float) for v in model.link_bounds(link))
             occupancy = (lambda name: lambda points: model.link_occupancy(name, points))(link)
+            if link == getattr(model, "tip_link", None) and getattr(model, "board", None):
+                occupancy, lo, hi = with_board(occupancy, lo, hi, model.board)
             sources.append(LinkSource(link, lo, hi, occupancy, 0.5, [occupancy]))
         return sources
     if hasattr(model, "occupancy"):

@@ -1,0 +1,126 @@
+"""Where the exported bodies' bulk lies: each link's learned matter outside the true surface, split by
+what the training sessions' cameras said about that space (evaluation only: reads truth/).
+
+For a trained model (a bench_export.py workdir holds them) the export's learned bodies are built
+twice, as `selfcal selfmodel export` builds them: without carving and with the default carving
+(selfmodel/export_carving.py). For every cell of a body (3 mm grid, link frame) the true link's
+solid says whether it is matter of the real arm; cells outside it by more than half a cell are
+excess, and each is counted as
+
+- seen through: at >= k recorded poses some camera read beyond it (what the carving removes),
+- seen through at 1..k-1 poses,
+- below the floor: under the lowest point of the true base at some recorded pose (the xArm6 rig's
+  sessions state no mount plane, so the export cannot know this space is the floor), not seen through,
+- never seen through: space no camera's ray crossed (stays occupied for a planner).
+
+True-matter cells the carving removed are counted too (must stay near 0).
+
+    nice -n 10 .venv/bin/python scripts/export_excess.py --workdir /tmp/be3 [--rig xarm6-cameras] [--steps 6000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import table, write_section  # noqa: E402
+
+
+def figures(workdir: Path, rig: str, steps: int) -> dict:
+    from selfmodel.export import CollisionExporter, load_model_folder, name_recorded_poses
+    from selfmodel.export_carving import POSES, cell_centres, seen_through_cells, training_sessions
+    from selfmodel.export_truth import load_truth
+
+    folder = workdir / f"model-{rig}-{steps}"
+    session_path = workdir / f"{rig}-300-1"
+    model = load_model_folder(folder)
+    name_recorded_poses(model, folder)
+    truth = load_truth(session_path, ["p0000"])
+    start = time.perf_counter()
+    staged = CollisionExporter(carve_poses=0).bodies(model, str(folder))
+    carved = CollisionExporter().bodies(model, str(folder))
+    seconds = time.perf_counter() - start
+    sessions, why = training_sessions(folder)
+    if sessions is None:
+        raise SystemExit(f"{folder}: {why}")
+    through, _ = seen_through_cells(staged.bodies, staged.poses, sessions)
+    floor = float(truth.meshes[truth.link_names[0]].vertices[:, 2].min())
+    rows = {}
+    for link, body in staged.bodies.items():
+        _, centres = cell_centres(body)
+        half = 0.5 * body.voxel
+        signed = truth.solid(link).signed_distance(centres)
+        excess = signed > half
+        lowest = np.min([centres @ pose[2, :3] + pose[2, 3] for pose in staged.poses[link]], axis=0)
+        below = lowest < floor - half
+        seen = through[link] >= POSES
+        some = (through[link] > 0) & ~seen
+        cell = body.voxel ** 3 * 1e6  # cm^3
+        after = carved.bodies[link]
+        _, after_centres = cell_centres(after)
+        after_signed = truth.solid(link).signed_distance(after_centres)
+        rows[link] = {
+            "body_cm3": float(len(centres) * cell), "excess_cm3": float(excess.sum() * cell),
+            "seen_through_cm3": float((excess & seen).sum() * cell),
+            "seen_1_to_k_cm3": float((excess & some).sum() * cell),
+            "below_floor_unseen_cm3": float((excess & below & ~seen).sum() * cell),
+            "never_seen_cm3": float((excess & (through[link] == 0) & ~below).sum() * cell),
+            "true_matter_seen_through_cm3": float(((signed < -half) & seen).sum() * cell),
+            "excess_p95_mm": float(np.percentile(signed[excess], 95) * 1000) if excess.any() else 0.0,
+            "carved_body_cm3": float(len(after_centres) * after.voxel ** 3 * 1e6),
+            "carved_excess_cm3": float((after_signed > half).sum() * after.voxel ** 3 * 1e6),
+            "carved_excess_p95_mm": float(np.percentile(after_signed[after_signed > half], 95) * 1000)
+            if (after_signed > half).any() else 0.0,
+        }
+    return {"rows": rows, "carving": carved.carving.report(), "floor_z_m": floor, "seconds": seconds,
+            "poses": int(len(staged.recorded.q))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-export"))
+    parser.add_argument("--rig", default="xarm6-cameras")
+    parser.add_argument("--steps", type=int, default=6000)
+    args = parser.parse_args()
+    cache = args.workdir / "rows" / args.rig / "excess.json"
+    if cache.is_file():
+        result = json.loads(cache.read_text())
+    else:
+        result = figures(args.workdir, args.rig, args.steps)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(result))
+    rows = []
+    total = {key: 0.0 for key in next(iter(result["rows"].values()))}
+    for link, row in result["rows"].items():
+        for key, value in row.items():
+            total[key] += value
+        rows.append([link] + [f"{row[key]:.0f}" if key.endswith("cm3") else f"{row[key]:.1f}" for key in row])
+    rows.append(["all links"] + [f"{total[key]:.0f}" if key.endswith("cm3") else "" for key in total])
+    for row in rows:
+        print("  ".join(str(cell) for cell in row))
+    share = total["seen_through_cm3"] / max(total["excess_cm3"], 1e-9)
+    body = (f"{args.rig}, the bench_export.py model trained {args.steps} steps, its {result['poses']} recorded poses; "
+            "each link's learned body as the export builds it (3 mm cells, link frame, settled apart at the recorded "
+            "poses) against the true link's solid (evaluation only). Excess: body cells outside the true solid by more "
+            "than half a cell. Seen through: some camera's 3x3-pixel minimum reading lay beyond the cell by more than "
+            f"{result['carving']['sigmas']:g} depth-noise sigma plus half a cell's diagonal at >= "
+            f"{result['carving']['min_poses']} recorded poses (what the export now carves). Below the floor: under the "
+            "true base's lowest point at some pose and not seen through (these sessions state no mount plane). Never "
+            "seen: no ray crossed it. True matter seen through: cells inside the true solid the carving would remove. "
+            "After: the carved body as the export builds it. "
+            f"Seen-through share of the excess: {100 * share:.0f} %. The machine was shared with other jobs.\n\n"
+            + table(["link", "body cm3", "excess cm3", "seen through cm3", "seen at 1..k-1 poses cm3",
+                     "below floor, unseen cm3", "never seen cm3", "true matter seen through cm3", "excess p95 mm",
+                     "carved body cm3", "carved excess cm3", "carved excess p95 mm"], rows))
+    write_section("selfmodel-export-carving", "Where the exported bodies' bulk lies, and what the depth images carve",
+                  body, "scripts/export_excess.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

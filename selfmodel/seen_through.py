@@ -1,0 +1,121 @@
+"""Where the cameras saw through: points that move with the links, posed at recorded poses and
+compared with the training sessions' depth images.
+
+A depth pixel vouches for free space in front of what it measured. A point (link frame) posed at a
+recorded pose and projected into a camera is *seen through* when its pixel's reading lies beyond
+it by more than a tolerance, and *met* when the reading is within the tolerance of it. A ray goes
+through only where its pixel's neighbours do too: the reading compared is the minimum over the
+3x3 pixels around the point's pixel, because at a silhouette a point rounds to a pixel just past
+the body (a pixel is 2-7 mm wide at 1-1.5 m on the test rigs). A reading of 0 goes through where
+the camera says 0 is free (its own word), else it vouches for nothing.
+
+The minimum of nine readings lies below the surface by about 1.5 noise sigmas, so the test is
+conservative against noise: a point on the true surface reads as seen through in one ray only if
+all nine readings lie a tolerance beyond it.
+
+The damage check (:mod:`selfmodel.check`) reads it for described surface the cameras saw through;
+the collision export (:mod:`selfmodel.export`) for learned matter where the arm was not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+NEIGHBOURHOOD = 3  # pixels: the square whose minimum reading a point is compared with
+
+
+@dataclass
+class View:
+    """One recorded pose: the session, its row, and each link's pose in the base frame (4, 4)."""
+
+    session: object  # capture.session.Session
+    row: int
+    base_T_links: dict[str, np.ndarray]
+
+
+def nearest_reading(depth: np.ndarray, camera) -> np.ndarray:
+    """(H, W) m -> (H, W) m: the nearest reading among each pixel's 3x3 neighbours; a 0 pixel counts
+    as infinitely far where the camera says 0 is free, else as 0 (no ray goes through it)."""
+    from scipy.ndimage import minimum_filter
+
+    return minimum_filter(np.where(depth > 0, depth, np.inf if camera.no_depth == "free" else 0.0),
+                          size=NEIGHBOURHOOD)
+
+
+def through_counts(points: dict[str, np.ndarray], views: Iterable[View], tolerance: Callable[[object, np.ndarray], np.ndarray],
+                   per_pose: bool = False, progress: Callable[[int, int], None] | None = None,
+                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per link, (through (n,), met (n,)) counts of ``points[link]`` (n, 3) link frame, m, over the
+    ``views``' cameras that have a depth image at that pose.
+
+    ``tolerance(camera, z)``: how far (m) a reading must lie beyond a point at depth ``z`` (n,) for
+    the ray to go through it, and within which it meets it. ``per_pose``: count a view once however
+    many of its cameras saw through (or met) a point, so a count is a number of recorded poses.
+    """
+    through = {link: np.zeros(len(p), dtype=int) for link, p in points.items()}
+    met = {link: np.zeros(len(p), dtype=int) for link, p in points.items()}
+    views = list(views)
+    for done, view in enumerate(views, 1):
+        session, pose = view.session, view.session.pose_ids[view.row]
+        went_here = {link: np.zeros(len(p), dtype=bool) for link, p in points.items()}
+        met_here = {link: np.zeros(len(p), dtype=bool) for link, p in points.items()}
+        for name, camera in session.cameras.items():
+            if camera.base_T_camera is None or not session.has_image(name, pose, "depth"):
+                continue
+            depth = session.image(name, pose, "depth")
+            height, width = depth.shape
+            nearest = nearest_reading(depth, camera)
+            camera_T_base = np.linalg.inv(camera.base_T_camera)
+            for link, local in points.items():
+                if link not in view.base_T_links or not len(local):
+                    continue
+                transform = camera_T_base @ view.base_T_links[link]
+                p = local @ transform[:3, :3].T + transform[:3, 3]
+                ahead = np.flatnonzero(p[:, 2] > 0.05)
+                uvw = p[ahead] @ camera.info.K.T
+                u = np.rint(uvw[:, 0] / uvw[:, 2]).astype(np.int64)
+                v = np.rint(uvw[:, 1] / uvw[:, 2]).astype(np.int64)
+                inside = (u >= 0) & (u < width) & (v >= 0) & (v < height)
+                rows, u, v = ahead[inside], u[inside], v[inside]
+                reading = depth[v, u].astype(float)
+                z = p[rows, 2]
+                allowed = tolerance(camera, z)
+                went = nearest[v, u] > z + allowed
+                hit = (reading > 0) & (np.abs(reading - z) <= allowed)
+                if per_pose:
+                    went_here[link][rows[went]] = True
+                    met_here[link][rows[hit]] = True
+                else:
+                    through[link][rows[went]] += 1
+                    met[link][rows[hit]] += 1
+        if per_pose:
+            for link in points:
+                through[link] += went_here[link]
+                met[link] += met_here[link]
+        if progress is not None:
+            progress(done, len(views))
+    return through, met
+
+
+def training_sessions(folder: Path | None) -> tuple[list | None, str]:
+    """The sessions a model in ``folder`` was trained on (config.json names them), or (None, why):
+    one is gone, or its cameras have no poses of their own (trained with --cameras)."""
+    from capture.session import load_session
+    from selfmodel.export_sources import training_session_paths
+
+    if folder is None:
+        return None, "the model was not loaded from a folder, so its training sessions are unknown"
+    paths = training_session_paths(Path(folder))
+    if not paths:
+        return None, f"{folder}/config.json names no training sessions"
+    gone = [path for path in paths if not (path / "session.json").is_file()]
+    if gone:
+        return None, f"the training session {gone[0]} is no longer there"
+    sessions = [load_session(path) for path in paths]
+    if any(camera.base_T_camera is None for session in sessions for camera in session.cameras.values()):
+        return None, "the training sessions' cameras have no poses of their own (the model was trained with --cameras)"
+    return sessions, ""

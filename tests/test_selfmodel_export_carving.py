@@ -1,0 +1,215 @@
+"""The export carves learned matter the cameras saw through, and keeps what no camera saw.
+
+The two-joint box arm (tests/data/selfmodel) is captured by its three depth cameras; a stand-in
+self-model answers with the arm's true boxes plus two ghosts a network could learn: a 25 mm slab on
+the box's top face (in front of the surface the cameras measure, so their rays pass through it) and
+a 40 mm slab under the base (against an empty background). The stand-in's folder is a real model
+folder (trained a few steps) whose config.json names the captured session.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capture.session import load_session
+from capture.simulate import capture_simulated
+from rigs import load_rig
+from rigs.files import output_folder
+from selfmodel.depth_labels import LabelSettings
+from selfmodel.model_io import save_model
+from selfmodel.training import SelfModelTrainer
+
+DATA = Path(__file__).parent / "data" / "selfmodel"
+
+# Link frames, m: (centre, half extents) of the true boxes (two_joint_box.urdf) and of the ghosts.
+TRUE = {"base": [((0, 0, 0.03), (0.06, 0.06, 0.03))],
+        "upper": [((0, 0, 0.1), (0.03, 0.03, 0.1))],
+        "box": [((0.1, 0, 0), (0.1, 0.04, 0.03))]}
+GHOSTS = {"box": ((0.1, 0, 0.0425), (0.1, 0.04, 0.0125)), "base": ((0, 0, -0.02), (0.06, 0.06, 0.02))}
+
+
+def _box_distance(points: np.ndarray, centre, half) -> np.ndarray:
+    q = np.abs(points - np.asarray(centre)) - np.asarray(half)
+    return np.linalg.norm(np.maximum(q, 0), axis=1) + np.minimum(q.max(axis=1), 0)
+
+
+def _inside(points: np.ndarray, boxes) -> np.ndarray:
+    return np.min([_box_distance(points, c, h) for c, h in boxes], axis=0) < 0
+
+
+class GhostModel:
+    """A structured self-model's contract with the true boxes and the ghosts as its bodies."""
+
+    kind = "structured"
+
+    def __init__(self, folder: Path, session: Path):
+        loaded = load_session(session)
+        self.folder = folder
+        self.link_names = ["base", "upper", "box"]
+        self.joint_names = list(loaded.joint_names)
+        self.urdf_path = folder / "robot.urdf"
+        self.base_link, self.tip_link = "base", "box"
+        self.training_q = loaded.q
+        self.training_pose_ids = list(loaded.pose_ids)
+
+    def shapes(self, link: str):
+        return TRUE[link] + ([GHOSTS[link]] if link in GHOSTS else [])
+
+    def link_bounds(self, link: str):
+        corners = np.array([[np.asarray(c) - h, np.asarray(c) + h] for c, h in self.shapes(link)])
+        return corners[:, 0].min(axis=0) - 0.02, corners[:, 1].max(axis=0) + 0.02
+
+    def link_occupancy(self, link: str, points: np.ndarray) -> np.ndarray:
+        distance = np.min([_box_distance(np.asarray(points), c, h) for c, h in self.shapes(link)], axis=0)
+        return 1.0 / (1.0 + np.exp(np.clip(distance / 0.001, -50, 50)))
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("carving")
+    session = capture_simulated(load_rig(DATA / "two_joint_box.toml"), 16, 3, root / "train")
+    trainer = SelfModelTrainer(kind="structured", steps=3, seed=3, batch=256, prior_batch=64, threads=1,
+                               labels=LabelSettings(hit_rays_per_image=100, miss_rays_per_image=20))
+    folder = root / "model"
+    with output_folder(folder) as temporary:
+        save_model(trainer.fit([load_session(session)]), temporary, [load_session(session)], {})
+    return {"root": root, "session": session, "folder": folder}
+
+
+def _variant(rig: dict, name: str, edit_session=None, session_name: str | None = None) -> GhostModel:
+    """A copy of the model folder whose config names a copy of the session (edited), or a session
+    that is not there."""
+    root = rig["root"] / name
+    session = root / (session_name or "train")
+    if edit_session is not None:
+        shutil.copytree(rig["session"], session)
+        manifest = json.loads((session / "session.json").read_text())
+        edit_session(manifest)
+        (session / "session.json").write_text(json.dumps(manifest))
+    folder = root / "model"
+    shutil.copytree(rig["folder"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["training"]["sessions"] = [f"../{session.name}"]
+    (folder / "config.json").write_text(json.dumps(config))
+    return GhostModel(folder, session if edit_session is not None else rig["session"])
+
+
+def _cells(body) -> np.ndarray:
+    return body.origin + body.voxel * np.argwhere(body.solid)
+
+
+def _bodies(model, **options):
+    from selfmodel.export import CollisionExporter
+
+    return CollisionExporter(voxel=0.004, **options).bodies(model, "model")
+
+
+def test_a_ghost_slab_the_cameras_saw_through_is_carved_and_the_true_box_kept(rig):
+    staged = _bodies(GhostModel(rig["folder"], rig["session"]))
+    plain = _bodies(GhostModel(rig["folder"], rig["session"]), carve_poses=0)
+    assert staged.carving.status == "carved" and staged.carving.poses == 16, staged.carving.report()
+    ghost = (GHOSTS["box"],)
+    before, after = _cells(plain.bodies["box"]), _cells(staged.bodies["box"])
+    ghost_before = _inside(before, ghost) & ~_inside(before, TRUE["box"])
+    ghost_after = _inside(after, ghost) & ~_inside(after, TRUE["box"])
+    # Most of the slab goes (what is left lies within the depth tolerance of the true top face).
+    assert ghost_after.sum() < 0.35 * ghost_before.sum(), (ghost_before.sum(), ghost_after.sum())
+    # The true box stays: its cells deeper than one cell inside are all kept.
+    deep = np.min([_box_distance(before, c, h) for c, h in TRUE["box"]], axis=0) < -0.004
+    kept = _inside(before[deep] + 0.0, TRUE["box"])
+    assert kept.all()
+    lost_deep = deep.sum() - (np.min([_box_distance(after, c, h) for c, h in TRUE["box"]], axis=0) < -0.004).sum()
+    assert lost_deep <= 0.01 * deep.sum(), (lost_deep, deep.sum())
+    assert staged.carving.cells_removed["box"] > 0.5 * ghost_before.sum()
+
+
+def test_space_no_camera_saw_stays_when_the_cameras_zeros_vouch_for_nothing(rig):
+    """With real cameras' zeros (a hole, nothing in range: unknown), the slab under the base, seen
+    only against empty space, is kept; the slab on the box, in front of the surface the cameras
+    measured, still goes."""
+    def unknown_zeros(manifest):
+        for camera in manifest["sensors"]["cameras"].values():
+            camera["no_depth"] = "unknown"
+
+    model = _variant(rig, "unknown-zeros", unknown_zeros)
+    staged = _bodies(model)
+    plain = _bodies(model, carve_poses=0)
+    base_before, base_after = _cells(plain.bodies["base"]), _cells(staged.bodies["base"])
+    under = (GHOSTS["base"],)
+    assert _inside(base_after, under).sum() >= 0.9 * _inside(base_before, under).sum()
+    box_before, box_after = _cells(plain.bodies["box"]), _cells(staged.bodies["box"])
+    slab = (GHOSTS["box"],)
+    assert _inside(box_after, slab).sum() < 0.5 * _inside(box_before, slab).sum()
+
+
+def test_matter_below_the_mount_plane_the_session_states_is_carved(rig):
+    """The same cameras (zeros unknown), and the session says the base stands on a plane at z = 0:
+    the arm never reaches through it, so the slab under the base goes though no camera saw it."""
+    def mounted(manifest):
+        for camera in manifest["sensors"]["cameras"].values():
+            camera["no_depth"] = "unknown"
+        manifest["scene"] = {"mount_plane_z": 0.0}
+
+    model = _variant(rig, "mounted", mounted)
+    staged = _bodies(model)
+    plain = _bodies(model, carve_poses=0)
+    under = (GHOSTS["base"],)
+    before, after = _cells(plain.bodies["base"]), _cells(staged.bodies["base"])
+    assert _inside(after, under).sum() < 0.2 * _inside(before, under).sum()
+    assert staged.carving.below_mount["base"] > 0
+    # The true base above the plane stays (its cells a cell or more inside: a face cell is half out).
+    def deep(cells):
+        return (np.min([_box_distance(cells, c, h) for c, h in TRUE["base"]], axis=0) < -0.0039).sum()
+
+    assert deep(after) == deep(before) > 0
+
+
+def test_without_the_training_sessions_nothing_is_carved_and_the_report_warns(rig):
+    model = _variant(rig, "sessions-gone", session_name="moved-away")
+    staged = _bodies(model)
+    plain = _bodies(model, carve_poses=0)
+    assert staged.carving.status == "not carved"
+    assert "no longer there" in staged.carving.warning and "moved-away" in staged.carving.warning
+    for link in plain.bodies:
+        assert staged.bodies[link].solid.sum() == plain.bodies[link].solid.sum()
+
+
+def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_path):
+    from selfmodel.export import CollisionExporter, write_export
+
+    model = GhostModel(rig["folder"], rig["session"])
+    exporter = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.004, srdf_samples=300, sphere_iterations=30,
+                                 margin_samples=2000, margin_climbs=50)
+    fitted = exporter.fit(model)
+    report = write_export(fitted, model.urdf_path, tmp_path / "collision", exporter.srdf_samples)
+    assert report["recorded_poses_in_collision"]["configurations"] == 16
+    assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
+    assert report["carving"]["status"] == "carved" and report["carving"]["cells_removed"]["box"] > 0
+    saved = json.loads((tmp_path / "collision" / "export_report.json").read_text())
+    assert saved["carving"]["volume_removed_cm3"]["box"] > 100  # of the 400 cm3 slab
+
+
+def test_the_declared_board_is_matter_of_the_tip_to_its_corners():
+    """A network rounds a 3.5 mm plate's corners off; the export takes the board the session declares
+    (at its nominal mount) as part of the tip's body, corners included, and grows the tip's bounds."""
+    from rigs.simulator import board_plate
+    from selfmodel.export_sources import with_board
+
+    board = {"kind": "charuco", "squares": [7, 5], "square_m": 0.035, "marker_m": 0.026, "dictionary": "DICT_4X4_50",
+             "tip_T_board_nominal": [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.012], [0, 0, 0, 1]]}
+    occupancy, lo, hi = with_board(lambda points: np.zeros(len(points)), np.full(3, -0.02), np.full(3, 0.02), board)
+    plate = board_plate((7, 5), 0.035)
+    plate.apply_translation([0, 0, 0.012])
+    corners = np.asarray(plate.vertices)
+    inward = corners - 0.0004 * np.sign(corners - plate.bounds.mean(axis=0))
+    outward = corners + 0.002 * np.sign(corners - plate.bounds.mean(axis=0))
+    assert (occupancy(inward) > 0.5).all() and (occupancy(outward) < 0.5).all()
+    assert np.all(lo <= plate.bounds[0]) and np.all(hi >= plate.bounds[1])
+    # What the network learned stays where the plate is not.
+    learned = with_board(lambda points: np.full(len(points), 0.9), lo, hi, board)[0]
+    assert np.allclose(learned(np.array([[0.0, 0.0, -0.05]])), 0.9)
