@@ -41,8 +41,9 @@ def discover(
                   for j in chain.joints]
         summary = {"out": str(out), "urdf": str(out / "robot.urdf"), "base_link": chain.base_link,
                    "tip_link": chain.tip_link, "joints": joints,
-                   "link_points": {link: len(points) for link, points in chain.link_points.items()},
-                   "refinement": chain.source.get("refinement")}
+                   "link_points": {chain.base_link: len(chain.base_points),
+                                   **{link: len(points) for link, points in chain.link_points.items()}},
+                   "refinement": chain.source.get("refinement"), "segmentation": chain.source.get("segmentation")}
         if json_output:
             print_json(summary)
             return

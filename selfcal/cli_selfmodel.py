@@ -146,9 +146,13 @@ def train(
         check_new_output(out)
         from selfmodel.placement import PlacementSettings
 
-        # On a discovered chain the discovery's own fit over the random poses places the joints.
+        # On a discovered chain the discovery's own fit over the random poses places the joints, and
+        # the tip's hull already holds what moved with it (a tool, the board): its domain needs no
+        # room for them, and the board's nominal pose is in a tip frame the discovery does not know.
+        extra = {"tip_margin": SelfModelTrainer.domain_margin, "board_on_tip": False} if no_urdf else {}
         trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
-                                   hold=parse_holds(hold), device=device, placement=PlacementSettings(hold=no_urdf))
+                                   hold=parse_holds(hold), device=device, placement=PlacementSettings(hold=no_urdf),
+                                   **extra)
         before = load_model(previous) if previous is not None else None
         if urdf is not None and not urdf.is_file():
             raise InputError(f"{urdf}: URDF not found.")

@@ -229,6 +229,7 @@ class SelfModelTrainer:
     layers: int | None = None
     domain_margin: float = 0.05  # m around each link's joint origins and description geometry
     tip_margin: float = 0.10  # m: tools and boards sit on the tip
+    board_on_tip: bool = True  # the session's board, at its nominal pose in the tip frame, joins the tip's geometry
     prior_voxel: float = 0.015  # m: resolution of the "never seen free" grids
     threads: int | None = None  # torch intra-op threads; default_threads() when None
     device: str = "auto"  # auto (a GPU when torch sees one), cpu or cuda
@@ -272,7 +273,7 @@ class SelfModelTrainer:
                                         self.hidden or _size(previous, "hidden", 64), self.layers or _size(previous, "layers", 3),
                                         _size(previous, "frequencies", 6), urdf_path=urdf_path,
                                         base_link=first.base_link, tip_link=first.tip_link)
-            board = (first.manifest.get("sensors") or {}).get("board")
+            board = (first.manifest.get("sensors") or {}).get("board") if self.board_on_tip else None
             meshes = described_meshes(spec, urdf_path, first.tip_link, board)
             # The gauge: joint placements are fitted first, with the description's geometry as the
             # reference, and held while the networks learn the shapes in those frames.

@@ -77,6 +77,7 @@ class DiscoveredChain:
     tip_link: str = "tip"
     link_points: dict[str, list[list[float]]] = field(default_factory=dict)  # link -> (n, 3) m base frame at home
     source: dict = field(default_factory=dict)
+    base_points: list[list[float]] = field(default_factory=list)  # (n, 3) m: what stands still under the first link
 
     @property
     def joint_names(self) -> list[str]:
@@ -95,7 +96,7 @@ class DiscoveredChain:
         try:
             joints = [DiscoveredJoint(**joint) for joint in document["joints"]]
             return cls(joints, list(document["home"]), document["base_link"], document["tip_link"],
-                       document.get("link_points", {}), document.get("source", {}))
+                       document.get("link_points", {}), document.get("source", {}), document.get("base_points", []))
         except (KeyError, TypeError) as error:
             raise InputError(f"{path}: a discovered chain without a valid {error} field.") from None
 
@@ -124,6 +125,8 @@ class ChainDiscovery:
     change: float = 4.0
     refine_pairs: int = 8
     refine_poses: int = 40
+    segment_sources: int = 4
+    segment_votes: int = 120
     seed: int = 0
 
     def fit(self, session: Session, progress: Progress | None = None) -> DiscoveredChain:
@@ -170,7 +173,41 @@ class ChainDiscovery:
         others = [row for row in range(len(q)) if row not in swept]
         if others and self.refine_poses:
             chain.source["refinement"] = self.refine(chain, frames, session, others)
+        # What each link is, voted by every frame now that the chain's motion is known (each sweep's
+        # own reference frame only saw its joint's part of the story) ...
+        self._segment(chain, frames, session, others)
+        if others and self.refine_poses:
+            # ... and the axes once more with those points (a link holding another's points pulls
+            # its axis towards explaining them), then the links once more on the final axes.
+            first = chain.source["refinement"]
+            chain.source["refinement"] = self.refine(chain, frames, session, others)
+            chain.source["refinement"]["residual_rms_mm_first_segmentation"] = first.get("residual_rms_mm_after")
+            self._segment(chain, frames, session, others)
         return chain
+
+    def _segment(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, others: list[int]) -> None:
+        """Each link's points at home by :class:`MotionSegmentation`: seen at home and at a few random
+        poses (sides home did not show), voted on by every frame (at most ``segment_votes``)."""
+        from selfmodel.discovery.segmentation import MotionSegmentation
+
+        q, home = session.q, np.array(chain.home)
+        at_home = [row for row in range(len(q)) if np.allclose(q[row], home, atol=1e-9)]
+        sources = at_home[:1] + [others[i] for i in np.linspace(0, len(others) - 1, min(self.segment_sources, len(others)))
+                                 .round().astype(int)] if others else at_home[:1]
+        if not sources:
+            sources = [int(np.argmin(np.abs(q - home).sum(axis=1)))]
+        votes = list(range(len(q)))
+        if len(votes) > self.segment_votes:
+            votes = [votes[i] for i in np.linspace(0, len(votes) - 1, self.segment_votes).round().astype(int)]
+        noise = self._noise(frames, sources)
+        links = MotionSegmentation(voxel=max(self.voxel, noise), seed=self.seed).fit(
+            chain, frames, q, sorted(set(sources)), votes, noise)
+        names = list(chain.link_points) or [f"link_{k}" for k in range(1, len(chain.joints) + 1)]
+        chain.link_points = {name: points.round(6).tolist() for name, points in zip(names, links[1:])}
+        chain.base_points = base_under(chain, links[0], links[1]).round(6).tolist()
+        chain.source["segmentation"] = {"sources": len(set(sources)), "votes": len(votes),
+                                        "points": {name: len(points) for name, points in zip(names, links[1:])},
+                                        "static_points": len(links[0]), "base_points": len(chain.base_points)}
 
     def refine(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, rows: list[int]) -> dict:
         """All axes refined at once over the poses ``rows`` (the random ones: every joint away from
@@ -469,3 +506,34 @@ class ChainDiscovery:
                 points = points[rng.choice(len(points), keep, replace=False)]
             out[link_names[k]] = points.round(6).tolist()
         return out
+
+
+def base_under(chain: DiscoveredChain, still: np.ndarray, first: np.ndarray, gap: float = 0.02,
+               reach: float = 1.5) -> np.ndarray:
+    """The base's points (n, 3) at home: of the points that stand still in every frame (``still``),
+    those joined (within ``gap`` m, one DBSCAN cluster) to what the first joint carries (``first``),
+    no farther from the first axis than ``reach`` times the first link's own extent across it (95 %
+    of its points) and not past that link's foot (5 % of its points along the axis, plus ``gap``). A still scene (a table, a fixture) joined to the base is
+    cut to the disc around the first joint: nothing in the data tells them apart."""
+    import open3d as o3d
+
+    if len(still) < 20 or len(first) < 20:
+        return np.zeros((0, 3))
+    d, p = np.array(chain.joints[0].direction, float), np.array(chain.joints[0].point, float)
+
+    def across(points):
+        offsets = points - p
+        return np.linalg.norm(offsets - np.outer(offsets @ d, d), axis=1)
+
+    along_first = (first - p) @ d
+    # The base stands on the side of the first link where the axis enters it.
+    sign = 1.0 if np.median(along_first) >= 0 else -1.0
+    near = (across(still) <= reach * np.percentile(across(first), 95)) & (
+        sign * ((still - p) @ d) <= np.percentile(sign * along_first, 5) + gap)
+    candidates = still[near]
+    if len(candidates) < 20:
+        return np.zeros((0, 3))
+    both = np.vstack([candidates, first])
+    labels = np.asarray(o3d.geometry.PointCloud(o3d.utility.Vector3dVector(both)).cluster_dbscan(eps=gap, min_points=5))
+    touching = set(labels[len(candidates):][labels[len(candidates):] >= 0].tolist())
+    return candidates[np.isin(labels[:len(candidates)], list(touching))]

@@ -9,9 +9,10 @@ the surface the cameras saw there. Point-to-plane distances of all links over al
 with a robust loss, are minimised over every turning axis's direction and position (two angles and
 two offsets across the axis), starting from the sweep estimates; a slide keeps its sweep's direction.
 
-Uncertainty: a cluster-robust (sandwich) covariance of the fit with one cluster per pose, because
-neighbouring points of one view share their errors (the camera's noise and the link's shape), so
-independent-point covariance would be far too confident.
+Uncertainty: a two-way cluster-robust (sandwich) covariance of the fit, clustered by pose (the points
+of one view share the camera's errors) and by patch of each link's surface (a link's points at home
+carry one shape error into every pose it is carried to), because independent-point covariance, or
+one clustered by pose only, is far too confident.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class AxisRefinement:
     rounds: int = 5
     cross_within: float = 0.004
     cross_cost: float = 0.01
+    patch: float = 0.03
     seed: int = 0
 
     def fit(self, chain, frames, rows: list[int], noise: float, q: np.ndarray) -> dict:
@@ -171,7 +173,19 @@ class AxisRefinement:
                 state.clear()
                 state.update(free[1])
         jacobian = _numeric_jacobian(lambda v: residuals(v, matched), x)
-        covariance = _cluster_covariance(jacobian, residuals(x, matched, per_pose=True), noise)
+        per_pose = residuals(x, matched, per_pose=True)
+        # The clusters: each pose's view, and each patch of a link's surface (its points at home
+        # carry one shape error into every pose), the residuals' two ways of sharing an error.
+        patches = [np.unique(np.floor(m / self.patch).astype(np.int64), axis=0, return_inverse=True)[1].ravel()
+                   for m in model]
+        patch_offsets = np.concatenate([[0], np.cumsum([patch.max() + 1 if len(patch) else 0 for patch in patches])])
+        pose_of, patch_of = [], []
+        for number, (_, pairs) in enumerate(matched):
+            for k, keep, _, _ in pairs:
+                pose_of.append(np.full(len(keep), number))
+                patch_of.append(patches[k][keep] + patch_offsets[k])
+        covariance = _two_way_covariance(jacobian, np.concatenate(per_pose), np.concatenate(pose_of),
+                                         np.concatenate(patch_of), noise)
         report = {"poses": len(views), "residual_rms_mm_before": 1000 * before,
                   "residual_rms_mm_after": 1000 * _robust_rms(residuals(x, matched), noise),
                   "residual_rms_mm_free": 1000 * free_rms, "crossing_tried": sorted(joints[i].name for i in crossing),
@@ -245,18 +259,27 @@ def _numeric_jacobian(function, x: np.ndarray, step: float = 1e-6) -> np.ndarray
     return np.stack(columns, axis=1)
 
 
-def _cluster_covariance(jacobian: np.ndarray, per_pose: list[np.ndarray], noise: float) -> np.ndarray:
-    """Sandwich covariance (P, P) of a robust least-squares fit with one cluster per pose:
-    (J'WJ)^-1 (sum over poses of J_p'W r_p r_p'W J_p) (J'WJ)^-1, W the soft-L1 loss's weights
-    1 / sqrt(1 + (r / noise)^2) (its reweighted least squares at the solution)."""
-    residual = np.concatenate(per_pose)
+def _two_way_covariance(jacobian: np.ndarray, residual: np.ndarray, pose: np.ndarray, patch: np.ndarray,
+                        noise: float) -> np.ndarray:
+    """Sandwich covariance (P, P) of a robust least-squares fit whose residuals (M,) share errors two
+    ways: within a pose ``pose`` (M,) and within a patch of a link's surface ``patch`` (M,).
+    (J'WJ)^-1 (S_pose + S_patch - S_both) (J'WJ)^-1 with S_g the sum over clusters g of the clusters'
+    score outer products, W the soft-L1 loss's weights 1 / sqrt(1 + (r / noise)^2) (its reweighted
+    least squares at the solution); where the difference is not positive, the larger one-way one."""
     weight = 1.0 / np.sqrt(1.0 + (residual / noise) ** 2)
     bread = np.linalg.pinv((jacobian * weight[:, None]).T @ jacobian)
-    meat = np.zeros_like(bread)
-    start = 0
-    for block in per_pose:
-        rows = slice(start, start + len(block))
-        score = (jacobian[rows] * (weight[rows] * residual[rows])[:, None]).sum(axis=0)
-        meat += np.outer(score, score)
-        start += len(block)
-    return bread @ meat @ bread
+    scores = jacobian * (weight * residual)[:, None]
+
+    def meat(groups: np.ndarray) -> np.ndarray:
+        _, inverse = np.unique(groups, return_inverse=True)
+        summed = np.zeros((inverse.max() + 1 if len(inverse) else 0, scores.shape[1]))
+        np.add.at(summed, inverse.ravel(), scores)
+        return summed.T @ summed
+
+    by_pose, by_patch = meat(pose), meat(patch)
+    both = meat(pose.astype(np.int64) * (int(patch.max()) + 1 if len(patch) else 1) + patch)
+    two_way = bread @ (by_pose + by_patch - both) @ bread
+    one_way = [bread @ by_pose @ bread, bread @ by_patch @ bread]
+    if np.any(np.linalg.eigvalsh((two_way + two_way.T) / 2) < 0):
+        return max(one_way, key=np.trace)
+    return two_way

@@ -4,9 +4,9 @@ Link frames: each joint's frame sits on its axis (revolute: the discovered point
 previous joint's point), oriented like the base frame at the home pose, its axis the discovered
 direction. A reading of zero is the URDF's zero, so a joint's origin includes the turn (or slide)
 back from home: ``origin_j = M_{j-1}^-1 M_j motion(axis_j, -home_j)`` with ``M`` the frames at home.
-Links get the convex hull of the points seen moving with them as visual and collision mesh; the
-base link, which the cameras cannot tell from the world it stands in, gets none. No inertial is
-written: depth shows shape, not mass.
+Links get the convex hull of the points seen moving with them as visual and collision mesh, the base
+link the hull of what stands still under the first link (joined to it, within its reach). No
+inertial is written: depth shows shape, not mass.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str 
         raise InputError("a discovered chain needs one link per joint plus the base.")
     for k, name in enumerate(link_names):
         link = ET.SubElement(robot, "link", name=name)
-        points = np.array(chain.link_points.get(name, []), dtype=float).reshape(-1, 3)
-        if k == 0 or len(points) < MIN_HULL_POINTS:
+        points = np.array(chain.base_points if k == 0 else chain.link_points.get(name, []), dtype=float).reshape(-1, 3)
+        if len(points) < MIN_HULL_POINTS:
             continue
         points = largest_cluster(points)
         local = (points - frames[k][:3, 3]) @ frames[k][:3, :3]
