@@ -192,7 +192,9 @@ def train(
                 with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
                     result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update,
                                          previous=before)
-                board = (loaded[0].manifest.get("sensors") or {}).get("board")
+                # The board's nominal mount is in the described tip frame: a discovered chain's tip
+                # frame is another, so its model names no board (the export would add it astray).
+                board = (loaded[0].manifest.get("sensors") or {}).get("board") if trainer.board_on_tip else None
                 changes = None
                 if before is not None and before.kind == "structured":
                     from selfmodel.changes import what_changed
