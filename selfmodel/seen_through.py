@@ -46,6 +46,19 @@ def nearest_reading(depth: np.ndarray, camera) -> np.ndarray:
                           size=NEIGHBOURHOOD)
 
 
+def pixels(local: np.ndarray, K: np.ndarray, width: int, height: int, near: float = 0.05
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points (n, 3) m in a camera's frame -> (rows, u, v): the indices (m,) of those at least ``near``
+    m ahead whose nearest pixel falls inside the ``width`` x ``height`` image, and that pixel's
+    column ``u`` and row ``v`` (m,) under the intrinsics ``K`` (3, 3)."""
+    ahead = np.flatnonzero(local[:, 2] > near)
+    uvw = local[ahead] @ np.asarray(K, float).T
+    u = np.rint(uvw[:, 0] / uvw[:, 2]).astype(np.int64)
+    v = np.rint(uvw[:, 1] / uvw[:, 2]).astype(np.int64)
+    inside = (u >= 0) & (u < width) & (v >= 0) & (v < height)
+    return ahead[inside], u[inside], v[inside]
+
+
 def through_counts(points: dict[str, np.ndarray], views: Iterable[View], tolerance: Callable[[object, np.ndarray], np.ndarray],
                    per_pose: bool = False, progress: Callable[[int, int], None] | None = None,
                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -75,12 +88,7 @@ def through_counts(points: dict[str, np.ndarray], views: Iterable[View], toleran
                     continue
                 transform = camera_T_base @ view.base_T_links[link]
                 p = local @ transform[:3, :3].T + transform[:3, 3]
-                ahead = np.flatnonzero(p[:, 2] > 0.05)
-                uvw = p[ahead] @ camera.info.K.T
-                u = np.rint(uvw[:, 0] / uvw[:, 2]).astype(np.int64)
-                v = np.rint(uvw[:, 1] / uvw[:, 2]).astype(np.int64)
-                inside = (u >= 0) & (u < width) & (v >= 0) & (v < height)
-                rows, u, v = ahead[inside], u[inside], v[inside]
+                rows, u, v = pixels(p, camera.info.K, width, height)
                 reading = depth[v, u].astype(float)
                 z = p[rows, 2]
                 allowed = tolerance(camera, z)

@@ -172,17 +172,16 @@ class ChainDiscovery:
         swept = {row for sweep in find_sweeps(q, self.max_step) for row in sweep.rows}
         others = [row for row in range(len(q)) if row not in swept]
         if others and self.refine_poses:
+            # The axes rest on the sweeps' point sets: pixels that their own joint's sweep moved,
+            # that the fitted motion explains, and that no later joint's sweep moved.
             chain.source["refinement"] = self.refine(chain, frames, session, others)
         # What each link is, voted by every frame now that the chain's motion is known (each sweep's
-        # own reference frame only saw its joint's part of the story) ...
+        # own reference frame only saw its joint's part of the story): the links' shapes, not the
+        # axes. The vote is inclusive where two links' motions explain a point alike (a flange board
+        # that the last joint turns within its own plane lands on the link before), and a link given
+        # such points pulls its axis towards explaining them: refined on these, the iiwa's joint 6
+        # turned 0.4 degrees off.
         self._segment(chain, frames, session, others)
-        if others and self.refine_poses:
-            # ... and the axes once more with those points (a link holding another's points pulls
-            # its axis towards explaining them), then the links once more on the final axes.
-            first = chain.source["refinement"]
-            chain.source["refinement"] = self.refine(chain, frames, session, others)
-            chain.source["refinement"]["residual_rms_mm_first_segmentation"] = first.get("residual_rms_mm_after")
-            self._segment(chain, frames, session, others)
         return chain
 
     def _segment(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, others: list[int]) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from selfmodel.discovery.screws import screw_motion, slide_motion, thin
+from selfmodel.seen_through import pixels
 
 
 def link_motions(chain, delta: np.ndarray) -> np.ndarray:
@@ -121,17 +122,12 @@ class MotionSegmentation:
             info = frames.session.cameras[camera].info
             camera_T_base = np.linalg.inv(frames.session.cameras[camera].base_T_camera)
             local = points @ camera_T_base[:3, :3].T + camera_T_base[:3, 3]
-            z = local[:, 2]
-            front = z > 1e-3
-            pixels = local[front] @ np.asarray(info.K, float).T
-            u = np.round(pixels[:, 0] / pixels[:, 2]).astype(int)
-            v = np.round(pixels[:, 1] / pixels[:, 2]).astype(int)
-            inside = (u >= 0) & (u < info.width) & (v >= 0) & (v < info.height)
-            index = np.flatnonzero(front)[inside]
+            index, u, v = pixels(local, info.K, info.width, info.height)
             frame = frames.frame(row, camera)
-            valid = frame.valid[v[inside], u[inside]]
-            reading = frame.depth[v[inside], u[inside]]
-            index, reading, expected = index[valid], reading[valid], z[index[valid]]
+            valid = frame.valid[v, u]
+            reading = frame.depth[v, u]
+            index, reading = index[valid], reading[valid]
+            expected = local[index, 2]
             plus[index] += np.abs(reading - expected) < tolerance
             minus[index] += reading > expected + tolerance
         return plus, minus
