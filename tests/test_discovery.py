@@ -162,7 +162,7 @@ def test_a_point_seen_by_a_camera_projects_back_onto_its_own_pixel(discovered):
         camera = session.cameras[name]
         frame = frames.frame(0, name)
         v, u = np.nonzero(frame.valid)
-        assert len(v) > 1000, name
+        assert len(v) > 100, name
         camera_T_base = np.linalg.inv(camera.base_T_camera)
         local = frame.points[v, u] @ camera_T_base[:3, :3].T + camera_T_base[:3, 3]
         rows, pu, pv = pixels(local, camera.info.K, camera.info.width, camera.info.height)
