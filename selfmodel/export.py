@@ -6,8 +6,9 @@ configurations), carved where the training sessions' cameras saw through it
 (:mod:`selfmodel.export_carving`), then
 
 - convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
-- a margin: by default the smallest inflation that puts the model's own 0.5 level set, sampled
-  afresh around every link (at training configurations for the free model), inside the pieces,
+- a margin: by default each link's own smallest inflation that puts the model's 0.5 level set,
+  sampled afresh around it (at training configurations for the free model), inside its pieces (a
+  link whose pieces hug its level set is not grown by what another link's corners needed),
 - sphere covers holding the inflated body, one budget for the whole body (:mod:`selfmodel.spheres`),
 - at every recorded configuration, links apart: overlapping bodies are refused, overlapping pieces
   cut and spheres shrunk (:mod:`selfmodel.export_separation`),
@@ -90,8 +91,8 @@ class CollisionExport:
     """The fitted export: per-link geometry in link frames (m), the margin, timings (s)."""
 
     links: dict[str, LinkCollision]
-    margin: float
-    margin_mode: str  # "auto" or "given"
+    margin: float  # m, the largest of ``margins``
+    margin_mode: str  # "auto" (each link its own) or "given" (one for all)
     seconds: dict[str, float] = field(default_factory=dict)
     joint_origins: dict[str, np.ndarray] = field(default_factory=dict)  # learned joint placements written
     joint_names: list[str] = field(default_factory=list)
@@ -101,6 +102,7 @@ class CollisionExport:
     recorded: Recorded | None = None
     separation: Separation | None = None
     carving: Carving | None = None
+    margins: dict[str, float] = field(default_factory=dict)  # m, link -> the margin its geometry grew by
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -266,17 +268,20 @@ class CollisionExporter:
             if progress is not None:
                 progress(done + 1, len(sources))
         if self.margin is None:
-            needed = max(link.margin_needed for link in links.values())
-            margin, mode = math.ceil(needed * 1e4) / 1e4, "auto"  # round up to 0.1 mm
-            check_margin(margin, bodies, "the measured margin", where)
+            # Each link grows by what its own level set needs outside its own pieces: the worst
+            # corner of one link says nothing about how far another's surface lies outside its pieces.
+            margins = {name: math.ceil(link.margin_needed * 1e4) / 1e4 for name, link in links.items()}  # up to 0.1 mm
+            mode = "auto"
+            check_margin(max(margins.values()), bodies, "the measured margin", where)
         else:
-            margin, mode = float(self.margin), "given"
+            margins, mode = {name: float(self.margin) for name in links}, "given"
+        margin = max(margins.values())
         start = time.perf_counter()
-        for link in links.values():
-            link.pieces = [_inflate(piece, margin, self.max_piece_vertices, rng) for piece in link.pieces]
+        for name, link in links.items():
+            link.pieces = [_inflate(piece, margins[name], self.max_piece_vertices, rng) for piece in link.pieces]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
-        targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
+        targets = [sphere_target(link, body, margins[link], rng) for link, body in bodies.items()]
         if poses is not None:
             limit_spheres(targets, bodies, poses, kinds)
         covers = fit_sphere_covers(targets, self.max_spheres, rng=rng)
@@ -299,7 +304,8 @@ class CollisionExporter:
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
-                               model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving)
+                               model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
+                               margins)
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
                        rng: np.random.Generator) -> tuple[float, int]:
@@ -516,6 +522,7 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
             "pieces_volume_m3": float(sum(piece.volume for piece in link.pieces)),
             "spheres_summed_volume_m3": link.spheres.summed_volume,
             "margin_needed_mm": 1000.0 * link.margin_needed,
+            "margin_mm": 1000.0 * export.margins.get(name, export.margin),
             "surface_samples": link.surface_samples,
             "touches_bounds": link.body.touches_bounds,
             "dropped_blob_fraction": link.body.dropped_fraction,

@@ -136,6 +136,18 @@ def test_pieces_contain_every_true_surface_point_and_spheres_all_but_a_sliver(ex
     assert report["margin_mode"] == "auto"
 
 
+def test_each_link_grows_by_its_own_measured_margin(exported):
+    """A link whose pieces hug its level set is not grown by another link's worst corner: each link's
+    margin is its own need rounded up to 0.1 mm; the report's margin is the largest of them."""
+    _, report, fitted = exported
+    margins = {link: row["margin_mm"] for link, row in report["links"].items()}
+    for link, row in report["links"].items():
+        assert row["margin_needed_mm"] - 1e-6 <= row["margin_mm"] <= row["margin_needed_mm"] + 0.1 + 1e-6, link
+        assert fitted.margins[link] * 1000 == pytest.approx(row["margin_mm"])
+    assert report["margin_mm"] == pytest.approx(max(margins.values()))
+    assert min(margins.values()) < max(margins.values())  # the stand-in's links do need different margins
+
+
 def test_the_cover_stays_close_to_the_body(exported):
     _, report, fitted = exported
     rng = np.random.default_rng(3)
