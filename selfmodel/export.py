@@ -270,7 +270,12 @@ class CollisionExporter:
         if self.margin is None:
             # Each link grows by what its own level set needs outside its own pieces: the worst
             # corner of one link says nothing about how far another's surface lies outside its pieces.
+            # Where a link's need is a lower bound (a free model's: no climb to the corners of the
+            # ragged cut from its parent, level sets at a few configurations), the links share the
+            # largest, as one body.
             margins = {name: math.ceil(link.margin_needed * 1e4) / 1e4 for name, link in links.items()}  # up to 0.1 mm
+            if not all(source.climb for source in sources):
+                margins = dict.fromkeys(margins, max(margins.values()))
             mode = "auto"
             check_margin(max(margins.values()), bodies, "the measured margin", where)
         else:
