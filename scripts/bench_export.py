@@ -499,8 +499,11 @@ def main() -> None:
         export, report = exported(workdir, rig, model, heldout)
         baseline = baseline_srdf(workdir, rig, session)
         rows = workdir / "rows" / rig
+        from capture.session import load_session
+
         results[rig] = {
             "report": report,
+            "mount_plane_z": load_session(session).mount_plane_z,
             "recorded": recorded_rows(export, session, baseline, args.mplib_python, rows),
             "truth": truth_rows(export, heldout, session, rows),
             "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout),
@@ -589,36 +592,48 @@ def write(results: dict, args) -> None:
                                             for name in ("export", "true meshes", "URDF collision meshes")])
         report = result["report"]
         srdf = report["srdf"]
-        notes.append(f"{rig}: margin {report['margin_mm']:.1f} mm ({report['margin_mode']}); SRDF over {srdf['samples']} "
+        margins = {link: row.get("margin_mm", report["margin_mm"]) for link, row in report["links"].items()}
+        mount = result.get("mount_plane_z")
+        notes.append(f"{rig}: the sessions state " + ("no mount plane" if mount is None else
+                                                      f"the surface the base stands on, z = {mount:g} m") + "; margin ("
+                     f"{report['margin_mode']}) "
+                     + ", ".join(f"{link} {value:.1f}" for link, value in margins.items())
+                     + f" mm; SRDF over {srdf['samples']} "
                      f"samples: {srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always "
                      f"(threshold {100 * srdf['always_threshold']:g} %), {srdf['never']} never, {srdf['enabled']} enabled "
                      f"of {srdf['checked_pairs']} pairs; {srdf['kept_enabled']} kept enabled because the description's meshes "
                      f"can touch; separation: {report['separation']}; planning failures: "
                      + "; ".join(f"{name} {planning[name]['failures']}" for name in ("export", "true meshes", "URDF collision meshes")))
         refused = result["refused_ends"]["rows"]
-        obstacle = [row["true_clearance_mm"] for row in refused if row["pair"].startswith("obstacle:") or
-                    "/obstacle:" in row["pair"]]
         if refused:
-            own = [row["true_clearance_mm"] for row in refused if row not in [r for r in refused if
-                   r["pair"].startswith("obstacle:") or "/obstacle:" in r["pair"]] and row["true_clearance_mm"] is not None]
-            pairs = sorted({row["pair"] for row in refused if "obstacle:" not in row["pair"]})
+            def is_box(row):
+                return "obstacle:" in row["pair"]
 
             def spread(values):
                 return f"{min(values):.1f}-{max(values):.1f} mm, median {float(np.median(values)):.1f} mm" if values else "-"
 
+            boxes = [row["true_clearance_mm"] for row in refused if is_box(row) and row["true_clearance_mm"] is not None]
+            own = [row["true_clearance_mm"] for row in refused if not is_box(row) and row["true_clearance_mm"] is not None]
             notes.append(f"{rig}: planning ends free for the true arm that the export refuses: "
                          f"{len({(row['query'], row['end']) for row in refused})} ends, {len(refused)} contacts: "
-                         f"{len(obstacle)} with a box (the true arm's meshes {spread(obstacle)} from it there, inside the "
-                         f"{report['margin_mm']:.1f} mm margin plus the model's error), {len(refused) - len(obstacle)} "
-                         f"between the arm's own links ({', '.join(pairs)}; the true meshes {spread(own)} apart there): the "
-                         f"exported pieces stand out of the true surface by {result['truth']['export']['pieces']['protrusion_p95_mm']:.1f} mm "
-                         f"at the 95th percentile against a {report['margin_mm']:.1f} mm margin: what remains of the learned "
-                         "bodies' bulk after the carving (space no camera saw through: the base below the floor, which these "
-                         "sessions do not state, and link6's matter that the model gives to link5; scripts/export_excess.py)")
+                         f"{len(refused) - len(own)} with a box (the true arm's meshes {spread(boxes)} from it there), "
+                         f"{len(own)} between the arm's own links (the true meshes {spread(own)} apart there); the exported "
+                         f"pieces stand out of the true surface by "
+                         f"{result['truth']['export']['pieces']['protrusion_p95_mm']:.1f} mm at the 95th percentile. Each "
+                         "contact, with the margins of the links it names:\n\n"
+                         + table(["query", "end", "pair", "true clearance mm", "margins mm"],
+                                 [[row["query"], row["end"], row["pair"],
+                                   "-" if row["true_clearance_mm"] is None else f"{row['true_clearance_mm']:.1f}",
+                                   " / ".join(f"{margins[link]:.1f}" for link in row["pair"].split("/") if link in margins)]
+                                  for row in sorted(refused, key=lambda row: (row["pair"], row["query"]))]) + "\n")
         carving = report.get("carving") or {}
         if carving.get("status") == "carved":
+            below = sum(volume * carving.get("below_mount", {}).get(link, 0) / max(carving["cells_removed"].get(link, 1), 1)
+                        for link, volume in carving["volume_removed_cm3"].items())
             notes.append(f"{rig}: carving by the training depth images: {sum(carving['volume_removed_cm3'].values()):.0f} cm3 "
-                         f"removed where a camera saw through at >= {carving['min_poses']} of {carving['poses']} recorded poses ("
+                         f"removed where a camera saw through (the reading beyond the cell by {carving['sigmas']:g} depth-noise "
+                         f"sigma plus half a cell's diagonal) or that lay below the stated mount plane "
+                         f"({below:.0f} cm3 of it), at >= {carving['min_poses']} of {carving['poses']} recorded poses ("
                          + ", ".join(f"{link} {volume:.0f}" for link, volume in carving["volume_removed_cm3"].items() if volume >= 1)
                          + " cm3)")
         elif carving:
