@@ -93,7 +93,7 @@ def export(
         recorded = report["recorded_poses_in_collision"]
         srdf = report["srdf"]
         typer.echo(f"{out}: free at all {recorded['configurations']} recorded poses (URDF + SRDF as a planner loads "
-                   f"them, and the spheres); {len(report['links'])} links, margin up to {report['margin_mm']:.1f} mm "
+                   f"them, and the spheres); {len(report['links'])} links, margin {report['margin_mm']:.1f} mm "
                    f"({report['margin_mode']}), {sum(row['pieces'] for row in report['links'].values())} convex pieces, "
                    f"{report['spheres_total']} spheres; SRDF disables {len(srdf['disabled'])} of {srdf['checked_pairs']} "
                    f"pairs ({srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always, "
