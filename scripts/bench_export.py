@@ -576,7 +576,7 @@ def write(results: dict, args) -> None:
                              f"{100 * spheres['surface_coverage']:.2f}", f"{spheres['protrusion_p95_mm']:.1f}",
                              f"{spheres['volume_ratio']:.2f}", f"{spheres['summed_volume_ratio']:.2f}"])
         for budget, floor in result["floor"].items():
-            if budget == "seconds":
+            if not budget.isdigit():  # the row's seconds, inputs
                 continue
             sphere_table.append([rig, f"same fit on the true meshes, {budget} spheres (floor)", floor["count"],
                                  f"{100 * floor['surface_coverage']:.2f}", f"{floor['protrusion_p95_mm']:.1f}",
