@@ -8,7 +8,8 @@ configurations), carved where the training sessions' cameras saw through it
 - convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
 - a margin: by default the smallest inflation that puts the model's own 0.5 level set, sampled
   afresh around every link (at training configurations for the free model), inside the pieces,
-- sphere covers holding the inflated body, one budget for the whole body (:mod:`selfmodel.spheres`),
+- sphere covers holding the inflated body, one budget for the arm's links (:mod:`selfmodel.spheres`), the
+  calibration board a session declares on the tip its own group with its own (:mod:`selfmodel.sphere_groups`),
 - at every recorded configuration, links apart: overlapping bodies are refused, overlapping pieces
   cut and spheres shrunk (:mod:`selfmodel.export_separation`),
 

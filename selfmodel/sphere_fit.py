@@ -106,8 +106,8 @@ def directions(count: int) -> np.ndarray:
 def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iterations: int = 400, cushion: float = 0.001,
                   step: float = 5e-4, shell_points: int = 64, interior_points: int = 3000,
                   rng: np.random.Generator | None = None, coverage_start: float = 30.0,
-                  coverage_end: float = 3e4, allowed_gap: float = 0.0, verbose: bool = False) -> tuple[dict, dict]:
-    """``covers`` (link -> SphereCover, one per target) moved and resized jointly; returns the new
+                  coverage_end: float = 3e4, verbose: bool = False) -> tuple[dict, dict]:
+    """``covers`` (target key -> SphereCover: the link, or ``link#group``) moved and resized jointly; returns the new
     covers and what the fit reports (``uncovered``: link -> share of its surface points it could not
     hold next to a touching neighbour).
 
@@ -199,7 +199,7 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
     uncovered = {}
     for t in targets:
         room = _room(result, contacts, t.key)
-        result[t.key], uncovered[t.key] = hold_surface(result[t.key], t, room, allowed_gap)
+        result[t.key], uncovered[t.key] = hold_surface(result[t.key], t, room)
     return result, {"uncovered": uncovered, "iterations": iterations}
 
 
@@ -219,7 +219,7 @@ def _room(covers: dict, contacts: list[Contact], link: str) -> np.ndarray:
     return room
 
 
-def hold_surface(cover, target, room: np.ndarray | None = None, allowed_gap: float = 0.0) -> tuple[object, float]:
+def hold_surface(cover, target, room: np.ndarray | None = None) -> tuple[object, float]:
     """Each surface point still outside grows its nearest sphere that may grow so far: not into a
     checked link's body at a recorded configuration, nor by more than its ``room`` (k,) m. A point
     none may take, next to a touching neighbour, is taken back to the body's own surface (the
@@ -241,7 +241,7 @@ def hold_surface(cover, target, room: np.ndarray | None = None, allowed_gap: flo
     for attempt in range(2):
         distance = np.linalg.norm(left[:, None] - centres[None], axis=2)
         need = distance - radii[None]
-        rows = np.flatnonzero(need.min(axis=1) > (allowed_gap if attempt == 0 else 0.0))
+        rows = np.flatnonzero(need.min(axis=1) > 0)
         # The nearest sphere (by how much it must grow) that may grow that far.
         allowed = np.where(distance[rows] <= limit[None], need[rows], np.inf)
         nearest = np.argmin(allowed, axis=1)

@@ -76,7 +76,10 @@ def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Gener
 def split_board(body: LinkBody, plate, grow: float, where: str = "model") -> tuple[LinkBody, LinkBody | None]:
     """The tip's body apart into the arm's part and the board's: body cells inside the plate's box
     grown by ``grow`` m (the learned plate is thicker than the real one) belong to the board. The
-    board is None when no cell lies there (then the tip keeps its whole body)."""
+    board is None when either part has too few cells to be a body (a learned plate thinner than two
+    cells): then the tip keeps its whole body and budget, and the report counts no board spheres."""
+    from rigs.errors import InputError
+
     box = plate.bounding_box_oriented
     board_T_tip = np.linalg.inv(np.asarray(box.primitive.transform, dtype=float))
     half = 0.5 * np.asarray(box.primitive.extents, dtype=float) + grow
@@ -98,7 +101,10 @@ def split_board(body: LinkBody, plate, grow: float, where: str = "model") -> tup
         return link_body(body.link, occupancy, body.origin, body.origin + body.voxel * (np.array(mask.shape) - 1),
                          body.voxel, 0.5, keep_fraction=0.0, where=where)
 
-    return part(arm_cells), part(board_cells)
+    try:
+        return part(arm_cells), part(board_cells)
+    except InputError:
+        return body, None
 
 
 def group_contacts(contacts: list[Contact], groups: dict[str, list[str]]) -> list[Contact]:

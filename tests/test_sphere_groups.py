@@ -137,3 +137,65 @@ def test_the_board_group_holds_the_plate_and_frees_the_arm(grouped):
     # together (they stand far off the plate, and the capsule's spheres grow to reach it).
     assert board_p95 < 0.022, board_p95
     assert arm_p95 < 0.5 * single_p95, (arm_p95, single_p95)
+
+
+def test_a_negative_board_budget_is_refused():
+    from rigs.errors import InputError
+    from selfmodel.export import CollisionExporter
+
+    with pytest.raises(InputError, match="--board-spheres -1"):
+        CollisionExporter(board_spheres=-1).check()
+
+
+@pytest.fixture(scope="module")
+def board_export(tmp_path_factory):
+    """The export's stand-in arm (tests/test_export.py) with a declared board on its tip, link2."""
+    from test_export import URDF, StandInModel
+
+    from selfmodel.export import CollisionExporter, write_export
+
+    model = StandInModel()
+    # A 5 x 4 board of 20 mm squares facing along the tip's x axis, 5 mm past link2's end.
+    rotation = trimesh.transformations.rotation_matrix(np.pi / 2, [0, 1, 0])
+    model.board = {"squares": [5, 4], "square_m": 0.02,
+                   "tip_T_board_nominal": (trimesh.transformations.translation_matrix([0.359, 0, 0]) @ rotation).tolist()}
+    exporter = CollisionExporter(max_spheres=24, board_spheres=30, max_pieces=4, srdf_samples=2000, voxel=0.003, seed=0)
+    fitted = exporter.fit(model)
+    out = tmp_path_factory.mktemp("board") / "collision"
+    report = write_export(fitted, URDF, out, exporter.srdf_samples)
+    return out, report, fitted, model
+
+
+def test_the_board_gets_its_own_spheres_listed_under_the_tip(board_export):
+    import xml.etree.ElementTree as ET
+
+    import yaml
+
+    from selfmodel.spheres import SphereCover
+    from selfmodel.training import board_mesh
+
+    out, report, fitted, model = board_export
+    assert 1 <= report["spheres_board"] <= 30 and report["links"]["link2"]["spheres_board"] == report["spheres_board"]
+    assert report["spheres_arm"] <= 24
+    assert report["spheres_arm"] + report["spheres_board"] == report["spheres_total"]
+    spheres = yaml.safe_load((out / "curobo_spheres.yml").read_text())["collision_spheres"]
+    robot = yaml.safe_load((out / "curobo_robot.yml").read_text())["robot_cfg"]["kinematics"]
+    links = {link.get("name") for link in ET.parse(out / "robot.urdf").getroot().iter("link")}
+    assert set(spheres) <= links and set(robot["collision_link_names"]) <= links
+    assert sum(len(items) for items in spheres.values()) == report["spheres_total"]
+    assert robot["collision_spheres"] == spheres
+    tip = spheres["link2"]
+    board = SphereCover(np.array([s["center"] for s in tip[-report["spheres_board"]:]]),
+                        np.array([s["radius"] for s in tip[-report["spheres_board"]:]]))
+    # The whole tip's spheres hold the real plate; the board's own are small, as a thin plate needs.
+    plate = board_mesh(model.board)
+    points = np.asarray(plate.sample(5000, seed=2))
+    gaps = fitted.links["link2"].spheres.outside_distance(points)
+    assert np.mean(gaps <= 1e-9) > 0.99 and gaps.max() < 0.002, (np.mean(gaps <= 1e-9), gaps.max())
+    # Measured: median radius 16 mm for a 3.5 mm plate (the learned plate and the 3 mm grid make it
+    # some 8 mm thick, plus the margin); every centre on the plate.
+    assert np.median(board.radii) < 0.022, board.radii
+    from scipy.spatial import cKDTree
+
+    distance, _ = cKDTree(np.asarray(plate.sample(40_000, seed=4))).query(board.centres)
+    assert distance.max() < 0.012, distance.max()
