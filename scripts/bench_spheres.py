@@ -329,6 +329,17 @@ def write(results: dict, args) -> None:
                      f"file and {consumer['spheres_in_robot_file']} in the robot file (same: {consumer['same_spheres']}); "
                      f"surface the spheres leave next to a touching neighbour {row['uncovered_near_contact'] or {}}; "
                      f"{row['seconds']:.0f} s for the whole export.")
+    if "before" in learned and len(learned) > 1:
+        before, after = learned["before"], learned[list(learned)[-1]]
+        worse = {link: (share, (after["uncovered_near_contact"] or {}).get(link, 0.0))
+                 for link, share in (before["uncovered_near_contact"] or {}).items()
+                 if (after["uncovered_near_contact"] or {}).get(link, 0.0) > share}
+        notes.append(f"- Learned export, whole-body surface coverage {100 * before['whole']['surface_coverage']:.2f} % "
+                     f"before, {100 * after['whole']['surface_coverage']:.2f} % after (bar 99.5): the share of a link's "
+                     "held surface its spheres cannot reach next to a neighbour it nearly touches at a recorded pose "
+                     "rose where the board's small spheres, kept apart from the other links at all 300 recorded poses, "
+                     "take the room: " + ", ".join(f"{link} {100 * a:.1f} % -> {100 * b:.1f} %" for link, (a, b) in worse.items())
+                     + ". `--board-spheres 0` gives the fit as before.")
     notes.append("- The learned export's arm protrusion is the learned body's own excess over the true arm, not the "
                  "fit's: the same fit on the true meshes gives the arm a p95 of about 19 mm, the learned bodies stand "
                  "out of the true surface by 11.3 mm at the 95th percentile as pieces (link5 by up to 70 mm where no "
