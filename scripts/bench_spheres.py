@@ -334,12 +334,15 @@ def write(results: dict, args) -> None:
         worse = {link: (share, (after["uncovered_near_contact"] or {}).get(link, 0.0))
                  for link, share in (before["uncovered_near_contact"] or {}).items()
                  if (after["uncovered_near_contact"] or {}).get(link, 0.0) > share}
+        counts = ", ".join(f"{before['per_link'][link]} -> {after['per_link'][link]}" for link in worse)
         notes.append(f"- Learned export, whole-body surface coverage {100 * before['whole']['surface_coverage']:.2f} % "
                      f"before, {100 * after['whole']['surface_coverage']:.2f} % after (bar 99.5): the share of a link's "
                      "held surface its spheres cannot reach next to a neighbour it nearly touches at a recorded pose "
-                     "rose where the board's small spheres, kept apart from the other links at all 300 recorded poses, "
-                     "take the room: " + ", ".join(f"{link} {100 * a:.1f} % -> {100 * b:.1f} %" for link, (a, b) in worse.items())
-                     + ". `--board-spheres 0` gives the fit as before.")
+                     "rose (" + ", ".join(f"{link} {100 * a:.1f} % -> {100 * b:.1f} %" for link, (a, b) in worse.items())
+                     + "; those links' spheres " + counts + "): "
+                     "more, smaller spheres on the arm's links, and the board's own kept apart from them at all 300 "
+                     "recorded poses, leave less room to grow into there; which of the two weighs more was not separated"
++ ". `--board-spheres 0` gives the fit as before.")
     notes.append("- The learned export's arm protrusion is the learned body's own excess over the true arm, not the "
                  "fit's: the same fit on the true meshes gives the arm a p95 of about 19 mm, the learned bodies stand "
                  "out of the true surface by 11.3 mm at the 95th percentile as pieces (link5 by up to 70 mm where no "
