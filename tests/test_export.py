@@ -164,6 +164,8 @@ def test_the_cover_stays_close_to_the_body(exported):
         assert 1 <= row["pieces"] <= 4 and 1 <= row["spheres"]
         assert max(row["vertices_per_piece"]) <= 64
     assert report["spheres_total"] <= 36
+    # No board declared: every sphere is the arm's.
+    assert report["spheres_arm"] == report["spheres_total"] and report["spheres_board"] == 0
 
 
 def test_urdf_keeps_visuals_replaces_collisions_and_loads_in_pinocchio_and_pybullet(exported):
