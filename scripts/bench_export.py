@@ -37,31 +37,56 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import table, write_section  # noqa: E402
+from benchlib import cached_row, file_digests, table, write_section  # noqa: E402
 
 RIGS = ("xarm6-cameras", "xarm6-cameras-crashed", "panda-cameras")
 TRAIN_SEED, HELDOUT_SEED = 1, 101
 TRAIN_POSES, HELDOUT_POSES, TRUTH_POSES = 300, 30, 20
 SCENES, BOXES = 10, 3
+WORLDS = ("export", "true meshes", "URDF collision meshes")
+SLUG = {"export": "export", "true meshes": "true", "URDF collision meshes": "urdf"}
 TARGETS = {"surface_coverage": 0.995, "sphere_p95_mm": 10.0, "spheres": 64, "sphere_volume": 1.8, "planning_points": 5.0}
 
 
-def cached(path: Path, compute, quiet: bool = False):
-    """The JSON at ``path``, computed and written the first time."""
-    if path.is_file():
-        if not quiet:
-            print(f"reusing {path}", flush=True)
-        return json.loads(path.read_text())
-    if not quiet:
-        print(f"computing {path.name} ...", flush=True)
-    start = time.perf_counter()
-    result = compute()
-    result["seconds"] = time.perf_counter() - start
-    from selfcal.ui import to_jsonable
+def cached(path: Path, compute, inputs: dict | None = None, quiet: bool = False):
+    """The JSON at ``path``, computed and written the first time, and again when ``inputs`` (what the
+    row measured: content hashes of its files) differ from those it was measured on."""
+    return cached_row(path, compute, inputs, quiet)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_jsonable(result)))
-    return result
+
+def export_inputs(export: Path, kind: str) -> dict:
+    """What a row reads of an export, as content hashes: ``pieces``, the URDF with its collision
+    meshes and the SRDF as a planner loads them; ``spheres``, the URDF that poses the links and
+    curobo_spheres.yml. Both with the held joints the export report states."""
+    from rigs import urdf as urdf_io
+
+    report = json.loads((export / "export_report.json").read_text())
+    held = {"export/held_joints": json.dumps(report.get("held_joints") or {}, sort_keys=True)}
+    if kind == "spheres":
+        return {**file_digests(export, ["robot.urdf", "curobo_spheres.yml"], "export"), **held}
+    tree = urdf_io.parse_urdf(export / "robot.urdf")
+    meshes = [collision.find("geometry/mesh").get("filename") for link in tree.getroot().findall("link")
+              for collision in link.findall("collision") if collision.find("geometry/mesh") is not None]
+    return {**file_digests(export, ["robot.urdf", "robot.srdf", *meshes], "export"), **held}
+
+
+def session_inputs(session: Path, kind: str, label: str = "session") -> dict:
+    """What a row reads of a session, as content hashes: ``description``, its URDF and meshes and
+    recorded joint angles (the joint limits, the reach the obstacles are placed by); ``truth``, those
+    and its truth/ folder (the true meshes, the board's true mount). The manifest's robot and board
+    entries count as stated values; the rest of it (the tool's version, the scene) does not."""
+    manifest = json.loads((session / "session.json").read_text())
+    names = ["robot.urdf", "joints.csv"] + [str(path.relative_to(session)) for path in sorted((session / "meshes").rglob("*"))
+                                             if path.is_file()]
+    stated = {f"{label}/manifest.robot": json.dumps(manifest.get("robot"), sort_keys=True),
+              f"{label}/manifest.board": json.dumps((manifest.get("sensors") or {}).get("board"), sort_keys=True)}
+    if kind == "truth":
+        # Of the true parameters, the true arm's solids read only the board's true mount.
+        names += [str(path.relative_to(session)) for path in sorted((session / "truth").rglob("*"))
+                  if path.is_file() and path.name != "parameters.json"]
+        parameters = json.loads((session / "truth" / "parameters.json").read_text())
+        stated[f"{label}/truth/parameters.tip_T_board"] = json.dumps(parameters.get("tip_T_board"))
+    return {**file_digests(session, names, label), **stated}
 
 
 def captured(workdir: Path, rig: str, poses: int, seed: int) -> Path:
@@ -127,20 +152,41 @@ def worlds(export: Path, session: Path, baseline: Path, obstacles=()):
     }
 
 
-def recorded_rows(export: Path, session: Path, baseline: Path, mplib_python: str | None) -> dict:
+def recorded_rows(export: Path, session: Path, baseline: Path, mplib_python: str | None, cache: Path) -> dict:
+    """Recorded poses in self-collision per world. The export's pieces (coal, and mplib), the
+    spheres (the export's own cuRobo check, read from its report each run) and the URDF's meshes
+    are cached apart, each against the files it reads."""
     from capture.session import load_session
+    from selfmodel.collision_world import CollisionWorld
 
     loaded = load_session(session)
-    found = {}
-    for name, world in worlds(export, session, baseline).items():
-        if name == "true meshes":
-            continue
-        found[name] = int(sum(bool(world.colliding_pairs(q)) for q in loaded.q))
     report = json.loads((export / "export_report.json").read_text())
+    held = report.get("held_joints") or loaded.held_joints
+
+    def pieces() -> dict:
+        world = CollisionWorld(export / "robot.urdf", loaded.joint_names, loaded.base_link, srdf=export / "robot.srdf",
+                               held=held)
+        found = {"export": int(sum(bool(world.colliding_pairs(q)) for q in loaded.q))}
+        if mplib_python:
+            found["export in mplib 0.2.1"] = _mplib(mplib_python, export / "robot.urdf", export / "robot.srdf",
+                                                    loaded.tip_link, loaded.q, loaded.joint_names,
+                                                    report.get("held_joints") or {})
+        return found
+
+    def description() -> dict:
+        world = CollisionWorld(loaded.urdf_path, loaded.joint_names, loaded.base_link, srdf=baseline,
+                               held=loaded.held_joints, convex=False)
+        return {"URDF collision meshes": int(sum(bool(world.colliding_pairs(q)) for q in loaded.q))}
+
+    found = {}
+    mplib = {"mplib": str(bool(mplib_python))}
+    found.update(cached(cache / "recorded-export.json", pieces,
+                        {**export_inputs(export, "pieces"), **session_inputs(session, "description"), **mplib}))
+    found.update(cached(cache / "recorded-urdf.json", description,
+                        {**session_inputs(session, "description"), **file_digests(baseline.parent, [baseline.name], "baseline")}))
+    found.pop("seconds", None)
+    found.pop("inputs", None)
     found["spheres (cuRobo's check)"] = report["recorded_poses_in_collision"]["spheres"]["poses"]
-    if mplib_python:
-        found["export in mplib 0.2.1"] = _mplib(mplib_python, export / "robot.urdf", export / "robot.srdf",
-                                                loaded.tip_link, loaded.q, loaded.joint_names, report.get("held_joints") or {})
     found["poses"] = len(loaded.q)
     return found
 
@@ -167,39 +213,59 @@ def _mplib(python: str, urdf: Path, srdf: Path, tip: str, q: np.ndarray, joints:
     return int(output.strip().splitlines()[-1])
 
 
-def truth_rows(export: Path, heldout: Path, session: Path) -> dict:
+def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
+    """The export's pieces, its spheres and the URDF's collision meshes against the true meshes at the
+    held-out poses; each cached against the files it reads (new spheres recompute only theirs)."""
     from capture.session import load_session
     from selfmodel.export_truth import PosedExport, description_pieces, evaluate_export, load_truth
     from selfmodel.export_separation import pair_kinds  # noqa: F401  (imports coal after open3d)
 
-    from rigs import urdf as urdf_io
-    from selfmodel.collision import ConvexPiece, polytope
-    from selfmodel.spheres import SphereCover
-    import trimesh
-    import yaml
-
-    truth = load_truth(heldout, load_session(heldout).pose_ids[:TRUTH_POSES])
+    base = load_session(session).base_link
     report = json.loads((export / "export_report.json").read_text())
     held = report.get("held_joints") or {}
-    pieces = {}
-    tree = urdf_io.parse_urdf(export / "robot.urdf")
-    for link in tree.getroot().findall("link"):
-        for collision in link.findall("collision"):
-            mesh = trimesh.load(export / collision.find("geometry/mesh").get("filename"), force="mesh")
-            from scipy.spatial import ConvexHull
+    truth_at = {}
 
-            hull = ConvexHull(mesh.vertices)
-            pieces.setdefault(link.get("name"), []).append(polytope(hull.equations[:, :3], -hull.equations[:, 3]))
-    spheres = {link: SphereCover(np.array([s["center"] for s in items]), np.array([s["radius"] for s in items]))
-               for link, items in yaml.safe_load((export / "curobo_spheres.yml").read_text())["collision_spheres"].items()}
-    base = load_session(session).base_link
-    rows = {"export": evaluate_export(PosedExport(export / "robot.urdf", base, pieces, spheres, held), truth,
-                                      np.random.default_rng(5), volume_samples=50_000)}
-    loaded = load_session(heldout)
-    rows["URDF collision meshes"] = evaluate_export(
-        PosedExport(loaded.urdf_path, base, description_pieces(loaded.urdf_path, truth.link_names), {}, loaded.held_joints),
-        truth, np.random.default_rng(5), volume_samples=50_000)
-    return rows
+    def truth():
+        if "truth" not in truth_at:
+            truth_at["truth"] = load_truth(heldout, load_session(heldout).pose_ids[:TRUTH_POSES])
+        return truth_at["truth"]
+
+    def pieces() -> dict:
+        from rigs import urdf as urdf_io
+        from scipy.spatial import ConvexHull
+        from selfmodel.collision import polytope
+        import trimesh
+
+        found = {}
+        for link in urdf_io.parse_urdf(export / "robot.urdf").getroot().findall("link"):
+            for collision in link.findall("collision"):
+                mesh = trimesh.load(export / collision.find("geometry/mesh").get("filename"), force="mesh")
+                hull = ConvexHull(mesh.vertices)
+                found.setdefault(link.get("name"), []).append(polytope(hull.equations[:, :3], -hull.equations[:, 3]))
+        return evaluate_export(PosedExport(export / "robot.urdf", base, found, {}, held), truth(),
+                               np.random.default_rng(5), volume_samples=50_000, kinds=("pieces",))
+
+    def spheres() -> dict:
+        from selfmodel.spheres import SphereCover
+        import yaml
+
+        covers = {link: SphereCover(np.array([s["center"] for s in items]), np.array([s["radius"] for s in items]))
+                  for link, items in yaml.safe_load((export / "curobo_spheres.yml").read_text())["collision_spheres"].items()}
+        return evaluate_export(PosedExport(export / "robot.urdf", base, {}, covers, held), truth(),
+                               np.random.default_rng(5), volume_samples=50_000, kinds=("spheres",))
+
+    def description() -> dict:
+        loaded = load_session(heldout)
+        return evaluate_export(
+            PosedExport(loaded.urdf_path, base, description_pieces(loaded.urdf_path, truth().link_names), {},
+                        loaded.held_joints), truth(), np.random.default_rng(5), volume_samples=50_000)
+
+    held_out = session_inputs(heldout, "truth", "heldout")
+    export_pieces = cached(cache / "truth-export-pieces.json", pieces, {**export_inputs(export, "pieces"), **held_out})
+    export_spheres = cached(cache / "truth-export-spheres.json", spheres, {**export_inputs(export, "spheres"), **held_out})
+    urdf = cached(cache / "truth-urdf.json", description, held_out)
+    return {"export": {"pieces": export_pieces["pieces"], "spheres": export_spheres["spheres"]},
+            "URDF collision meshes": {kind: urdf[kind] for kind in ("pieces", "spheres") if kind in urdf}}
 
 
 def floor_rows(heldout: Path, budgets=(64, 128)) -> dict:
@@ -268,76 +334,103 @@ def reach_of(session: Path) -> float:
     return float(max(np.linalg.norm(world.link_pose(loaded.tip_link, row)[:3, 3]) for row in q))
 
 
+def fitter_inputs() -> dict:
+    """The sphere fitter's own code, hashed: the floor rows measure the fitter, not an export."""
+    import hashlib
+    import inspect
+
+    from selfmodel import export
+
+    root = Path(__file__).resolve().parent.parent
+    found = file_digests(root / "selfmodel", ["spheres.py", "sphere_fit.py"], "code")
+    found["code/export.sphere_target"] = hashlib.sha256(inspect.getsource(export.sphere_target).encode()).hexdigest()
+    return found
+
+
 def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, cache: Path) -> dict:
-    """Each scene's counts are cached on their own (``cache``/scene-S-N.json): a run stopped part way
-    resumes where it stood."""
+    """Each scene's configurations flagged by each world are cached on their own
+    (``cache``/scene-S-N-WORLD.json, against the files that world reads): a run stopped part way
+    resumes where it stood, and a new export recomputes only its own flags."""
     lower, upper = limits(session)
     all_scenes = scenes(np.random.default_rng(11), reach_of(session))
     per = configurations // len(all_scenes)
     counts = {"configurations": 0, "true collisions": 0, "export": {"missed": 0, "false_alarms": 0, "flagged": 0},
               "URDF collision meshes": {"missed": 0, "false_alarms": 0, "flagged": 0}}
+    inputs = {"true meshes": session_inputs(session, "truth"),
+              "export": {**export_inputs(export, "pieces"), **session_inputs(session, "description")},
+              "URDF collision meshes": {**session_inputs(session, "description"),
+                                        **file_digests(baseline.parent, [baseline.name], "baseline")}}
     for index, boxes in enumerate(all_scenes):
-        scene = cached(cache / f"scene-{index}-{per}.json", lambda: _scene_misses(
-            worlds(export, session, baseline, boxes), np.random.default_rng([11, index]).uniform(lower, upper, (per, len(lower)))))
-        for key in ("configurations", "true collisions"):
-            counts[key] += scene[key]
+        built = {}
+
+        def flags(name: str) -> dict:
+            if not built:
+                built.update(worlds(export, session, baseline, boxes))
+            qs = np.random.default_rng([11, index]).uniform(lower, upper, (per, len(lower)))
+            return {"configurations": per, "flagged": [k for k, q in enumerate(qs) if built[name].collides(q)]}
+
+        found = {name: set(cached(cache / f"scene-{index}-{per}-{SLUG[name]}.json", lambda: flags(name), inputs[name],
+                                  quiet=True)["flagged"]) for name in WORLDS}
+        truth = found["true meshes"]
+        counts["configurations"] += per
+        counts["true collisions"] += len(truth)
         for name in ("export", "URDF collision meshes"):
-            for key in ("missed", "false_alarms", "flagged"):
-                counts[name][key] += scene[name][key]
+            counts[name]["flagged"] += len(found[name])
+            counts[name]["missed"] += len(truth - found[name])
+            counts[name]["false_alarms"] += len(found[name] - truth)
         print(f"  {counts['configurations']} configurations, {counts['export']['missed']} missed by the export", flush=True)
     return counts
 
 
-def _scene_misses(world: dict, qs: np.ndarray) -> dict:
-    counts = {"configurations": len(qs), "true collisions": 0, "export": {"missed": 0, "false_alarms": 0, "flagged": 0},
-              "URDF collision meshes": {"missed": 0, "false_alarms": 0, "flagged": 0}}
-    for q in qs:
-        truth = world["true meshes"].collides(q)
-        counts["true collisions"] += int(truth)
-        for name in ("export", "URDF collision meshes"):
-            flagged = world[name].collides(q)
-            counts[name]["flagged"] += int(flagged)
-            counts[name]["missed"] += int(truth and not flagged)
-            counts[name]["false_alarms"] += int(flagged and not truth)
-    return counts
+def planning_inputs(export: Path, session: Path, baseline: Path) -> dict:
+    """Per world, what its planning rows read: every world plans between ends drawn free for the
+    true arm and is replayed on it, so each also reads the session's truth."""
+    truth = session_inputs(session, "truth")
+    return {"true meshes": truth, "export": {**export_inputs(export, "pieces"), **truth},
+            "URDF collision meshes": {**truth, **file_digests(baseline.parent, [baseline.name], "baseline")}}
+
+
+def query_ends(world: dict, k: int, lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
+    """Query k's start and goal: its own seed's first two draws free for the true arm."""
+    rng, ends = np.random.default_rng([23, k]), []
+    while len(ends) < 2:
+        q = rng.uniform(lower, upper)
+        if not world["true meshes"].collides(q):
+            ends.append(q)
+    return ends
 
 
 def planning_rows(export: Path, session: Path, baseline: Path, queries: int, checks: int, cache: Path,
                   seconds: float = 60.0) -> dict:
-    """Query k (of scene k mod 10) draws its ends from its own seed and is cached on its own
-    (``cache``/query-K.json), so a run stopped part way resumes, and a longer run reuses the first queries."""
+    """Query k (of scene k mod 10) draws its ends from its own seed; each world's outcome is cached on
+    its own (``cache``/query-K-Cchecks-WORLD.json, against the files that world reads), so a run
+    stopped part way resumes, a longer run reuses the first queries, and a new export replans only
+    its own world."""
     from selfmodel.planning import plan, replay
 
     lower, upper = limits(session)
     all_scenes = scenes(np.random.default_rng(23), reach_of(session))
-    names = ("export", "true meshes", "URDF collision meshes")
-    result = {name: {"solved": 0, "colliding_paths": 0, "failures": {}, "seconds": 0.0} for name in names}
+    result = {name: {"solved": 0, "colliding_paths": 0, "failures": {}, "seconds": 0.0} for name in WORLDS}
+    inputs = planning_inputs(export, session, baseline)
     built: dict[int, dict] = {}
 
-    def one(k: int) -> dict:
+    def one(k: int, name: str) -> dict:
         index = k % len(all_scenes)
         if index not in built:
             built.clear()
             built[index] = worlds(export, session, baseline, all_scenes[index])
-        world, rng = built[index], np.random.default_rng([23, k])
-        ends = []
-        while len(ends) < 2:
-            q = rng.uniform(lower, upper)
-            if not world["true meshes"].collides(q):
-                ends.append(q)
-        rows = {}
-        for name, planner_world in world.items():
-            outcome = plan(planner_world, ends[0], ends[1], lower, upper, seconds=seconds, seed=k, checks=checks)
-            rows[name] = {"solved": bool(outcome.solved), "reason": outcome.reason, "seconds": outcome.seconds,
-                          "colliding": bool(outcome.solved and replay(world["true meshes"], outcome.path) is not None)}
-        return rows
+        world = built[index]
+        ends = query_ends(world, k, lower, upper)
+        outcome = plan(world[name], ends[0], ends[1], lower, upper, seconds=seconds, seed=k, checks=checks)
+        return {"solved": bool(outcome.solved), "reason": outcome.reason, "seconds": outcome.seconds,
+                "colliding": bool(outcome.solved and replay(world["true meshes"], outcome.path) is not None)}
 
     # Scene by scene, so each scene's worlds are built once.
     order = sorted(range(queries), key=lambda k: (k % len(all_scenes), k))
     for done, k in enumerate(order, 1):
-        rows = cached(cache / f"query-{k}-{checks}checks.json", lambda: one(k), quiet=True)
-        for name in names:
-            row = rows[name]
+        for name in WORLDS:
+            row = cached(cache / f"query-{k}-{checks}checks-{SLUG[name]}.json", lambda: one(k, name), inputs[name],
+                         quiet=True)
             result[name]["seconds"] += row["seconds"]
             if not row["solved"]:
                 result[name]["failures"][row["reason"]] = result[name]["failures"].get(row["reason"], 0) + 1
@@ -345,7 +438,7 @@ def planning_rows(export: Path, session: Path, baseline: Path, queries: int, che
             result[name]["solved"] += 1
             result[name]["colliding_paths"] += int(row["colliding"])
         if done % 10 == 0:
-            print(f"  {done} queries: " + ", ".join(f"{name} {result[name]['solved']}" for name in names), flush=True)
+            print(f"  {done} queries: " + ", ".join(f"{name} {result[name]['solved']}" for name in WORLDS), flush=True)
     result["queries"] = queries
     return result
 
@@ -359,7 +452,7 @@ def rejected_ends(export: Path, session: Path, baseline: Path, cache: Path, quer
     all_scenes = scenes(np.random.default_rng(23), reach_of(session))
     refused = {}
     for k in range(queries):
-        row = json.loads((cache / f"query-{k}-{checks}checks.json").read_text())["export"]
+        row = json.loads((cache / f"query-{k}-{checks}checks-export.json").read_text())
         if row["reason"] in ("start in collision", "goal in collision"):
             refused[k] = row["reason"]
     found = []
@@ -367,11 +460,7 @@ def rejected_ends(export: Path, session: Path, baseline: Path, cache: Path, quer
         world = worlds(export, session, baseline, all_scenes[index])
         true = world["true meshes"].world
         for k in sorted(k for k in refused if k % len(all_scenes) == index):
-            rng, ends = np.random.default_rng([23, k]), []
-            while len(ends) < 2:  # the same draw as the planning query
-                q = rng.uniform(lower, upper)
-                if not world["true meshes"].collides(q):
-                    ends.append(q)
+            ends = query_ends(world, k, lower, upper)  # the same draw as the planning query
             q = ends[0] if refused[k] == "start in collision" else ends[1]
             pin.computeDistances(true.model, true.data, true.geometry, true.geometry_data, true.full(q))
             clearance = {}
@@ -398,6 +487,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None,
                         help="a workdir of an earlier run on the same models: its export's figures beside this one's, "
                              "on the same queries and configurations (read from its cached rows)")
+    parser.add_argument("--before-note", default="", help="what differs in the --before run, for the table's caption")
     args = parser.parse_args()
     workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
@@ -409,16 +499,22 @@ def main() -> None:
         export, report = exported(workdir, rig, model, heldout)
         baseline = baseline_srdf(workdir, rig, session)
         rows = workdir / "rows" / rig
+        from capture.session import load_session
+
         results[rig] = {
             "report": report,
-            "recorded": cached(rows / "recorded.json", lambda: recorded_rows(export, session, baseline, args.mplib_python)),
-            "truth": cached(rows / "truth.json", lambda: truth_rows(export, heldout, session)),
-            "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout)),
+            "mount_plane_z": load_session(session).mount_plane_z,
+            "recorded": recorded_rows(export, session, baseline, args.mplib_python, rows),
+            "truth": truth_rows(export, heldout, session, rows),
+            "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout),
+                            {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs()}),
             "misses": miss_rows(export, session, baseline, args.configurations, rows / "misses"),
             "planning": planning_rows(export, session, baseline, args.queries, args.plan_checks, rows / "planning"),
         }
         results[rig]["refused_ends"] = cached(rows / f"refused-ends-{args.queries}.json", lambda: rejected_ends(
-            export, session, baseline, rows / "planning", args.queries, args.plan_checks))
+            export, session, baseline, rows / "planning", args.queries, args.plan_checks),
+            {**export_inputs(export, "pieces"), **session_inputs(session, "truth"),
+             "queries": str(args.queries), "checks": str(args.plan_checks)})
     write(results, args)
 
 
@@ -426,12 +522,25 @@ def before_rows(before: Path, rig: str, queries: int, checks: int, configuration
     """The earlier run's export on the same held-out poses, configurations and first ``queries``
     queries, from its cached rows (None where they are missing)."""
     rows = before / "rows" / rig
+    per = configurations // SCENES
+
+    def read(name: str):
+        return json.loads((rows / name).read_text())
+
     try:
-        truth = json.loads((rows / "truth.json").read_text())["export"]
-        per = configurations // SCENES
-        misses = [json.loads((rows / "misses" / f"scene-{s}-{per}.json").read_text())["export"] for s in range(SCENES)]
-        plans = [json.loads((rows / "planning" / f"query-{k}-{checks}checks.json").read_text())["export"]
-                 for k in range(queries)]
+        if (rows / "truth-export-pieces.json").is_file():  # rows cached world by world
+            truth = {"pieces": read("truth-export-pieces.json")["pieces"],
+                     "spheres": read("truth-export-spheres.json")["spheres"]}
+            misses = []
+            for s in range(SCENES):
+                true = set(read(f"misses/scene-{s}-{per}-true.json")["flagged"])
+                flagged = set(read(f"misses/scene-{s}-{per}-export.json")["flagged"])
+                misses.append({"missed": len(true - flagged), "false_alarms": len(flagged - true)})
+            plans = [read(f"planning/query-{k}-{checks}checks-export.json") for k in range(queries)]
+        else:  # an earlier layout: one file for all worlds
+            truth = read("truth.json")["export"]
+            misses = [read(f"misses/scene-{s}-{per}.json")["export"] for s in range(SCENES)]
+            plans = [read(f"planning/query-{k}-{checks}checks.json")["export"] for k in range(queries)]
     except (OSError, KeyError, ValueError):
         return None
     refused = sum(row["reason"] in ("start in collision", "goal in collision") for row in plans)
@@ -467,7 +576,7 @@ def write(results: dict, args) -> None:
                              f"{100 * spheres['surface_coverage']:.2f}", f"{spheres['protrusion_p95_mm']:.1f}",
                              f"{spheres['volume_ratio']:.2f}", f"{spheres['summed_volume_ratio']:.2f}"])
         for budget, floor in result["floor"].items():
-            if budget == "seconds":
+            if not budget.isdigit():  # the row's seconds, inputs
                 continue
             sphere_table.append([rig, f"same fit on the true meshes, {budget} spheres (floor)", floor["count"],
                                  f"{100 * floor['surface_coverage']:.2f}", f"{floor['protrusion_p95_mm']:.1f}",
@@ -483,36 +592,48 @@ def write(results: dict, args) -> None:
                                             for name in ("export", "true meshes", "URDF collision meshes")])
         report = result["report"]
         srdf = report["srdf"]
-        notes.append(f"{rig}: margin {report['margin_mm']:.1f} mm ({report['margin_mode']}); SRDF over {srdf['samples']} "
+        margins = {link: row.get("margin_mm", report["margin_mm"]) for link, row in report["links"].items()}
+        mount = result.get("mount_plane_z")
+        notes.append(f"{rig}: the sessions state " + ("no mount plane" if mount is None else
+                                                      f"the surface the base stands on, z = {mount:g} m") + "; margin ("
+                     f"{report['margin_mode']}) "
+                     + ", ".join(f"{link} {value:.1f}" for link, value in margins.items())
+                     + f" mm; SRDF over {srdf['samples']} "
                      f"samples: {srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always "
                      f"(threshold {100 * srdf['always_threshold']:g} %), {srdf['never']} never, {srdf['enabled']} enabled "
                      f"of {srdf['checked_pairs']} pairs; {srdf['kept_enabled']} kept enabled because the description's meshes "
                      f"can touch; separation: {report['separation']}; planning failures: "
                      + "; ".join(f"{name} {planning[name]['failures']}" for name in ("export", "true meshes", "URDF collision meshes")))
         refused = result["refused_ends"]["rows"]
-        obstacle = [row["true_clearance_mm"] for row in refused if row["pair"].startswith("obstacle:") or
-                    "/obstacle:" in row["pair"]]
         if refused:
-            own = [row["true_clearance_mm"] for row in refused if row not in [r for r in refused if
-                   r["pair"].startswith("obstacle:") or "/obstacle:" in r["pair"]] and row["true_clearance_mm"] is not None]
-            pairs = sorted({row["pair"] for row in refused if "obstacle:" not in row["pair"]})
+            def is_box(row):
+                return "obstacle:" in row["pair"]
 
             def spread(values):
                 return f"{min(values):.1f}-{max(values):.1f} mm, median {float(np.median(values)):.1f} mm" if values else "-"
 
+            boxes = [row["true_clearance_mm"] for row in refused if is_box(row) and row["true_clearance_mm"] is not None]
+            own = [row["true_clearance_mm"] for row in refused if not is_box(row) and row["true_clearance_mm"] is not None]
             notes.append(f"{rig}: planning ends free for the true arm that the export refuses: "
                          f"{len({(row['query'], row['end']) for row in refused})} ends, {len(refused)} contacts: "
-                         f"{len(obstacle)} with a box (the true arm's meshes {spread(obstacle)} from it there, inside the "
-                         f"{report['margin_mm']:.1f} mm margin plus the model's error), {len(refused) - len(obstacle)} "
-                         f"between the arm's own links ({', '.join(pairs)}; the true meshes {spread(own)} apart there): the "
-                         f"exported pieces stand out of the true surface by {result['truth']['export']['pieces']['protrusion_p95_mm']:.1f} mm "
-                         f"at the 95th percentile against a {report['margin_mm']:.1f} mm margin: what remains of the learned "
-                         "bodies' bulk after the carving (space no camera saw through: the base below the floor, which these "
-                         "sessions do not state, and link6's matter that the model gives to link5; scripts/export_excess.py)")
+                         f"{len(refused) - len(own)} with a box (the true arm's meshes {spread(boxes)} from it there), "
+                         f"{len(own)} between the arm's own links (the true meshes {spread(own)} apart there); the exported "
+                         f"pieces stand out of the true surface by "
+                         f"{result['truth']['export']['pieces']['protrusion_p95_mm']:.1f} mm at the 95th percentile. Each "
+                         "contact, with the margins of the links it names:\n\n"
+                         + table(["query", "end", "pair", "true clearance mm", "margins mm"],
+                                 [[row["query"], row["end"], row["pair"],
+                                   "-" if row["true_clearance_mm"] is None else f"{row['true_clearance_mm']:.1f}",
+                                   " / ".join(f"{margins[link]:.1f}" for link in row["pair"].split("/") if link in margins)]
+                                  for row in sorted(refused, key=lambda row: (row["pair"], row["query"]))]) + "\n")
         carving = report.get("carving") or {}
         if carving.get("status") == "carved":
+            below = sum(volume * carving.get("below_mount", {}).get(link, 0) / max(carving["cells_removed"].get(link, 1), 1)
+                        for link, volume in carving["volume_removed_cm3"].items())
             notes.append(f"{rig}: carving by the training depth images: {sum(carving['volume_removed_cm3'].values()):.0f} cm3 "
-                         f"removed where a camera saw through at >= {carving['min_poses']} of {carving['poses']} recorded poses ("
+                         f"removed where a camera saw through (the reading beyond the cell by {carving['sigmas']:g} depth-noise "
+                         f"sigma plus half a cell's diagonal) or that lay below the stated mount plane "
+                         f"({below:.0f} cm3 of it), at >= {carving['min_poses']} of {carving['poses']} recorded poses ("
                          + ", ".join(f"{link} {volume:.0f}" for link, volume in carving["volume_removed_cm3"].items() if volume >= 1)
                          + " cm3)")
         elif carving:
@@ -583,8 +704,8 @@ def write(results: dict, args) -> None:
             compare.append([rig, label, f"{values[0]:.1f}", f"{values[1]:.2f}", f"{100 * values[2]:.2f}", f"{values[3]:.1f}",
                             f"{values[4]:.2f}", values[5], f"{values[6]:.1f}", f"{values[7]:.0f}", values[8], values[9]])
     if compare:
-        body += ("\n\nThe same model's export before and after the carving (and the declared board), on the same held-out "
-                 "poses, configurations and planning queries (the earlier run's cached rows):\n\n"
+        body += ("\n\nAn earlier run's export (--before) beside this one, on the same held-out poses, configurations and "
+                 f"planning queries (the earlier run's cached rows){': ' + args.before_note if args.before_note else ''}:\n\n"
                  + table(["rig", "export", "pieces protrusion p95 mm", "pieces volume ratio", "spheres surface coverage %",
                           "spheres protrusion p95 mm", "spheres volume ratio", "missed collisions", "false alarms %",
                           "planning success %", "refused ends", "colliding paths"], compare))

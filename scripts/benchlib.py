@@ -55,3 +55,49 @@ def write_section(name: str, title: str, body: str, command: str) -> None:
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
     BENCHMARKS.write_text(text)
     print(section)
+
+
+def file_digests(folder: Path, names, label: str) -> dict[str, str]:
+    """``label/name`` -> SHA-256 of each file ``folder/name`` (a missing file reads as ``missing``):
+    what a cached row measured, named by its role rather than its workdir, so the same files
+    give the same key wherever they lie."""
+    import hashlib
+
+    digests = {}
+    for name in sorted(set(names)):
+        path = Path(folder) / name
+        digests[f"{label}/{name}"] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return digests
+
+
+def cached_row(path: Path, compute, inputs: dict | None = None, quiet: bool = False) -> dict:
+    """The JSON row at ``path``, computed and written when it is missing or was measured on other
+    inputs. ``inputs``: what the row depends on (name -> content hash, or a stated value); it is
+    stored with the row and compared on every read, so a changed file recomputes only the rows that
+    read it. A row written without inputs where inputs are now given counts as changed."""
+    import json
+
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if inputs is None or stored.get("inputs") == inputs:
+            if not quiet:
+                print(f"reusing {path}", flush=True)
+            return stored
+        before = stored.get("inputs") or {}
+        changed = sorted(key for key in set(before) | set(inputs) if before.get(key) != inputs.get(key))
+        print(f"recomputing {path}: its inputs changed ({', '.join(changed[:4])}"
+              f"{', ...' if len(changed) > 4 else ''})", flush=True)
+    elif not quiet:
+        print(f"computing {path.name} ...", flush=True)
+    start = time.perf_counter()
+    result = compute()
+    result["seconds"] = time.perf_counter() - start
+    if inputs is not None:
+        result["inputs"] = inputs
+    from selfcal.ui import to_jsonable
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".part")
+    temporary.write_text(json.dumps(to_jsonable(result)))
+    temporary.replace(path)  # a run stopped while writing leaves no half row behind
+    return result

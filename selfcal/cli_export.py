@@ -46,7 +46,8 @@ def parse_margin(text: str) -> float | None:
 def export(
     model: Path = typer.Argument(..., help="Model folder written by `selfcal selfmodel train`."),
     out: Path = typer.Option(..., "--out", help="Folder to create: robot.urdf, meshes/, robot.srdf, curobo_spheres.yml, curobo_robot.yml, export_report.json."),
-    spheres: int = typer.Option(64, "--spheres", help="Spheres for the whole body (cuRobo), shared among the links where they hold the most surface."),
+    spheres: int = typer.Option(64, "--spheres", help="Spheres for the arm's links (cuRobo), shared among the links where they hold the most surface."),
+    board_spheres: int = typer.Option(64, "--board-spheres", help="Spheres for the calibration board the session declares on the tip, its own group (listed under the tip link; 0: the board shares the tip's spheres)."),
     pieces: int = typer.Option(8, "--pieces", help="At most this many convex pieces a link (at most 64 vertices each)."),
     margin: str = typer.Option("auto", "--margin", help="Inflation in mm, or 'auto': the smallest that holds the model's own surface."),
     voxel_mm: float = typer.Option(3.0, "--voxel", help="Grid spacing in mm of each link's body before meshing."),
@@ -72,7 +73,7 @@ def export(
             urdf_io.check_package_name(ros_package)
         if srdf_samples < 1:
             raise InputError(f"--srdf-samples {srdf_samples}: need at least one configuration.")
-        exporter = CollisionExporter(max_spheres=spheres, max_pieces=pieces, margin=parse_margin(margin),
+        exporter = CollisionExporter(max_spheres=spheres, board_spheres=board_spheres, max_pieces=pieces, margin=parse_margin(margin),
                                      voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
         exporter.check()
         from selfmodel.export import load_model_folder
@@ -95,7 +96,7 @@ def export(
         typer.echo(f"{out}: free at all {recorded['configurations']} recorded poses (URDF + SRDF as a planner loads "
                    f"them, and the spheres); {len(report['links'])} links, margin {report['margin_mm']:.1f} mm "
                    f"({report['margin_mode']}), {sum(row['pieces'] for row in report['links'].values())} convex pieces, "
-                   f"{report['spheres_total']} spheres; SRDF disables {len(srdf['disabled'])} of {srdf['checked_pairs']} "
+                   f"{report['spheres_total']} spheres ({report['spheres_arm']} arm, {report['spheres_board']} board); SRDF disables {len(srdf['disabled'])} of {srdf['checked_pairs']} "
                    f"pairs ({srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always, "
                    f"{srdf['never']} never in {srdf['samples']} samples), {srdf['kept_enabled']} kept enabled for the "
                    f"description's sake (export {report['seconds']['export_total']:.0f} s)")

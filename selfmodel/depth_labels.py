@@ -39,6 +39,8 @@ Segmentation images are never read here.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from dataclasses import dataclass
 import numpy as np
 
@@ -166,8 +168,13 @@ class Reading:
     free_end: np.ndarray
 
 
-def read_depth(depth: np.ndarray, camera, settings: LabelSettings, mount: float | None) -> Reading:
-    """The module docstring's rules for one image (H, W) m of ``camera`` (a SessionCamera)."""
+def read_depth(depth: np.ndarray, camera, settings: LabelSettings, mount: float | None,
+               arm: Callable[[np.ndarray], np.ndarray] | None = None) -> Reading:
+    """The module docstring's rules for one image (H, W) m of ``camera`` (a SessionCamera).
+
+    ``arm``: base-frame points (n, 3) -> (n,) whether the arm can be there at this pose. A reading
+    near the mount plane there is the arm's own (the base stands on the plane: the lowest
+    centimetres of its sides read as high as the plane's noise band), not the plane's."""
     from rigs.depth_model import neighbourhood_range
 
     valid = depth > 0
@@ -193,6 +200,10 @@ def read_depth(depth: np.ndarray, camera, settings: LabelSettings, mount: float 
         hit_z = origin_z + depth * down
         band = np.maximum(TABLE_SIGMAS * sigma * np.abs(down), settings.band_min)
         table = valid & ~edge & (hit_z < mount + band) & (down < 0)
+        if arm is not None and table.any():
+            index = np.flatnonzero(table)
+            points = camera.base_T_camera[:3, 3] + depth.ravel()[index, None] * rays[index]
+            table.ravel()[index[arm(points)]] = False
         with np.errstate(divide="ignore", invalid="ignore"):
             plane = (mount - origin_z) / down
         free_end = np.where(table, plane, free_end)
@@ -245,7 +256,9 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
             # An imported recording may lack a camera's frame at a pose.
             images = {name: session.image(name, pose, "depth") for name in session.cameras
                       if session.has_image(name, pose, "depth")}
-            readings = {name: read_depth(depth, session.cameras[name], settings, mount) for name, depth in images.items()}
+            arm = None if arm_region is None else (lambda points, config=config: arm_region.contains(points, config))
+            readings = {name: read_depth(depth, session.cameras[name], settings, mount, arm)
+                        for name, depth in images.items()}
             for name, camera in session.cameras.items():
                 if name not in images:
                     continue
@@ -396,7 +409,8 @@ def _shell_ends(origin: np.ndarray, directions: np.ndarray, d: np.ndarray, band:
 
 
 def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidates: list[np.ndarray],
-                    settings: LabelSettings, clear_margin: float = 0.01) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                    settings: LabelSettings, clear_margin: float = 0.01,
+                    arm_region: ArmRegion | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Which candidate points no camera ever saw free, at any configuration, in each link's frame.
 
     ``base_T_links`` (C, L, 4, 4) poses the links at the sessions' configurations (in the order of
@@ -425,7 +439,8 @@ def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidate
                     continue
                 depth = session.image(name, pose, "depth")
                 height, width = depth.shape
-                reading = read_depth(depth, camera, settings, mount)
+                arm = None if arm_region is None else (lambda points, config=config: arm_region.contains(points, config))
+                reading = read_depth(depth, camera, settings, mount, arm)
                 free_end = reading.free_end
                 zeros_free = _zeros_free(camera, settings)
                 camera_T_base = np.linalg.inv(camera.base_T_camera)

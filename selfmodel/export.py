@@ -8,7 +8,8 @@ configurations), carved where the training sessions' cameras saw through it
 - convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
 - a margin: by default the smallest inflation that puts the model's own 0.5 level set, sampled
   afresh around every link (at training configurations for the free model), inside the pieces,
-- sphere covers holding the inflated body, one budget for the whole body (:mod:`selfmodel.spheres`),
+- sphere covers holding the inflated body, one budget for the arm's links (:mod:`selfmodel.spheres`), the
+  calibration board a session declares on the tip its own group with its own (:mod:`selfmodel.sphere_groups`),
 - at every recorded configuration, links apart: overlapping bodies are refused, overlapping pieces
   cut and spheres shrunk (:mod:`selfmodel.export_separation`),
 
@@ -42,11 +43,13 @@ from selfmodel.export_margin import (check_margin, climb_outward, level_set_samp
 from selfmodel.export_separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
                                          without_cells)
 from selfmodel.export_sources import less_parent, link_sources, prepare_free_model, training_session_paths
-from selfmodel.sphere_fit import Contact, DistanceField, refine_covers
-from selfmodel.spheres import SphereCover, SphereTarget, fit_sphere_covers
+from selfmodel.sphere_fit import Contact
+from selfmodel.sphere_groups import BOARD, fit_groups, limit_spheres, split_board, sphere_target
+from selfmodel.spheres import SphereCover
 from selfmodel.srdf import CollisionMatrix, collision_matrix, write_srdf
 
 Progress = Callable[[int, int], None]
+BOARD_SPHERES = 64  # the declared calibration board's own sphere group (0: the board counts as the tip's)
 
 
 @dataclass
@@ -57,6 +60,7 @@ class LinkCollision:
     spheres: SphereCover  # margin applied
     margin_needed: float  # m, what this link's level-set samples needed outside its pieces
     surface_samples: int
+    sphere_groups: list[str] = field(default_factory=list)  # (k,) "arm" or the group (the tip's board) of each sphere
 
 
 @dataclass
@@ -90,7 +94,7 @@ class CollisionExport:
     """The fitted export: per-link geometry in link frames (m), the margin, timings (s)."""
 
     links: dict[str, LinkCollision]
-    margin: float
+    margin: float  # m
     margin_mode: str  # "auto" or "given"
     seconds: dict[str, float] = field(default_factory=dict)
     joint_origins: dict[str, np.ndarray] = field(default_factory=dict)  # learned joint placements written
@@ -101,6 +105,7 @@ class CollisionExport:
     recorded: Recorded | None = None
     separation: Separation | None = None
     carving: Carving | None = None
+    margins: dict[str, float] = field(default_factory=dict)  # m, link -> the margin its geometry grew by (all the same)
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -140,7 +145,9 @@ def chain_of(model):
 class CollisionExporter:
     """Configure, then ``fit(model)`` -> :class:`CollisionExport`; ``write_export`` puts it on disk.
 
-    ``max_spheres``: the sphere budget for the whole body. ``margin``: metres, or None for the
+    ``max_spheres``: the sphere budget for the arm's links. ``board_spheres``: the budget of the
+    calibration board the session declares on the tip, its own group (:mod:`selfmodel.sphere_groups`;
+    0: the board is part of the tip's body and budget). ``margin``: metres, or None for the
     automatic margin. ``voxel``: grid spacing of the bodies (m). ``overlap_tolerance``: how deep (m)
     inside both of two links' learned bodies space they both claim at a recorded configuration may
     lie before the model is refused (shallower overlap is settled: see selfmodel.export_separation).
@@ -152,12 +159,13 @@ class CollisionExporter:
     depth noise sigmas (:mod:`selfmodel.export_carving`).
     """
 
-    def __init__(self, max_spheres: int = 64, max_pieces: int = 8, margin: float | None = None,
+    def __init__(self, max_spheres: int = 64, board_spheres: int = BOARD_SPHERES, max_pieces: int = 8, margin: float | None = None,
                  voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
                  margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
                  free_consistency: float = 0.8, overlap_tolerance: float = 0.015, sphere_iterations: int = 250,
                  carve_poses: int = CARVE_POSES, carve_sigmas: float = CARVE_SIGMAS, seed: int = 0):
         self.max_spheres = max_spheres
+        self.board_spheres = board_spheres
         self.max_pieces = max_pieces
         self.margin = margin
         self.voxel = voxel
@@ -176,6 +184,8 @@ class CollisionExporter:
     def check(self) -> None:
         if self.max_spheres < 1:
             raise InputError(f"--spheres {self.max_spheres}: need at least one sphere a link.")
+        if self.board_spheres < 0:
+            raise InputError(f"--board-spheres {self.board_spheres}: must be >= 0.")
         if self.max_pieces < 1:
             raise InputError(f"--pieces {self.max_pieces}: need at least one convex piece a link.")
         if self.max_piece_vertices < 8:
@@ -266,27 +276,32 @@ class CollisionExporter:
             if progress is not None:
                 progress(done + 1, len(sources))
         if self.margin is None:
+            # One margin, the largest any link needs, grows every link. A link's own need measures
+            # its level set against its pieces, not the true surface against its level set: on the
+            # xArm6, links grown by only their own need (1.0-1.8 mm) left true surface out by up to
+            # 2.2 mm, which the largest (3.7 mm, the flange's and the wrist's) holds.
             needed = max(link.margin_needed for link in links.values())
             margin, mode = math.ceil(needed * 1e4) / 1e4, "auto"  # round up to 0.1 mm
             check_margin(margin, bodies, "the measured margin", where)
         else:
             margin, mode = float(self.margin), "given"
+        margins = dict.fromkeys(links, margin)
         start = time.perf_counter()
-        for link in links.values():
-            link.pieces = [_inflate(piece, margin, self.max_piece_vertices, rng) for piece in link.pieces]
+        for name, link in links.items():
+            link.pieces = [_inflate(piece, margins[name], self.max_piece_vertices, rng) for piece in link.pieces]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
-        targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
+        targets, board_targets = self._sphere_targets(model, bodies, margin, rng, where)
         if poses is not None:
-            limit_spheres(targets, bodies, poses, kinds)
-        covers = fit_sphere_covers(targets, self.max_spheres, rng=rng)
+            limit_spheres(targets + board_targets, bodies, poses, kinds)
         contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
                                              for (a, b), kind in kinds.items() if kind == "checked"]
-        covers, sphere_fit = refine_covers(targets, covers, contacts, iterations=self.sphere_iterations,
-                                           rng=np.random.default_rng(self.seed))
+        covers, sphere_fit = fit_groups(targets, self.max_spheres, board_targets, self.board_spheres, contacts,
+                                        iterations=self.sphere_iterations, seed=self.seed, rng=rng)
         separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
+        sphere_groups = sphere_fit["groups"]
         for name, cover in covers.items():
-            links[name].spheres = cover
+            links[name].spheres, links[name].sphere_groups = cover, sphere_groups[name]
         seconds["spheres"] += time.perf_counter() - start
         if poses is not None:
             start = time.perf_counter()
@@ -299,7 +314,8 @@ class CollisionExporter:
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
-                               model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving)
+                               model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
+                               margins)
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
                        rng: np.random.Generator) -> tuple[float, int]:
@@ -325,6 +341,25 @@ class CollisionExporter:
             climbed = climb_outward(own, worst, outside, self.voxel, rng)
             need = max(need, float(outside(climbed).max()))
         return need, len(samples)
+
+    def _sphere_targets(self, model, bodies: dict[str, LinkBody], margin: float, rng: np.random.Generator,
+                        where: str) -> tuple[list, list]:
+        """What the spheres hold: every link's body, the tip's without the board the session declares,
+        and the board as its own group (its learned cells: the plate's box grown by two cells, the
+        network learns a plate thicker than it is)."""
+        from selfmodel.training import board_mesh
+
+        bodies = dict(bodies)
+        board_targets = []
+        tip, plate = getattr(model, "tip_link", None), board_mesh(getattr(model, "board", None))
+        if plate is not None and tip in bodies and self.board_spheres > 0:
+            arm, board = split_board(bodies[tip], plate, 2 * self.voxel + margin, where)
+            if board is not None:
+                bodies[tip] = arm
+                target = sphere_target(tip, board, margin, rng)
+                target.group = BOARD
+                board_targets.append(target)
+        return [sphere_target(link, body, margin, rng) for link, body in bodies.items()], board_targets
 
     @staticmethod
     def _recorded_poses(model, spec, recorded: Recorded, links: list[str]) -> dict[str, np.ndarray]:
@@ -358,58 +393,6 @@ def near_body(level_set: Callable[[np.ndarray], np.ndarray], body: LinkBody) -> 
         return values
 
     return restricted
-
-
-def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
-                  kinds: dict[tuple[str, str], str]) -> None:
-    """Each candidate sphere may not reach the body of a checked neighbour at any recorded pose (one
-    grid cell to spare): its radius is capped at the distance to the nearest such cell."""
-    from scipy.spatial import cKDTree
-
-    from selfmodel.export_separation import _boundary_cells
-
-    boundary = {link: _boundary_cells(body) for link, body in bodies.items()}
-    for target in targets:
-        reach = float(np.max(target.clearance)) + 0.05
-        centre = target.centres.mean(axis=0)
-        span = float(np.linalg.norm(target.centres - centre, axis=1).max()) + reach
-        near = []
-        for (a, b), kind in kinds.items():
-            if kind != "checked" or target.link not in (a, b):
-                continue
-            other = b if a == target.link else a
-            for c in range(len(poses[other])):
-                own_T_other = np.linalg.inv(poses[target.link][c]) @ poses[other][c]
-                points = boundary[other] @ own_T_other[:3, :3].T + own_T_other[:3, 3]
-                near.append(points[np.linalg.norm(points - centre, axis=1) < span])
-        near = [points for points in near if len(points)]
-        if not near:
-            continue
-        target.obstacles = np.vstack(near)
-        distance, _ = cKDTree(target.obstacles).query(target.centres)
-        target.limit = np.maximum(distance - bodies[target.link].voxel, 1e-4)
-
-
-def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Generator, surface_count: int = 4000,
-                  candidates: int = 2000) -> SphereTarget:
-    """What a link's spheres must hold: the body grown by ``margin`` (its surface moved out along the
-    normals), with candidate centres in the body and their clearance to its grown surface."""
-    from scipy import ndimage
-
-    mesh = body.mesh
-    points, faces = mesh.sample(surface_count, return_index=True, seed=int(rng.integers(2**31)))
-    # Vertices too: the corners and edges, where a cover is likeliest to fall short.
-    vertices = rng.choice(len(mesh.vertices), min(surface_count, len(mesh.vertices)), replace=False)
-    inner = np.vstack([np.asarray(points), np.asarray(mesh.vertices)[vertices]])
-    normals = np.vstack([mesh.face_normals[faces], mesh.vertex_normals[vertices]])
-    surface = inner + margin * normals
-    depth = ndimage.distance_transform_edt(np.pad(body.solid, 1))[1:-1, 1:-1, 1:-1]
-    cells = np.argwhere(body.solid)
-    cells = cells[rng.choice(len(cells), min(candidates, len(cells)), replace=False)]
-    clearance = np.maximum(depth[tuple(cells.T)] - 0.5, 0.0) * body.voxel + margin
-    return SphereTarget(link, surface, float(mesh.area) / len(surface), body.origin + body.voxel * cells, clearance,
-                        interior=body.inside, field=DistanceField.of_solid(body.solid, body.origin, body.voxel, margin),
-                        inner=inner)
 
 
 def _inflate(piece: ConvexPiece, margin: float, max_vertices: int, rng: np.random.Generator) -> ConvexPiece:
@@ -510,12 +493,14 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
     for name, link in export.links.items():
         links[name] = {
             "spheres": len(link.spheres.radii),
+            "spheres_board": int(sum(group == BOARD for group in link.sphere_groups)),
             "pieces": len(link.pieces),
             "vertices_per_piece": [len(piece.vertices) for piece in link.pieces],
             "body_volume_m3": link.body.volume,
             "pieces_volume_m3": float(sum(piece.volume for piece in link.pieces)),
             "spheres_summed_volume_m3": link.spheres.summed_volume,
             "margin_needed_mm": 1000.0 * link.margin_needed,
+            "margin_mm": 1000.0 * export.margins.get(name, export.margin),
             "surface_samples": link.surface_samples,
             "touches_bounds": link.body.touches_bounds,
             "dropped_blob_fraction": link.body.dropped_fraction,
@@ -525,6 +510,11 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
         "margin_mode": export.margin_mode,
         "links": links,
         "spheres_total": int(sum(len(link.spheres.radii) for link in export.links.values())),
+        # The arm's budget is for the arm's links; the board on the tip is its own group, listed under
+        # the tip in the cuRobo files with the rest.
+        "spheres_arm": int(sum(sum(group != BOARD for group in link.sphere_groups) if link.sphere_groups
+                               else len(link.spheres.radii) for link in export.links.values())),
+        "spheres_board": int(sum(sum(group == BOARD for group in link.sphere_groups) for link in export.links.values())),
         "srdf": {"samples": matrix.samples, "always_threshold": matrix.always_threshold, **matrix.counts(),
                  "checked_pairs": len(matrix.reasons),
                  "kept_enabled_why": {"/".join(pair): why for pair, why in sorted(matrix.kept.items())},

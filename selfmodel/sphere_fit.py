@@ -107,7 +107,7 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
                   step: float = 5e-4, shell_points: int = 64, interior_points: int = 3000,
                   rng: np.random.Generator | None = None, coverage_start: float = 30.0,
                   coverage_end: float = 3e4, verbose: bool = False) -> tuple[dict, dict]:
-    """``covers`` (link -> SphereCover, one per target) moved and resized jointly; returns the new
+    """``covers`` (target key -> SphereCover: the link, or ``link#group``) moved and resized jointly; returns the new
     covers and what the fit reports (``uncovered``: link -> share of its surface points it could not
     hold next to a touching neighbour).
 
@@ -121,23 +121,23 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
     from selfmodel.spheres import SphereCover
 
     rng = rng or np.random.default_rng(0)
-    links = [t.link for t in targets]
+    links = [t.key for t in targets]
     r_min = 1e-3
     centres, raw = {}, {}
     for t in targets:
-        cover = covers[t.link]
-        centres[t.link] = torch.tensor(cover.centres, dtype=torch.float64, requires_grad=True)
+        cover = covers[t.key]
+        centres[t.key] = torch.tensor(cover.centres, dtype=torch.float64, requires_grad=True)
         excess = np.maximum(cover.radii - r_min, 1e-6)
-        raw[t.link] = torch.tensor(excess + np.log(-np.expm1(-excess)), dtype=torch.float64, requires_grad=True)
-    fields = {t.link: t.field.torch() for t in targets}
-    surface = {t.link: torch.as_tensor(t.surface, dtype=torch.float64) for t in targets}
+        raw[t.key] = torch.tensor(excess + np.log(-np.expm1(-excess)), dtype=torch.float64, requires_grad=True)
+    fields = {t.key: t.field.torch() for t in targets}
+    surface = {t.key: torch.as_tensor(t.surface, dtype=torch.float64) for t in targets}
     interior = {}
     for t in targets:
         points = t.interior if t.interior is not None else np.zeros((0, 3))
         if len(points) > interior_points:
             points = points[rng.choice(len(points), interior_points, replace=False)]
-        interior[t.link] = torch.as_tensor(points, dtype=torch.float64)
-    obstacles = {t.link: (cKDTree(t.obstacles), torch.as_tensor(t.obstacles, dtype=torch.float64))
+        interior[t.key] = torch.as_tensor(points, dtype=torch.float64)
+    obstacles = {t.key: (cKDTree(t.obstacles), torch.as_tensor(t.obstacles, dtype=torch.float64))
                  for t in targets if t.obstacles is not None and len(t.obstacles)}
     shell = torch.as_tensor(directions(shell_points), dtype=torch.float64)
     pairs = []
@@ -192,14 +192,14 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
         optimiser.step()
         if verbose and (it % 50 == 0 or it == iterations - 1):
             print(it, float(coverage.detach()), float(protrusion.detach()), float(torch.as_tensor(apart).detach()))
-    result = {t.link: SphereCover(centres[t.link].detach().numpy().copy(), radii(t.link).detach().numpy().copy())
+    result = {t.key: SphereCover(centres[t.key].detach().numpy().copy(), radii(t.key).detach().numpy().copy())
               for t in targets}
     # Links take the room left to their checked neighbours' spheres one after another, so a sphere
     # may use all of a gap its neighbour does not need.
     uncovered = {}
     for t in targets:
-        room = _room(result, contacts, t.link)
-        result[t.link], uncovered[t.link] = hold_surface(result[t.link], t, room)
+        room = _room(result, contacts, t.key)
+        result[t.key], uncovered[t.key] = hold_surface(result[t.key], t, room)
     return result, {"uncovered": uncovered, "iterations": iterations}
 
 

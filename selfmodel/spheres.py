@@ -77,6 +77,12 @@ class SphereTarget:
     field: object = None
     obstacles: np.ndarray | None = None
     inner: np.ndarray | None = None
+    group: str | None = None  # a part of the link with its own spheres (the tip's board), None: the link
+
+    @property
+    def key(self) -> str:
+        """The name its cover goes by: the link, or ``link#group`` for a group of it."""
+        return self.link if self.group is None else f"{self.link}#{self.group}"
 
     def radii(self, bulge: float) -> np.ndarray:
         radii = self.clearance + bulge
@@ -103,8 +109,8 @@ def fit_sphere_covers(targets: list[SphereTarget], budget: int, bulges: tuple[fl
     best, best_score = None, None
     for bulge in bulges:
         chosen = _greedy(targets, distances, bulge, budget)
-        covers = {t.link: tighten(_hold_all(t, d, picks, bulge), t.surface) for t, d, picks in zip(targets, distances, chosen)}
-        protrusion = np.concatenate([_protrusion(covers[t.link], t, rng) for t in targets])
+        covers = {t.key: tighten(_hold_all(t, d, picks, bulge), t.surface) for t, d, picks in zip(targets, distances, chosen)}
+        protrusion = np.concatenate([_protrusion(covers[t.key], t, rng) for t in targets])
         score = (float(np.percentile(protrusion, 95)), float(protrusion.mean()))
         if best_score is None or score < best_score:
             best, best_score = covers, score
@@ -153,11 +159,12 @@ def tighten(cover: SphereCover, surface: np.ndarray, rounds: int = 3) -> SphereC
     sphere holds (dropped when there are none): the union still holds every point it held."""
     centres, radii = cover.centres.copy(), cover.radii.copy()
     keep = np.ones(len(radii), dtype=bool)
+    distance = np.linalg.norm(surface[:, None] - centres[None], axis=2)  # (S, k), a column per sphere moved
     for _ in range(rounds):
         for k in np.argsort(-radii):
             if not keep[k]:
                 continue
-            held = np.linalg.norm(surface[:, None] - centres[None], axis=2) <= radii[None] + 1e-9
+            held = distance <= radii[None] + 1e-9
             held[:, ~keep] = False
             others = held.copy()
             others[:, k] = False
@@ -169,6 +176,7 @@ def tighten(cover: SphereCover, surface: np.ndarray, rounds: int = 3) -> SphereC
             centre, radius = enclosing_ball(mine)
             if radius < radii[k]:
                 centres[k], radii[k] = centre, radius + 1e-7
+                distance[:, k] = np.linalg.norm(surface - centre, axis=1)
     return SphereCover(centres[keep], radii[keep])
 
 
@@ -218,3 +226,4 @@ def cover_metrics(cover: SphereCover, surface: np.ndarray, interior: np.ndarray,
         "protrusion_p95_mm": 1000.0 * float(np.percentile(distance, 95)),
         "volume_ratio": cover.summed_volume / body_volume if body_volume > 0 else float("inf"),
     }
+

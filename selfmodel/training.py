@@ -268,7 +268,8 @@ class SelfModelTrainer:
             if previous is not None:
                 check_previous(previous, "structured", spec)
                 domains = (previous.domains_lo, previous.domains_hi)
-            data = depth_training_data(sessions, self.labels, rng, arm_region=_domain_region(spec, sessions, *domains))
+            region = _domain_region(spec, sessions, *domains)
+            data = depth_training_data(sessions, self.labels, rng, arm_region=region)
             model = StructuredSelfModel(spec, domains[0], domains[1], data.workspace_lo, data.workspace_hi,
                                         self.hidden or _size(previous, "hidden", 64), self.layers or _size(previous, "layers", 3),
                                         _size(previous, "frequencies", 6), urdf_path=urdf_path,
@@ -283,7 +284,7 @@ class SelfModelTrainer:
                 model.chain.deltas.copy_(torch.from_numpy(corrections.deltas.astype(np.float32)))
             model.chain.deltas.requires_grad_(False)
             described = described_solids(meshes)
-            prior = self._prior_pool(model, spec, data, sessions, rng, described, corrections.deltas)
+            prior = self._prior_pool(model, spec, data, sessions, rng, described, corrections.deltas, region)
             owners = described_owners(spec, data, described, corrections.deltas)
         else:
             data = depth_training_data(sessions, self.labels, rng)
@@ -334,7 +335,7 @@ class SelfModelTrainer:
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
                     rng: np.random.Generator, described: dict, deltas: np.ndarray | None = None,
-                    per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
+                    region: ArmRegion | None = None, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per link: candidate points (n, 3) in the link frame and (n,) labels: ``MATTER`` where no
         camera ever saw the point free at any configuration (some link's matter), ``OWN`` where it is
         also inside the link's description (its matter), ``CLEAR`` where some camera saw it clearly
@@ -343,7 +344,7 @@ class SelfModelTrainer:
 
         poses = link_poses_numpy(spec, data.q, deltas)  # (C, L, 4, 4) description kinematics, corrected
         candidates = [rng.uniform(model.domains_lo[i], model.domains_hi[i], (per_link, 3)) for i in range(len(spec.link_names))]
-        never, clear = never_seen_free(sessions, poses, candidates, self.labels)
+        never, clear = never_seen_free(sessions, poses, candidates, self.labels, arm_region=region)
         # The base frame is the workspace's frame: the model answers nothing outside the workspace.
         never[0] &= np.all((candidates[0] >= data.workspace_lo) & (candidates[0] <= data.workspace_hi), axis=1)
         # Where the data cannot tell two links apart (the core of a joint looks still from both links

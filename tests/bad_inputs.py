@@ -1867,6 +1867,11 @@ def _(fx, case):
     return _export(fx, case, "--ros-package", "my_robot/../../etc")
 
 
+@case("selfmodel export: --board-spheres negative")
+def _(fx, case):
+    return _export(fx, case, "--board-spheres", "-1")
+
+
 @case("selfmodel export: --srdf-samples 0")
 def _(fx, case):
     return _export(fx, case, "--srdf-samples", "0")

@@ -121,6 +121,24 @@ def test_camera_rig_records_rgb_depth_and_segmentation(capture_session):
     assert np.all((depth[seen] > 0.8) & (depth[seen] < 2.5))  # the arm is about 1.5 m away
 
 
+def test_camera_rigs_state_the_surface_their_base_stands_on(capture_session):
+    """No camera sees below the base, so a camera rig says where the surface it stands on is, at the
+    lowest point of the description's base, and its sessions carry it (what the labels and the
+    export's carving read)."""
+    from rigs.link_meshes import link_meshes
+
+    cameras = [name for name in builtin_rigs() if load_rig(name).cameras]
+    assert {"xarm6-cameras", "xarm6-cameras-crashed", "panda-cameras", "xarm6-cameras-realsense"} <= set(cameras)
+    for name in cameras:
+        rig = load_rig(name)
+        assert rig.scene is not None and rig.scene.mount_plane_z is not None, name
+        base = link_meshes(rig.robot.urdf, [rig.robot.base_link], rig.robot.package_dirs, fold_fixed=False)
+        lowest = float(base[rig.robot.base_link].vertices[:, 2].min())
+        assert abs(lowest - rig.scene.mount_plane_z) < 1e-3, (name, lowest)
+    session = load_session(capture_session("xarm6-cameras", 2, 3))
+    assert session.mount_plane_z == 0.0
+
+
 def test_crashed_rig_records_its_damage(capture_session):
     folder = capture_session("iiwa-tracker-crashed", 3, 1)
     damage = json.loads((folder / "truth" / "damage.json").read_text())

@@ -136,6 +136,17 @@ def test_pieces_contain_every_true_surface_point_and_spheres_all_but_a_sliver(ex
     assert report["margin_mode"] == "auto"
 
 
+def test_every_link_grows_by_the_largest_measured_margin(exported):
+    """A link's own need measures its level set against its pieces, not the true surface: every link
+    grows by the largest, and the report says what each needed."""
+    _, report, fitted = exported
+    needed = max(row["margin_needed_mm"] for row in report["links"].values())
+    assert needed <= report["margin_mm"] <= needed + 0.1 + 1e-6
+    for link, row in report["links"].items():
+        assert row["margin_mm"] == pytest.approx(report["margin_mm"]), link
+        assert fitted.margins[link] == pytest.approx(fitted.margin)
+
+
 def test_the_cover_stays_close_to_the_body(exported):
     _, report, fitted = exported
     rng = np.random.default_rng(3)
@@ -153,6 +164,8 @@ def test_the_cover_stays_close_to_the_body(exported):
         assert 1 <= row["pieces"] <= 4 and 1 <= row["spheres"]
         assert max(row["vertices_per_piece"]) <= 64
     assert report["spheres_total"] <= 36
+    # No board declared: every sphere is the arm's.
+    assert report["spheres_arm"] == report["spheres_total"] and report["spheres_board"] == 0
 
 
 def test_urdf_keeps_visuals_replaces_collisions_and_loads_in_pinocchio_and_pybullet(exported):

@@ -77,3 +77,43 @@ def test_default_trainer_learns_the_thin_fin_thin(fin_session):
     flank_occupied = np.mean(model.link_occupancy("box", flank) > 0.5)
     core_occupied = np.mean(model.link_occupancy("box", core) > 0.5)
     assert flank_occupied < 0.08 and core_occupied > 0.95, (flank_occupied, core_occupied)
+
+
+def test_readings_at_the_mount_plane_are_the_plane_except_where_the_arm_can_be():
+    """The base stands on the plane: the lowest centimetres of its sides read as high as the plane's
+    noise band. Where the arm can be, such a reading is the arm's (an arm hit, its ray free only to
+    its own band); elsewhere it is the plane, free down to it."""
+    from types import SimpleNamespace
+
+    from selfmodel.depth_labels import LabelSettings, pixel_rays, read_depth
+
+    width, height = 64, 48
+    K = np.array([[60.0, 0, width / 2], [0, 60.0, height / 2], [0, 0, 1]])
+    # A camera 1 m out and 1 m up, looking down at the origin (optical z forward, y down).
+    forward = -np.array([0.0, -1.0, 1.0]) / np.sqrt(2)
+    right = np.array([1.0, 0.0, 0.0])
+    down = np.cross(forward, right)
+    pose = np.eye(4)
+    pose[:3, :3], pose[:3, 3] = np.column_stack([right, down, forward]), [0.0, -1.0, 1.0]
+    camera = SimpleNamespace(info=SimpleNamespace(K=K), base_T_camera=pose, depth_sigma=lambda d: 0.005 * np.asarray(d))
+    v, u = np.mgrid[0:height, 0:width]
+    rays = pixel_rays(K, u.ravel(), v.ravel()) @ pose[:3, :3].T
+    # Every pixel reads a surface 4 mm above the plane z = 0 (inside the plane's noise band).
+    depth = ((0.004 - pose[2, 3]) / rays[:, 2]).reshape(height, width)
+    points = pose[:3, 3] + depth.reshape(-1, 1) * rays
+
+    def arm(p):
+        return np.all(np.abs(p[:, :2]) < 0.1, axis=1)
+
+    plain = read_depth(depth, camera, LabelSettings(), 0.0)
+    kept = ~plain.edge  # a coarse image of a slanted plane: steep rows read as edges
+    assert kept.mean() > 0.5 and plain.table[kept].all()
+    reading = read_depth(depth, camera, LabelSettings(), 0.0, arm)
+    at_arm = arm(points).reshape(height, width) & kept
+    elsewhere = ~arm(points).reshape(height, width) & kept
+    assert at_arm.sum() > 20 and elsewhere.sum() > 20
+    assert not reading.table[at_arm].any() and reading.table[elsewhere].all()
+    # The arm's readings are free only to their own band, in front of the reading; the plane's to the plane.
+    assert np.all(reading.free_end[at_arm] < depth[at_arm])
+    np.testing.assert_allclose(reading.free_end[elsewhere], plain.free_end[elsewhere])
+    assert np.all(plain.free_end[at_arm] > depth[at_arm])

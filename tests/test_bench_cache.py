@@ -1,0 +1,109 @@
+"""The benchmarks' row cache: a row is reused only while the files it measured are the same content,
+so new spheres recompute the sphere rows and leave the planner's rows (pieces, URDF, SRDF) alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+import bench_export  # noqa: E402
+from benchlib import cached_row, file_digests  # noqa: E402
+
+URDF = """<?xml version="1.0"?>
+<robot name="r">
+  <link name="a"><collision><geometry><mesh filename="meshes/collision/a_0.stl"/></geometry></collision></link>
+  <link name="b"><collision><geometry><mesh filename="meshes/collision/b_0.stl"/></geometry></collision>
+    <collision><geometry><box size="1 1 1"/></geometry></collision></link>
+  <joint name="j" type="revolute"><parent link="a"/><child link="b"/><axis xyz="0 0 1"/>
+    <limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+</robot>
+"""
+
+
+def _export(folder: Path, spheres: str = "collision_spheres: {a: [{center: [0, 0, 0], radius: 0.1}]}\n") -> Path:
+    (folder / "meshes" / "collision").mkdir(parents=True, exist_ok=True)
+    (folder / "robot.urdf").write_text(URDF)
+    (folder / "robot.srdf").write_text('<robot name="r"><disable_collisions link1="a" link2="b" reason="Adjacent"/></robot>')
+    (folder / "meshes" / "collision" / "a_0.stl").write_bytes(b"solid a\nendsolid a\n")
+    (folder / "meshes" / "collision" / "b_0.stl").write_bytes(b"solid b\nendsolid b\n")
+    (folder / "curobo_spheres.yml").write_text(spheres)
+    (folder / "export_report.json").write_text(json.dumps({"held_joints": {}, "seconds": {"total": 1.0}}))
+    return folder
+
+
+def test_a_row_is_reused_while_its_inputs_are_the_same_content_and_recomputed_when_they_change(tmp_path):
+    data = tmp_path / "data.txt"
+    data.write_text("one")
+    calls = []
+
+    def compute():
+        calls.append(data.read_text())
+        return {"value": data.read_text()}
+
+    row = tmp_path / "rows" / "row.json"
+    assert cached_row(row, compute, file_digests(tmp_path, ["data.txt"], "input"))["value"] == "one"
+    data.write_text("one")  # written again, same bytes: still valid
+    assert cached_row(row, compute, file_digests(tmp_path, ["data.txt"], "input"))["value"] == "one"
+    assert calls == ["one"]
+    data.write_text("two")
+    assert cached_row(row, compute, file_digests(tmp_path, ["data.txt"], "input"))["value"] == "two"
+    assert calls == ["one", "two"]
+    assert json.loads(row.read_text())["inputs"] == file_digests(tmp_path, ["data.txt"], "input")
+    # A row cached before rows recorded their inputs is recomputed once inputs are asked for.
+    row.write_text(json.dumps({"value": "old"}))
+    assert cached_row(row, compute, file_digests(tmp_path, ["data.txt"], "input"))["value"] == "two"
+    assert not list(row.parent.glob("*.part"))
+
+
+def test_new_spheres_change_only_the_sphere_rows_inputs(tmp_path):
+    first = _export(tmp_path / "first")
+    pieces, spheres = bench_export.export_inputs(first, "pieces"), bench_export.export_inputs(first, "spheres")
+    assert {"export/robot.urdf", "export/robot.srdf", "export/meshes/collision/a_0.stl",
+            "export/meshes/collision/b_0.stl"} <= set(pieces)
+    assert "export/curobo_spheres.yml" not in pieces and "export/curobo_spheres.yml" in spheres
+    # The same export in another folder, its report's timings differing, keys the same rows.
+    second = _export(tmp_path / "second")
+    (second / "export_report.json").write_text(json.dumps({"held_joints": {}, "seconds": {"total": 9.0}}))
+    assert bench_export.export_inputs(second, "pieces") == pieces
+    assert bench_export.export_inputs(second, "spheres") == spheres
+    # New spheres: the planner's rows stay valid, the sphere rows do not.
+    (second / "curobo_spheres.yml").write_text("collision_spheres: {a: [{center: [0, 0, 0], radius: 0.2}]}\n")
+    assert bench_export.export_inputs(second, "pieces") == pieces
+    assert bench_export.export_inputs(second, "spheres") != spheres
+    # A changed piece or SRDF invalidates the planner's rows.
+    (second / "meshes" / "collision" / "b_0.stl").write_bytes(b"solid b2\nendsolid b2\n")
+    assert bench_export.export_inputs(second, "pieces") != pieces
+    third = _export(tmp_path / "third")
+    (third / "robot.srdf").write_text('<robot name="r"/>')
+    assert bench_export.export_inputs(third, "pieces") != pieces
+    # Held joints the report states count too.
+    fourth = _export(tmp_path / "fourth")
+    (fourth / "export_report.json").write_text(json.dumps({"held_joints": {"f": 0.01}}))
+    assert bench_export.export_inputs(fourth, "pieces") != pieces
+
+
+@pytest.mark.parametrize("kind", ["description", "truth"])
+def test_session_inputs_ignore_the_manifest_beyond_the_robot_and_board(tmp_path, kind):
+    session = tmp_path / "s"
+    (session / "meshes").mkdir(parents=True)
+    (session / "truth" / "meshes").mkdir(parents=True)
+    manifest = {"robot": {"urdf": "robot.urdf", "base_link": "a"}, "sensors": {}, "source": {"selfcal_version": "1"}}
+    (session / "session.json").write_text(json.dumps(manifest))
+    for name in ("robot.urdf", "joints.csv", "meshes/a.stl", "truth/robot.urdf", "truth/meshes/a.stl"):
+        (session / name).write_text(name)
+    (session / "truth" / "parameters.json").write_text(json.dumps({"tip_T_board": [[1.0]], "mass_factors": [1.0]}))
+    before = bench_export.session_inputs(session, kind)
+    manifest["scene"] = {"mount_plane_z": 0.0}
+    manifest["source"]["selfcal_version"] = "2"
+    (session / "session.json").write_text(json.dumps(manifest))
+    (session / "truth" / "parameters.json").write_text(json.dumps({"tip_T_board": [[1.0]], "torques": [2.0]}))
+    assert bench_export.session_inputs(session, kind) == before
+    (session / "truth" / "meshes" / "a.stl").write_text("bent")
+    assert (bench_export.session_inputs(session, kind) == before) == (kind == "description")
+    (session / "joints.csv").write_text("other")
+    assert bench_export.session_inputs(session, kind) != before
