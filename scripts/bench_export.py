@@ -646,14 +646,16 @@ def write(results: dict, args) -> None:
             f"{ideal_rate:.0f} % on the true meshes ({export_rate - ideal_rate:+.0f} points, bar -5), colliding paths "
             f"{planning['export']['colliding_paths']} (bar 0); pieces surface coverage "
             f"{100 * result['truth']['export']['pieces']['surface_coverage']:.2f} % and spheres "
-            f"{100 * spheres['surface_coverage']:.2f} % (bar 99.5); {spheres['count']} spheres, p95 protrusion "
+            f"{100 * spheres['surface_coverage']:.2f} % (bar 99.5); {spheres['count']} spheres ({report.get('spheres_arm', spheres['count'])} "
+            f"for the arm, bar 64, and {report.get('spheres_board', 0)} for the calibration board), p95 protrusion "
             f"{spheres['protrusion_p95_mm']:.1f} mm (bar 10), volume ratio {spheres['volume_ratio']:.2f} union / "
             f"{spheres['summed_volume_ratio']:.2f} summed (bar 1.8).")
     body = ("Each rig: 300 training poses (seed 1) captured by the simulator, which now refuses poses where the true "
             f"meshes pass through each other; a structured self-model trained {args.steps} steps (seed 0, 1 thread; the "
             "machine was shared with other jobs, so no wall-clock figure here is comparable); `selfcal selfmodel export` "
-            "with its defaults (automatic margin, 8 pieces a link, 64 spheres for the whole body, SRDF over 10,000 "
-            "samples, bodies carved where the training cameras saw through, the declared calibration board part of the tip). The URDF baseline is the description's own collision meshes with an SRDF made by the same rules.\n\n"
+            "with its defaults (automatic margin, 8 pieces a link, 64 spheres for the arm's links and 64 for the "
+            "declared calibration board, its own group listed under the tip, SRDF over 10,000 samples, bodies carved "
+            "where the training cameras saw through, the declared calibration board part of the tip's pieces). The URDF baseline is the description's own collision meshes with an SRDF made by the same rules.\n\n"
             + "\n".join(verdicts)
             + "\n\nRecorded poses in self-collision (the arm really stood at all of them):\n\n"
             + table(["rig", "poses", "export URDF + SRDF (Pinocchio/coal)", "export in mplib 0.2.1", "spheres (cuRobo's check)",
@@ -669,9 +671,11 @@ def write(results: dict, args) -> None:
             + "\n\nSpheres for cuRobo (targets: surface coverage >= 99.5 %, p95 protrusion <= 10 mm with <= 64 spheres, "
               "volume ratio <= 1.8). The export's spheres are fitted as one union (greedy placement, then every "
               "link's centres and radii moved together on coverage, protrusion and contact at the recorded poses: "
-              "selfmodel/sphere_fit.py). The floor rows run the same fit on the true meshes themselves (no model "
-              "error, no margin, nothing to keep apart; evaluation only): what a sphere budget can reach on this arm "
-              "with its 3.5 mm calibration board, which takes about half the spheres:\n\n"
+              "selfmodel/sphere_fit.py), the arm's links on one budget and the declared board on its own "
+              "(selfmodel/sphere_groups.py). The floor rows run the one-budget fit on the true meshes themselves, arm "
+              "and 3.5 mm board sharing the budget (no model error, no margin, nothing to keep apart; evaluation "
+              "only); the arm and board groups on the true meshes are in section selfmodel-spheres "
+              "(scripts/bench_spheres.py):\n\n"
             + table(["rig", "spheres of", "spheres", "surface coverage %", "protrusion p95 mm", "union volume ratio",
                      "summed volume ratio"], sphere_table)
             + f"\n\nMissed collisions: random configurations within the joint limits among {SCENES} scenes of {BOXES} boxes "
