@@ -226,4 +226,3 @@ def cover_metrics(cover: SphereCover, surface: np.ndarray, interior: np.ndarray,
         "protrusion_p95_mm": 1000.0 * float(np.percentile(distance, 95)),
         "volume_ratio": cover.summed_volume / body_volume if body_volume > 0 else float("inf"),
     }
-
