@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import ROOT, table, write_section
+from benchlib import ROOT, cached_row, file_digests, table, write_section
 
 import numpy as np
 
@@ -85,7 +85,12 @@ def chamfer_rows(work: Path, steps: int, arm: str) -> tuple[list, str]:
         model = work / f"{arm}-model-{len(rows)}-{steps}"
         if not model.is_dir():  # a model trained by an earlier run at this budget is scored again, not retrained
             run("selfmodel", "train", data, "--out", model, "--steps", steps, "--threads", "1", "--seed", "0", *extra)
-        figures = json.loads(run("selfmodel", "eval", model, held_out, "--json"))
+        # Scoring a model is minutes of meshing (longest for the free model): a score is kept beside
+        # the model and reused while the model's files and the held-out joints are the ones it scored.
+        inputs = {**file_digests(model, ["config.json", "weights.pt"], "model"),
+                  **file_digests(held_out, ["joints.csv", "session.json"], "heldout")}
+        figures = cached_row(work / f"{model.name}-eval.json",
+                             lambda: json.loads(run("selfmodel", "eval", model, held_out, "--json")), inputs)
         rows.append([arm, steps, label, figures["chamfer_l1_mm"], figures["fscore"], figures["iou"]])
     from capture.session import load_session
 

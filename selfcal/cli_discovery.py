@@ -8,6 +8,13 @@ import typer
 
 from selfcal.ui import print_json, progress_bar, user_errors
 
+# What the printed axis sd is, and is not: the refinement's cluster-robust covariance sees the
+# scatter between poses and between surface patches, not what every pose shares (each link's
+# points at home, the rigid-link model).
+SD_CAVEAT = ("  (+- is one sd of the scatter between poses and between patches of each link's surface; it leaves "
+             "out what every pose shares, so read it as a lower bound: on the simulated xArm6 and iiwa the "
+             "errors run about 3 sd at the median)")
+
 
 def register(app: typer.Typer) -> None:
     app.command("discover")(discover)
@@ -63,3 +70,4 @@ def discover(
                      if j.type == "revolute" else "")
             typer.echo(f"  {j.name:<16} {j.type:<9} axis ({', '.join(f'{v:+.4f}' for v in j.direction)}) "
                        f"+- {j.direction_sd_deg:.2f} deg{where}; fit rms {j.fit_rms_mm:.1f} mm")
+        typer.echo(SD_CAVEAT)

@@ -232,6 +232,9 @@ def train(
                 for j in discovered.joints:
                     where = f", position +- {j.position_sd_mm:.2f} mm" if j.type == "revolute" else ""
                     typer.echo(f"  {j.name:<16} {j.type:<9} direction +- {j.direction_sd_deg:.3f} deg{where}")
+                from selfcal.cli_discovery import SD_CAVEAT
+
+                typer.echo(SD_CAVEAT)
             if result.corrections is not None and not no_urdf:  # held on a discovered chain
                 typer.echo(result.corrections.summary())
             if changes is not None:
