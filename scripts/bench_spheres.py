@@ -407,7 +407,9 @@ def write(results: dict, args) -> None:
             "the union's outer surface, area-weighted, how far outside the true body. The true-mesh rows are the "
             "floor a sphere budget meets with no model error and no margin; the learned rows are the whole export "
             "(`selfcal selfmodel export` defaults, the cached 6000-step model of bench_export.py). The machine was "
-            "shared with other jobs: seconds are not comparable.\n\n"
+            "shared with other jobs: seconds are not comparable. Every fit is kept in the workdir (a file a fit, "
+            "named by its budgets, iterations and poses) and read back when present, so a row can come from an "
+            "earlier commit's run than the one this header names.\n\n"
             + table(header, rows) + "\n\n" + "\n".join(notes))
     if not args.no_write:
         write_section("selfmodel-spheres", "Spheres for cuRobo: the arm and its calibration board", body,
