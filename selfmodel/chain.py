@@ -108,6 +108,25 @@ class ChainSpec:
     def dof(self) -> int:
         return len(self.joint_names)
 
+    def rigid_groups(self) -> list[list[int]]:
+        """Link indices (two or more a group, base first) joined by fixed joints, the description's
+        and the held ones: they move as one body, so no recording can tell which of them holds a
+        piece of matter (the Panda's link7, hand and closed fingers)."""
+        root = list(range(len(self.link_names)))
+
+        def find(index: int) -> int:
+            while root[index] != index:
+                index = root[index]
+            return index
+
+        for child, joint in enumerate(self.joints, start=1):
+            if joint.type == "fixed":
+                root[find(child)] = find(joint.parent_index)
+        groups: dict[int, list[int]] = {}
+        for index in range(len(self.link_names)):
+            groups.setdefault(find(index), []).append(index)
+        return [members for members in groups.values() if len(members) > 1]
+
 
 def joint_motion(kind: str, axis: np.ndarray, value: float) -> np.ndarray:
     """(4, 4) motion of a revolute/continuous (rad) or prismatic (m) joint about/along ``axis``."""

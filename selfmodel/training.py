@@ -160,10 +160,15 @@ def described_solids(meshes: dict) -> dict:
 def described_owners(spec: ChainSpec, data: TrainingData, described: dict, deltas: np.ndarray | None = None) -> np.ndarray:
     """(M,) for every labelled point: the link whose description alone holds it at its configuration
     (description kinematics with the placement corrections ``deltas`` (dof, 6)), else -1. Only points
-    labelled occupied get an owner."""
+    labelled occupied get an owner. Links that move as one body (``ChainSpec.rigid_groups``) share
+    every motion, so the data never says which of them a reading outside their descriptions belongs
+    to: such a point goes to the member whose description is nearest, when that is the nearest
+    description of all (else the hand's readings are up for grabs, and a closed finger's network
+    took the Panda's whole hand)."""
     poses = link_poses_numpy(spec, data.q, deltas)
     owners = np.full(len(data.points), -1, dtype=np.int8)
     counts = np.zeros(len(data.points), dtype=np.int8)
+    group_of = {index: members for members in spec.rigid_groups() for index in members}
     occupied = np.flatnonzero(data.occupied > 0.5)
     order = occupied[np.argsort(data.config[occupied], kind="stable")]
     bounds = np.searchsorted(data.config[order], np.arange(len(data.q) + 1))
@@ -171,14 +176,22 @@ def described_owners(spec: ChainSpec, data: TrainingData, described: dict, delta
         rows = order[bounds[c]:bounds[c + 1]]
         if not len(rows):
             continue
+        nearest = np.full(len(rows), -1, dtype=np.int8)
+        nearest_distance = np.full(len(rows), np.inf)
         for index, link in enumerate(spec.link_names):
             if link not in described:
                 continue
             link_T_base = np.linalg.inv(poses[c, index])
             local = data.points[rows] @ link_T_base[:3, :3].T + link_T_base[:3, 3]
-            inside = described[link].signed_distance(local) < 0
+            distance = described[link].signed_distance(local)
+            inside = distance < 0
             owners[rows[inside]] = index
             counts[rows[inside]] += 1
+            closer = distance < nearest_distance
+            nearest[closer], nearest_distance[closer] = index, distance[closer]
+        if group_of:
+            outside = (counts[rows] == 0) & np.isin(nearest, list(group_of))
+            owners[rows[outside]] = nearest[outside]
     owners[counts > 1] = -1
     return owners
 
@@ -336,10 +349,12 @@ class SelfModelTrainer:
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
                     rng: np.random.Generator, described: dict, deltas: np.ndarray | None = None,
                     region: ArmRegion | None = None, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per link: candidate points (n, 3) in the link frame and (n,) labels: ``MATTER`` where no
-        camera ever saw the point free at any configuration (some link's matter), ``OWN`` where it is
-        also inside the link's description (its matter), ``CLEAR`` where some camera saw it clearly
-        free (not this link's, whatever other links do there)."""
+        """Per link: candidate points (n, 3) in the link frame, (n,) labels and (n,) owners (link
+        index, -1 for none): ``MATTER`` where no camera ever saw the point free at any configuration
+        (some link's matter), ``OWN`` where it is also inside the link's description (its matter; in
+        a rigid group, where this link's description is the group's nearest), ``CLEAR`` where some
+        camera saw it clearly free (not this link's, whatever other links do there). A ``MATTER``
+        point a rigidly joined neighbour owns is not this link's either."""
         from selfmodel.depth_labels import never_seen_free
 
         poses = link_poses_numpy(spec, data.q, deltas)  # (C, L, 4, 4) description kinematics, corrected
@@ -350,12 +365,25 @@ class SelfModelTrainer:
         # Where the data cannot tell two links apart (the core of a joint looks still from both links
         # it joins), the description says whose matter it is: a prior on ownership only; whether
         # there is matter at all is still the cameras' word.
+        # Links that move as one body: matter none of their descriptions holds goes to the member
+        # whose description is nearest (the data cannot say; see described_owners).
+        group_of = {index: members for members in spec.rigid_groups() for index in members}
         pools = []
-        for link, points, occupied, free in zip(spec.link_names, candidates, never, clear):
-            inside = described[link].signed_distance(points) < 0 if link in described else False
-            labels = np.where(occupied, np.where(inside, OWN, MATTER), CLEAR)
+        for index, (link, points, occupied, free) in enumerate(zip(spec.link_names, candidates, never, clear)):
+            inside = described[link].signed_distance(points) < 0 if link in described else np.zeros(len(points), bool)
+            owner = np.where(occupied & inside, index, -1)
+            members = [member for member in group_of.get(index, []) if spec.link_names[member] in described]
+            if index in members:
+                distances = []
+                for member in members:
+                    member_T_link = np.linalg.inv(poses[0, member]) @ poses[0, index]  # fixed within the group
+                    local = points @ member_T_link[:3, :3].T + member_T_link[:3, 3]
+                    distances.append(described[spec.link_names[member]].signed_distance(local))
+                owner = np.where(occupied, np.asarray(members)[np.argmin(np.stack(distances), axis=0)], -1)
+            labels = np.where(occupied, np.where(owner == index, OWN, MATTER), CLEAR)
             keep = occupied | free
-            pools.append((points[keep].astype(np.float32), labels[keep].astype(np.float32)))
+            pools.append((points[keep].astype(np.float32), labels[keep].astype(np.float32),
+                          owner[keep].astype(np.int64)))
         return pools
 
     def _train(self, model, data: TrainingData, prior, owners: np.ndarray | None, checkpoint_dir: Path | None,
@@ -366,7 +394,7 @@ class SelfModelTrainer:
         labels = torch.from_numpy(data.occupied).to(device)
         owners = torch.from_numpy(owners.astype(np.int64)).to(device) if owners is not None else None
         if prior is not None:
-            prior = [(torch.from_numpy(p).to(device), torch.from_numpy(l).to(device)) for p, l in prior]
+            prior = [tuple(torch.from_numpy(array).to(device) for array in pool) for pool in prior]
         configs = torch.from_numpy(data.config.astype(np.int64)).to(device)
         q_all = torch.from_numpy(data.q.astype(np.float32)).to(device)
         network_parameters = [p for name, p in model.named_parameters() if not name.startswith("chain.")]
@@ -483,14 +511,16 @@ class SelfModelTrainer:
         bce = torch.nn.functional.binary_cross_entropy_with_logits
         terms, matter_points, matter_configs, owners = [], [], [], []
         per_link = max(1, self.prior_batch // len(prior))
-        for index, (pool, pool_labels) in enumerate(prior):
+        for index, (pool, pool_labels, pool_owners) in enumerate(prior):
             if len(pool) == 0:
                 continue
             take = torch.randint(0, len(pool), (per_link,), generator=generator).to(pool.device)
-            points, labels = pool[take], pool_labels[take]
+            points, labels, owner = pool[take], pool_labels[take], pool_owners[take]
             free, own = labels == CLEAR, labels == OWN
-            if free.any() or own.any():
-                mine = free | own
+            # Matter a rigidly joined neighbour owns (see _prior_pool) is not this link's either.
+            others = ~free & (owner >= 0) & (owner != index)
+            if free.any() or own.any() or others.any():
+                mine = free | own | others
                 terms.append(bce(model.networks[index](points[mine]), own[mine].float()))
             matter = points[~free]
             if len(matter):
@@ -498,7 +528,7 @@ class SelfModelTrainer:
                 pose = poses[configs, index]
                 matter_points.append(torch.einsum("nij,nj->ni", pose[:, :3, :3], matter) + pose[:, :3, 3])
                 matter_configs.append(configs)
-                owners.append(torch.where(own[~free], index, -1))
+                owners.append(owner[~free])
         if not matter_points:
             return terms, None, None
         configs = torch.cat(matter_configs)
