@@ -379,7 +379,7 @@ class TrueWorld:
                            if sum(1 for joint in tree.path(a, b) if joint.type in MOVING and joint.name in moving) >= 2}
         self.world = CollisionWorld(urdf, session.joint_names, session.base_link, held=session.held_joints,
                                     obstacles=list(obstacles), convex=False, geometry="visual", extra=extra,
-                                    pairs=self.self_pairs)
+                                    pairs=self.self_pairs, read_meshes="trimesh")
         self.obstacles = list(obstacles)
         rng = np.random.default_rng(seed)
         self.links = names

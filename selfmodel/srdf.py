@@ -155,7 +155,7 @@ def _check_against_description(matrix: CollisionMatrix, tree: LinkTree, descript
     if not candidates:
         return
     world = CollisionWorld(description, joint_names, base_link, held=held, convex=False, geometry="visual",
-                           pairs=set(candidates))
+                           pairs=set(candidates), read_meshes="trimesh")
     touching = dict.fromkeys(candidates, 0)
     for q in qs:
         for pair in world.colliding_pairs(q):

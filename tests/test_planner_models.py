@@ -260,3 +260,34 @@ def test_a_pair_the_real_arm_can_bring_into_contact_is_never_disabled(tmp_path):
                                description=tmp_path / "description.urdf")
     assert checked.reasons[("base", "link2")] is None
     assert "description's meshes touch in" in checked.kept[("base", "link2")]
+
+
+def test_a_world_standing_for_the_true_shapes_reads_mesh_files_as_the_shapes_they_hold():
+    """Pinocchio's mesh loader reads pybullet_data's Panda link5 OBJ with sliver triangles joining
+    corners of different parts; the truth's world reads the file with trimesh, so a box 8 mm clear
+    of the link's surface is free, and the same box grown 20 mm a side touches it."""
+    import pybullet_data
+
+    from selfmodel.collision_world import Box, CollisionWorld
+
+    urdf = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
+    joints = [f"panda_joint{k}" for k in range(1, 8)]
+    held = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}
+    link5_T_box = np.array([[-0.914721, -0.232696, 0.330361, -0.108482],
+                            [0.253079, 0.307444, 0.917294, 0.002316],
+                            [-0.315018, 0.922676, -0.222335, -0.129545],
+                            [0.0, 0.0, 0.0, 1.0]])
+    size = np.array([0.181355, 0.105691, 0.063644])
+    q = np.zeros(7)
+    probe = CollisionWorld(urdf, joints, "panda_link0", held=held, geometry="visual", convex=False,
+                           read_meshes="trimesh")
+    base_T_box = probe.link_pose("panda_link5", q) @ link5_T_box
+    mesh = trimesh.load(Path(pybullet_data.getDataPath()) / "franka_panda" / "meshes" / "visual" / "link5.obj",
+                        force="mesh")
+    local = (np.asarray(mesh.sample(100_000, seed=0)) - link5_T_box[:3, 3]) @ link5_T_box[:3, :3]
+    clearance = np.linalg.norm(np.maximum(np.abs(local) - size / 2, 0), axis=1).min()
+    assert clearance > 0.005
+    for grow, touches in ((0.0, False), (0.04, True)):
+        world = CollisionWorld(urdf, joints, "panda_link0", held=held, geometry="visual", convex=False,
+                               read_meshes="trimesh", obstacles=[Box("near", size + grow, base_T_box)])
+        assert (("obstacle:near", "panda_link5") in world.colliding_pairs(q)) is touches
