@@ -348,7 +348,7 @@ class SelfModelTrainer:
 
     def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
                     rng: np.random.Generator, described: dict, deltas: np.ndarray | None = None,
-                    region: ArmRegion | None = None, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray]]:
+                    region: ArmRegion | None = None, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per link: candidate points (n, 3) in the link frame, (n,) labels and (n,) owners (link
         index, -1 for none): ``MATTER`` where no camera ever saw the point free at any configuration
         (some link's matter), ``OWN`` where it is also inside the link's description (its matter; in
