@@ -292,6 +292,9 @@ def description_pieces(urdf_path: Path, links: list[str]) -> dict[str, list[Conv
                 mesh = trimesh.load(str(path), force="mesh")
                 if shape.get("scale"):
                     mesh.apply_scale([float(v) for v in shape.get("scale").split()])
+                # An OBJ keeps a corner apart for each normal and texture coordinate it has; split
+                # unmerged, pybullet_data's Panda hulls fell into single triangles, hulls of nothing.
+                mesh.merge_vertices(merge_tex=True, merge_norm=True)
                 parts = mesh.split(only_watertight=False)
             elif shape.tag == "box":
                 parts = [trimesh.creation.box([float(v) for v in shape.get("size").split()])]

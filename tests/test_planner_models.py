@@ -291,3 +291,20 @@ def test_a_world_standing_for_the_true_shapes_reads_mesh_files_as_the_shapes_the
         world = CollisionWorld(urdf, joints, "panda_link0", held=held, geometry="visual", convex=False,
                                read_meshes="trimesh", obstacles=[Box("near", size + grow, base_T_box)])
         assert (("obstacle:near", "panda_link5") in world.colliding_pairs(q)) is touches
+
+
+def test_a_descriptions_collision_obj_files_are_read_as_the_hulls_they_hold():
+    """pybullet_data's Panda collision OBJs keep each corner apart per normal; read unmerged they
+    split into single triangles. Read merged, each link's hull holds its visual surface."""
+    import pybullet_data
+
+    from selfmodel.collision import pieces_outside_distance
+    from selfmodel.export_truth import description_pieces
+
+    folder = Path(pybullet_data.getDataPath()) / "franka_panda"
+    links = ["panda_link5", "panda_hand"]
+    pieces = description_pieces(folder / "panda.urdf", links)
+    for link, name in zip(links, ["link5", "hand"]):
+        visual = trimesh.load(folder / "meshes" / "visual" / f"{name}.obj", force="mesh")
+        outside = pieces_outside_distance(pieces[link], np.asarray(visual.sample(5000, seed=0)))
+        assert len(pieces[link]) == 1 and np.mean(outside <= 0.002) > 0.95
