@@ -3,7 +3,10 @@
 For each rig (the xArm6 with four depth cameras, its crashed twin with link 3 bent by 3 degrees, and
 the Franka Panda with its hand and closed fingers), a structured self-model is trained on 300
 simulated poses for a fixed number of steps, exported with ``selfcal selfmodel export``, and measured
-(truth/ is read here only, never by the fit):
+(truth/ is read here only, never by the fit). A rig that carries the calibration board is first
+calibrated from its board images (``selfcal calibrate``) and its self-model trained on that URDF and
+those cameras, the joint placements held, as a user with the board on the flange does
+(``--kinematics description`` trains every rig on its session's description instead):
 
 - recorded poses in self-collision: the exported URDF + SRDF loaded as a planner loads them
   (Pinocchio/coal; and mplib 0.2.1 when ``--mplib-python`` names a Python that has it), the spheres
@@ -18,7 +21,7 @@ simulated poses for a fixed number of steps, exported with ``selfcal selfmodel e
   box obstacles near the arm, on the export, on the true meshes (the ideal) and on the URDF's
   collision meshes; every planned path replayed on the true arm at 0.25 degree steps.
 
-    nice -n 10 .venv/bin/python scripts/bench_export.py [--steps 6000] [--configurations 100000]
+    nice -n 10 .venv/bin/python scripts/bench_export.py [--steps 6000] [--configurations 100000] [--kinematics calibrated]
         [--queries 100] [--plan-checks 3000] [--workdir /tmp/bench-export] [--mplib-python /tmp/mplib/bin/python]
 
 Stages are cached as files under --workdir (sessions, models, exports, JSON rows), so a rerun
@@ -100,12 +103,31 @@ def captured(workdir: Path, rig: str, poses: int, seed: int) -> Path:
     return out
 
 
-def trained(workdir: Path, rig: str, session: Path, steps: int) -> Path:
-    out = workdir / f"model-{rig}-{steps}"
+def calibrated(workdir: Path, rig: str, session: Path) -> Path | None:
+    """The training session's calibration from its board images (cameras and kinematics), as a user
+    with the board on the flange runs it before training; None for a session that declares no board.
+    Rigid (``--deflection none``): the self-model reads robot.urdf, which is rigid either way."""
+    from capture.session import load_session
+
+    if not (load_session(session).manifest.get("sensors") or {}).get("board"):
+        return None
+    out = workdir / f"cal-{rig}"
+    if not (out / "calibration.yaml").is_file():
+        print(f"calibrating {rig} from its board images ...", flush=True)
+        subprocess.run([sys.executable, "-m", "selfcal.cli", "calibrate", str(session), "--out", str(out),
+                        "--deflection", "none"], check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def trained(workdir: Path, rig: str, session: Path, steps: int, calibration: Path | None) -> Path:
+    """The self-model: on the calibration's URDF and cameras where there is one (its placements held,
+    `selfmodel train --placements auto`), else on the session's description (placements fitted)."""
+    out = workdir / f"model-{rig}-{steps}" if calibration is None else workdir / f"model-{rig}-{steps}-calibrated"
     if not (out / "config.json").is_file():
         print(f"training {rig} for {steps} steps ...", flush=True)
+        extra = [] if calibration is None else ["--urdf", str(calibration / "robot.urdf"), "--cameras", str(calibration)]
         subprocess.run([sys.executable, "-m", "selfcal.cli", "selfmodel", "train", str(session), "--out", str(out),
-                        "--steps", str(steps), "--seed", "0", "--threads", "1"], check=True)
+                        "--steps", str(steps), "--seed", "0", "--threads", "1", *extra], check=True)
     return out
 
 
@@ -484,6 +506,10 @@ def main() -> None:
                         help="RRT-Connect budget a query, in collision checks (the same for every world)")
     parser.add_argument("--mplib-python", default=None, help="a Python with mplib 0.2.1 (numpy < 2) for its check")
     parser.add_argument("--rigs", default=",".join(RIGS))
+    parser.add_argument("--kinematics", choices=("calibrated", "description"), default="calibrated",
+                        help="calibrated: a rig with a board on the flange is calibrated from its images first and "
+                             "the self-model trains on that URDF and those cameras, placements held; description: "
+                             "every self-model trains on the session's URDF, placements fitted from depth")
     parser.add_argument("--before", type=Path, default=None,
                         help="a workdir of an earlier run on the same models: its export's figures beside this one's, "
                              "on the same queries and configurations (read from its cached rows)")
@@ -495,7 +521,8 @@ def main() -> None:
     for rig in args.rigs.split(","):
         session = captured(workdir, rig, TRAIN_POSES, TRAIN_SEED)
         heldout = captured(workdir, rig, HELDOUT_POSES, HELDOUT_SEED)
-        model = trained(workdir, rig, session, args.steps)
+        calibration = calibrated(workdir, rig, session) if args.kinematics == "calibrated" else None
+        model = trained(workdir, rig, session, args.steps, calibration)
         export, report = exported(workdir, rig, model, heldout)
         baseline = baseline_srdf(workdir, rig, session)
         rows = workdir / "rows" / rig
@@ -503,7 +530,10 @@ def main() -> None:
 
         results[rig] = {
             "report": report,
+            "kinematics": ("board calibration, placements held" if calibration is not None
+                           else "description, placements fitted from depth"),
             "mount_plane_z": load_session(session).mount_plane_z,
+            "placements": placement_error(model, heldout),
             "recorded": recorded_rows(export, session, baseline, args.mplib_python, rows),
             "truth": truth_rows(export, heldout, session, rows),
             "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout),
@@ -516,6 +546,46 @@ def main() -> None:
             {**export_inputs(export, "pieces"), **session_inputs(session, "truth"),
              "queries": str(args.queries), "checks": str(args.plan_checks)})
     write(results, args)
+
+
+def placement_error(model_path: Path, heldout: Path) -> dict:
+    """How far each link of the model's kinematics stands off the true arm at the held-out poses (its
+    commanded angles), the part that changes with the pose: after the one rigid transform of the
+    whole arm that best lays it onto the truth (the camera frame the model was trained in may sit
+    another way on the base) and, per link, after the constant offset its own learned shape absorbs.
+    link -> {"p95_mm", "max_mm"} over the link's mesh vertices and the poses. Reads truth/."""
+    from scipy.spatial.transform import Rotation
+
+    from capture.session import load_session
+    from rigs.transforms import transform_points
+    from selfmodel.export_truth import load_truth
+    from selfmodel.model_io import load_model
+
+    truth = load_truth(heldout, load_session(heldout).pose_ids)
+    model = load_model(model_path)
+    learned = model.base_T_links(truth.q_commanded)[:, [model.link_names.index(link) for link in truth.link_names]]
+    vertices = {link: np.asarray(truth.meshes[link].vertices)[::max(1, len(truth.meshes[link].vertices) // 300)]
+                for link in truth.link_names}
+    poses = range(len(truth.pose_ids))
+    true_points = np.vstack([transform_points(truth.base_T_links[p, i], vertices[link])
+                             for p in poses for i, link in enumerate(truth.link_names)])
+    model_points = np.vstack([transform_points(learned[p, i], vertices[link])
+                              for p in poses for i, link in enumerate(truth.link_names)])
+    # The rigid alignment (Kabsch) of the model's points onto the true ones.
+    mean_true, mean_model = true_points.mean(axis=0), model_points.mean(axis=0)
+    u, _, vt = np.linalg.svd((model_points - mean_model).T @ (true_points - mean_true))
+    rotation = vt.T @ np.diag([1.0, 1.0, np.sign(np.linalg.det(vt.T @ u.T))]) @ u.T
+    align = np.eye(4)
+    align[:3, :3], align[:3, 3] = rotation, mean_true - rotation @ mean_model
+    out = {}
+    for i, link in enumerate(truth.link_names):
+        offsets = np.array([np.linalg.inv(align @ learned[p, i]) @ truth.base_T_links[p, i] for p in poses])
+        mean_rotation = Rotation.from_matrix(offsets[:, :3, :3]).mean().as_matrix()
+        steady = vertices[link] @ mean_rotation.T + offsets[:, :3, 3].mean(axis=0)
+        error = np.array([np.linalg.norm(vertices[link] @ offsets[p, :3, :3].T + offsets[p, :3, 3] - steady, axis=1)
+                          for p in poses])
+        out[link] = {"p95_mm": 1000.0 * float(np.percentile(error, 95)), "max_mm": 1000.0 * float(error.max())}
+    return out
 
 
 def before_rows(before: Path, rig: str, queries: int, checks: int, configurations: int) -> list | None:
@@ -641,7 +711,7 @@ def write(results: dict, args) -> None:
         export_rate = 100 * planning["export"]["solved"] / queries
         ideal_rate = 100 * planning["true meshes"]["solved"] / queries
         verdicts.append(
-            f"- **{rig}**: recorded poses in collision {recorded['export']} (bar 0); missed collisions "
+            f"- **{rig}** ({result['kinematics']}): recorded poses in collision {recorded['export']} (bar 0); missed collisions "
             f"{misses['export']['missed']} of {misses['true collisions']} (bar 0); planning success {export_rate:.0f} % vs "
             f"{ideal_rate:.0f} % on the true meshes ({export_rate - ideal_rate:+.0f} points, bar -5), colliding paths "
             f"{planning['export']['colliding_paths']} (bar 0); pieces surface coverage "
@@ -652,7 +722,11 @@ def write(results: dict, args) -> None:
             f"{spheres['summed_volume_ratio']:.2f} summed (bar 1.8).")
     body = ("Each rig: 300 training poses (seed 1) captured by the simulator, which now refuses poses where the true "
             f"meshes pass through each other; a structured self-model trained {args.steps} steps (seed 0, 1 thread; the "
-            "machine was shared with other jobs, so no wall-clock figure here is comparable); `selfcal selfmodel export` "
+            "machine was shared with other jobs, so no wall-clock figure here is comparable), on kinematics named per rig: "
+            "where the rig carries the calibration board, `selfcal calibrate` of the training session first (rigid, from "
+            "its board images) and the self-model on its URDF and cameras with the joint placements held (`selfmodel "
+            "train --placements auto`), else on the session's description with the placements fitted from depth; "
+            "`selfcal selfmodel export` "
             "with its defaults (automatic margin, 8 pieces a link, 64 spheres for the arm's links and 64 for the "
             "declared calibration board, its own group listed under the tip, SRDF over 10,000 samples, bodies carved "
             "where the training cameras saw through, the declared calibration board part of the tip's pieces). The URDF baseline is the description's own collision meshes with an SRDF made by the same rules.\n\n"
@@ -707,6 +781,21 @@ def write(results: dict, args) -> None:
         for label, values in ((f"before ({args.before})", earlier), ("this run", now)):
             compare.append([rig, label, f"{values[0]:.1f}", f"{values[1]:.2f}", f"{100 * values[2]:.2f}", f"{values[3]:.1f}",
                             f"{values[4]:.2f}", values[5], f"{values[6]:.1f}", f"{values[7]:.0f}", values[8], values[9]])
+    placed = []
+    for rig, result in results.items():
+        earlier = args.before / f"model-{rig}-{args.steps}" if args.before is not None else None
+        runs = [(f"before ({args.before})", placement_error(earlier, args.before / f"{rig}-{HELDOUT_POSES}-{HELDOUT_SEED}"))
+                if earlier is not None and (earlier / "config.json").is_file() else None,
+                (f"this run: {result['kinematics']}", result["placements"])]
+        for label, errors in [run for run in runs if run is not None]:
+            worst = max(errors, key=lambda link: errors[link]["max_mm"])
+            placed.append([rig, label, ", ".join(f"{link} {row['max_mm']:.1f}" for link, row in errors.items()),
+                           f"{max(row['p95_mm'] for row in errors.values()):.1f}", f"{worst} {errors[worst]['max_mm']:.1f}"])
+    body += ("\n\nJoint placements of each self-model against the true arm, at the 30 held-out poses' commanded angles: "
+             "how far a link's mesh vertices stand off where the truth has them, the part that changes with the pose "
+             "(after the one rigid transform of the whole arm that best aligns it, the frame the cameras were posed in, "
+             "and per link after the constant offset its own learned shape absorbs), mm:\n\n"
+             + table(["rig", "kinematics", "largest per link mm", "p95 over links mm", "worst link mm"], placed))
     if compare:
         body += ("\n\nAn earlier run's export (--before) beside this one, on the same held-out poses, configurations and "
                  f"planning queries (the earlier run's cached rows){': ' + args.before_note if args.before_note else ''}:\n\n"

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import SelfModelKind, check_positive, require_pass_option
+from selfcal.options import Placements, SelfModelKind, check_positive, require_pass_option
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 selfmodel_app = typer.Typer(help="Learn the arm's shape from depth images, evaluate it, check it against a URDF.",
@@ -43,6 +43,65 @@ def parse_holds(items: list[str]) -> dict[str, float]:
             raise InputError(f"--hold {item!r}: expected JOINT=VALUE with the joint's position in rad or m.")
         held[name.strip()] = number
     return held
+
+
+def placements_held(mode: str, urdf: Path | None, discovered: bool,
+                    previous: Path | None) -> tuple[bool, str, Path | None]:
+    """Whether a training holds the joint placements (``--placements``), why in words, and the
+    calibration folder whose URDF is held (None when it is not a calibration's).
+
+    ``auto`` holds them for the URDF of a calibration folder (``selfcal calibrate`` writes
+    robot.urdf beside calibration.yaml, which names it): that fit measured the placements from board
+    corners or tracker points, finer than depth laid onto the description's shapes, which a bent
+    link pulls by millimetres. Relearning from a ``previous`` model fits them (what changed is the
+    point), as does any other URDF. A discovered chain is always held: its placements are already
+    this depth's own fit.
+    """
+    from rigs.errors import InputError
+
+    if discovered:
+        if mode == "fit":
+            raise InputError("--placements fit needs a description: a chain discovered with --no-urdf is placed by "
+                             "its own fit of this depth already.")
+        return True, "held as discovered", None
+    if mode != "auto":
+        return mode == "hold", "held as the URDF gives them (--placements hold)" if mode == "hold" else "fitted from depth", None
+    if urdf is None or previous is not None:
+        return False, "fitted from depth", None
+    from calib.io.document import read_calibration_document
+
+    folder = Path(urdf).parent
+    if not (folder / "calibration.yaml").is_file():
+        return False, "fitted from depth", None
+    path, document = read_calibration_document(folder)
+    if not isinstance(document, dict) or document.get("format") != "selfcal-calibration":
+        raise InputError(f"{path}: beside --urdf {urdf} but not a selfcal-calibration file; move it or say "
+                         f"--placements fit or hold.")
+    robot = document.get("robot")
+    named = robot.get("urdf", "robot.urdf") if isinstance(robot, dict) else None
+    if not isinstance(named, str) or (folder / named).resolve() != Path(urdf).resolve():
+        return False, "fitted from depth", None
+    return True, f"held as calibrated ({path})", folder
+
+
+def calibrated_placement_std(folder: Path) -> dict[str, list[float]]:
+    """joint -> (6,) standard deviations (m, rad; dx..wz) of the placements a calibration measured:
+    its placement deltas', with its zero offset's about (or, prismatic, along) the joint's axis. A
+    held placement carries them, so `selfmodel check` weighs the joints as the calibration knew them."""
+    import numpy as np
+
+    from calib.calibration import Calibration
+
+    calibration = Calibration.load(folder)
+    chain = calibration.chain
+    out = {}
+    for j, name in enumerate(calibration.joint_names):
+        std = np.asarray(calibration.delta_std[j], dtype=float).copy()
+        kind = chain.model.joints[chain.joint_ids[j]].shortname().removeprefix("JointModel")
+        part = slice(0, 3) if kind.startswith("P") else slice(3, 6)
+        std[part] = np.sqrt(std[part] ** 2 + (float(calibration.zero_std[j]) * np.abs(chain.axes[j])) ** 2)
+        out[name] = std.tolist()
+    return out
 
 
 def camera_poses_from_calibration(folder: Path) -> tuple[dict, dict]:
@@ -129,6 +188,10 @@ def train(
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: half the cores this process may use, at least 1: a shared machine's other jobs stall every thread)."),
     device: str = typer.Option("auto", "--device", help="auto (a GPU when torch sees one, else the CPU), cpu or cuda."),
     previous: Optional[Path] = typer.Option(None, "--previous", help="A model of this arm to start from (its weights and joint corrections): relearning after a crash needs few poses and steps; says what changed."),
+    placements: Placements = typer.Option("auto", "--placements", help="How the joints are placed: fit (to the depth, "
+                                          "against the description's shapes), hold (as the URDF gives them), or auto: hold for "
+                                          "a calibration's robot.urdf (`selfcal calibrate`: board or tracker, finer than depth) "
+                                          "unless relearning from --previous, else fit."),
     hold: List[str] = typer.Option([], "--hold", help="JOINT=VALUE (rad or m): where a joint off the chain (a gripper finger) stood, when the session does not record it; repeat for each."),
     no_urdf: bool = typer.Option(False, "--no-urdf", help="Read no description: discover the chain from the first "
                                  "session's joint sweeps (`selfcal plan --sweeps`) and train on it."),
@@ -150,9 +213,11 @@ def train(
         # the tip's hull already holds what moved with it (a tool, the board): its domain needs no
         # room for them, and the board's nominal pose is in a tip frame the discovery does not know.
         extra = {"tip_margin": SelfModelTrainer.domain_margin, "board_on_tip": False} if no_urdf else {}
+        held, placed, calibration = placements_held(placements, urdf, no_urdf, previous)
+        known = calibrated_placement_std(calibration) if calibration is not None else None
         trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
-                                   hold=parse_holds(hold), device=device, placement=PlacementSettings(hold=no_urdf),
-                                   **extra)
+                                   hold=parse_holds(hold), device=device,
+                                   placement=PlacementSettings(hold=held, held_std=known), **extra)
         before = load_model(previous) if previous is not None else None
         if urdf is not None and not urdf.is_file():
             raise InputError(f"{urdf}: URDF not found.")
@@ -186,7 +251,7 @@ def train(
                     discovered, urdf = discover_urdf(loaded[0], scratch, update)
             run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
                    "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
-                   "cameras": None if cameras is None else str(cameras),
+                   "cameras": None if cameras is None else str(cameras), "placements": "held" if held else "fitted",
                    **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
             with _training_folder(out, run, resume) as (partial, continues):
                 with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
@@ -212,7 +277,7 @@ def train(
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations}
         if result.corrections is not None:
-            summary["joint_placement"] = result.corrections.to_json()
+            summary["joint_placement"] = {**result.corrections.to_json(), "how": placed}
         if changes is not None:
             summary["changes"] = changes
         if discovered is not None:
@@ -236,7 +301,7 @@ def train(
 
                 typer.echo(SD_CAVEAT)
             if result.corrections is not None and not no_urdf:  # held on a discovered chain
-                typer.echo(result.corrections.summary())
+                typer.echo(result.corrections.summary() if not held else f"joint placements {placed}")
             if changes is not None:
                 from selfmodel.changes import summary as change_lines
 

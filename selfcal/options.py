@@ -26,6 +26,7 @@ def robot_from_options(rig: Optional[str], urdf: Optional[Path], base_link: Opti
 Deflection = Literal["auto", "none", "compliance", "learned", "both"]
 CalibrationModel = Literal["full", "offsets"]
 SelfModelKind = Literal["structured", "free"]
+Placements = Literal["auto", "fit", "hold"]
 AngleUnit = Literal["deg", "rad"]
 LengthUnit = Literal["mm", "m", "cm", "in"]
 Rotation = Literal["rotvec", "rpy"]

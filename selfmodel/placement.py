@@ -22,6 +22,11 @@ deviation (a direction the geometry cannot see, such as a round link's spin, kee
 a bootstrap over poses (errors that repeat within a pose, not between points). A component is
 *determined* when its standard deviation is below a third of the tolerance the self-model promises
 (1 mm, 0.2 degrees).
+
+A URDF that a calibration wrote is held as it is instead (``PlacementSettings.hold``): its board or
+tracker fit measured the placements to a few tenths of a millimetre, while this fit lays depth onto
+the description's shapes, which a bent link no longer has (BENCHMARKS.md "selfmodel-export" has
+both on the crashed xArm6).
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ COMPONENTS = ("dx", "dy", "dz", "wx", "wy", "wz")
 TOLERANCE = np.array([1e-3] * 3 + [np.radians(0.2)] * 3)  # what a determined correction promises
 DETERMINED = TOLERANCE / 3  # standard deviation below which a component counts as determined
 PRIOR_SIGMA = np.array([0.02] * 3 + [np.radians(5.0)] * 3)  # weak: only the null space listens to it
+# How a training places the joints: fitted to the depth (this module), held as the URDF gives them,
+# or held when the URDF is a calibration's (its board or tracker fit measured them; see
+# selfcal.cli_selfmodel.placements_held).
+PLACEMENTS = ("auto", "fit", "hold")
 
 
 @dataclass
@@ -51,6 +60,9 @@ class PlacementSettings:
     # already fitted to it with the links' own points, and its convex-hull meshes are no description
     # to fit against (they cover what one view saw, so they pull joints by degrees).
     hold: bool = False
+    # joint -> (6,) standard deviations (m, rad) of held placements that were measured (a calibration's);
+    # the others keep the prior's spread.
+    held_std: dict | None = None
 
 
 @dataclass
@@ -62,6 +74,7 @@ class JointCorrections:
     std: np.ndarray  # (J, 6) standard deviation, m and rad
     points: int  # surface points that agreed with the description at the end (inliers)
     rms_mm: float  # their point-to-plane RMS
+    held: bool = False  # the placements were held where they started, nothing fitted
 
     @property
     def determined(self) -> np.ndarray:
@@ -71,7 +84,7 @@ class JointCorrections:
     def to_json(self) -> dict:
         return {"convention": "parent_T_child = origin @ exp6(delta) @ motion(q); delta = [dx, dy, dz, wx, wy, wz], m and rad",
                 "tolerance": TOLERANCE.tolist(), "determined_below_std": DETERMINED.tolist(),
-                "points": self.points, "rms_mm": self.rms_mm,
+                "points": self.points, "rms_mm": self.rms_mm, "held": self.held,
                 "joints": {name: {"delta": self.deltas[i].tolist(), "std": self.std[i].tolist(),
                                   "determined": self.determined[i].tolist()}
                            for i, name in enumerate(self.joint_names)}}
@@ -81,10 +94,12 @@ class JointCorrections:
         joints = table["joints"]
         return cls(list(joint_names), np.array([joints[n]["delta"] for n in joint_names], dtype=float),
                    np.array([joints[n]["std"] for n in joint_names], dtype=float), int(table["points"]),
-                   float(table["rms_mm"]))
+                   float(table["rms_mm"]), bool(table.get("held", False)))
 
     def summary(self) -> str:
         """One sentence: how many components are determined, and the largest determined correction."""
+        if self.held:
+            return "joint placements held where they started: no correction fitted from depth"
         determined = self.determined
         count = int(determined.sum())
         moved = np.where(determined, np.abs(self.deltas) / TOLERANCE, 0.0)
@@ -161,8 +176,12 @@ def fit_placements(spec: ChainSpec, meshes: dict[str, trimesh.Trimesh], surface:
     rng = np.random.default_rng(settings.seed)
     J = spec.dof
     start = np.zeros((J, 6)) if initial is None else np.asarray(initial, dtype=float).reshape(J, 6)
-    if settings.hold:  # nothing learned: the prior's spread is what is known
-        return JointCorrections(list(spec.joint_names), start.copy(), np.tile(PRIOR_SIGMA, (J, 1)), 0, 0.0)
+    if settings.hold:  # nothing learned: what is known is the prior's spread, or the calibration's
+        std = np.tile(PRIOR_SIGMA, (J, 1))
+        for j, name in enumerate(spec.joint_names):
+            if settings.held_std and name in settings.held_std:
+                std[j] = np.asarray(settings.held_std[name], dtype=float)
+        return JointCorrections(list(spec.joint_names), start.copy(), std, 0, 0.0, held=True)
     deltas = start.copy()
     rows = rng.choice(len(surface), min(settings.max_points, len(surface)), replace=False)
     points, configs = surface[rows].astype(float), surface_config[rows].astype(np.int64)

@@ -58,11 +58,13 @@ def test_listed_choices_are_the_rooms_own():
     from capture.importers.poses6d import ROTATIONS
     from capture.importers.tf_static import CONVENTIONS
     from capture.importers.units import ANGLE_UNITS, LENGTH_UNITS
+    from selfmodel.placement import PLACEMENTS
     from selfmodel.training import KINDS
 
     assert set(_choices(options.Deflection)) == {"auto", *MODES}
     assert set(_choices(options.CalibrationModel)) == set(MODEL_KINDS)
     assert set(_choices(options.SelfModelKind)) == set(KINDS)
+    assert set(_choices(options.Placements)) == set(PLACEMENTS)
     assert set(_choices(options.AngleUnit)) == set(ANGLE_UNITS)
     assert set(_choices(options.LengthUnit)) == set(LENGTH_UNITS)
     assert set(_choices(options.Rotation)) == set(ROTATIONS)

@@ -107,6 +107,77 @@ def test_relearning_from_the_intact_model_finds_the_bend_and_says_what_changed(i
     assert first["joint"] == "elbow" and first["moved"] and abs(first["rotation_deg"] - 3.0) < 0.3
 
 
+# What `selfcal calibrate` writes beside robot.urdf, cut to the keys a calibration folder must have:
+# the joints' placement deltas (zero: robot.urdf has them written in) and their standard deviations.
+CALIBRATION = """format: selfcal-calibration
+format_version: 1
+robot: {urdf: robot.urdf, base_link: base, tip_link: box}
+joints:
+  shoulder: {delta_twist: [0, 0, 0, 0, 0, 0], delta_xyz_std: [1.0e-4, 2.0e-4, 3.0e-4],
+             delta_rpy_std: [4.0e-4, 5.0e-4, 6.0e-4], zero_offset: 0.0, zero_offset_std: 8.0e-4}
+  elbow: {delta_twist: [0, 0, 0, 0, 0, 0], delta_xyz_std: [1.0e-4, 1.0e-4, 1.0e-4],
+          delta_rpy_std: [3.0e-4, 3.0e-4, 3.0e-4], zero_offset: 0.0, zero_offset_std: 4.0e-4}
+tracker_T_base: null
+targets: {}
+"""
+
+
+def _calibration_folder(session_path: Path, folder: Path, document: str = CALIBRATION) -> Path:
+    """A folder laid out as `selfcal calibrate` writes one: robot.urdf beside calibration.yaml naming it."""
+    import shutil
+
+    folder.mkdir()
+    shutil.copy(load_session(session_path).urdf_path, folder / "robot.urdf")
+    (folder / "calibration.yaml").write_text(document)
+    return folder / "robot.urdf"
+
+
+def test_a_calibrations_urdf_keeps_its_placements_and_any_other_is_fitted(sessions, tmp_path):
+    """On the bent twin a fit moves the elbow by the bend; a calibration's URDF is held as it is."""
+    calibrated = _calibration_folder(sessions["bent"], tmp_path / "cal")
+    plain = tmp_path / "plain.urdf"
+    plain.write_text(calibrated.read_text())
+    common = ["--steps", "2", "--threads", "1", "--device", "cpu", "--json"]
+    runs = {"held": ["--urdf", str(calibrated)], "fitted": ["--urdf", str(plain)],
+            "asked": ["--urdf", str(calibrated), "--placements", "fit"]}
+    models = {}
+    for name, extra in runs.items():
+        result = runner.invoke(app, ["selfmodel", "train", str(sessions["bent"]), "--out", str(tmp_path / name), *common,
+                                     *extra])
+        assert result.exit_code == 0, result.output
+        models[name] = load_model(tmp_path / name)
+    held = models["held"].corrections
+    assert held.held and np.all(held.deltas == 0.0)
+    np.testing.assert_array_equal(models["held"].chain.deltas.detach().numpy(), 0.0)
+    # They carry the calibration's standard deviations, its zero offset's about each joint's axis.
+    axes = [joint.axis for joint in models["held"].spec.joints if joint.type != "fixed"]
+    for j, (xyz, rpy, zero) in enumerate([((1e-4, 2e-4, 3e-4), (4e-4, 5e-4, 6e-4), 8e-4),
+                                          ((1e-4,) * 3, (3e-4,) * 3, 4e-4)]):
+        expected = np.concatenate([xyz, np.sqrt(np.square(rpy) + (zero * np.abs(axes[j])) ** 2)])
+        np.testing.assert_allclose(held.std[j], expected, rtol=1e-9)
+    elbow = models["fitted"].joint_names.index("elbow")
+    for name in ("fitted", "asked"):
+        fit = models[name].corrections
+        assert not fit.held and abs(np.degrees(fit.deltas[elbow, 3])) > 1.5  # the 3 degree bend, fitted
+
+
+def test_placements_are_fitted_when_relearning_and_a_foreign_calibration_file_is_named(sessions, tmp_path):
+    from selfcal.cli_selfmodel import placements_held
+
+    calibrated = _calibration_folder(sessions["intact"], tmp_path / "cal")
+    assert placements_held("auto", calibrated, False, None)[0] and placements_held("auto", calibrated, False, None)[2]
+    assert not placements_held("auto", calibrated, False, tmp_path / "previous")[0]
+    assert not placements_held("auto", None, False, None)[0] and placements_held("hold", None, False, None)[0]
+    other = tmp_path / "cal" / "other.urdf"  # beside the calibration, but not the URDF it wrote
+    other.write_text(calibrated.read_text())
+    assert not placements_held("auto", other, False, None)[0]
+    with pytest.raises(InputError, match="--placements fit needs a description"):
+        placements_held("fit", None, True, None)
+    foreign = _calibration_folder(sessions["intact"], tmp_path / "foreign", "format: something-else\n")
+    with pytest.raises(InputError, match="calibration.yaml: beside --urdf .* not a selfcal-calibration file"):
+        placements_held("auto", foreign, False, None)
+
+
 def test_a_relearned_model_starts_from_the_previous_weights(intact, sessions):
     _, before = intact
     after = trainer(1).fit([load_session(sessions["bent"])], previous=before).model
