@@ -64,24 +64,36 @@ def placements_held(mode: str, urdf: Path | None, discovered: bool,
             raise InputError("--placements fit needs a description: a chain discovered with --no-urdf is placed by "
                              "its own fit of this depth already.")
         return True, "held as discovered", None
-    if mode != "auto":
-        return mode == "hold", "held as the URDF gives them (--placements hold)" if mode == "hold" else "fitted from depth", None
-    if urdf is None or previous is not None:
+    if mode == "fit" or (mode == "auto" and previous is not None):
         return False, "fitted from depth", None
+    calibration = _calibration_of(urdf, strict=mode == "auto") if urdf is not None else None
+    if mode == "hold":
+        return True, "held as the URDF gives them (--placements hold)", calibration
+    if calibration is None:
+        return False, "fitted from depth", None
+    return True, f"held as calibrated ({calibration / 'calibration.yaml'})", calibration
+
+
+def _calibration_of(urdf: Path, strict: bool) -> Path | None:
+    """The calibration folder whose robot.urdf ``urdf`` is (its calibration.yaml names it), or None.
+    ``strict``: a calibration.yaml beside it that is no selfcal calibration is refused, not passed over."""
     from calib.io.document import read_calibration_document
+    from rigs.errors import InputError
 
     folder = Path(urdf).parent
     if not (folder / "calibration.yaml").is_file():
-        return False, "fitted from depth", None
+        return None
     path, document = read_calibration_document(folder)
     if not isinstance(document, dict) or document.get("format") != "selfcal-calibration":
-        raise InputError(f"{path}: beside --urdf {urdf} but not a selfcal-calibration file; move it or say "
-                         f"--placements fit or hold.")
+        if strict:
+            raise InputError(f"{path}: beside --urdf {urdf} but not a selfcal-calibration file; move it or say "
+                             f"--placements fit or hold.")
+        return None
     robot = document.get("robot")
     named = robot.get("urdf", "robot.urdf") if isinstance(robot, dict) else None
     if not isinstance(named, str) or (folder / named).resolve() != Path(urdf).resolve():
-        return False, "fitted from depth", None
-    return True, f"held as calibrated ({path})", folder
+        return None
+    return folder
 
 
 def calibrated_placement_std(folder: Path) -> dict[str, list[float]]:

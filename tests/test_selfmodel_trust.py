@@ -168,6 +168,7 @@ def test_placements_are_fitted_when_relearning_and_a_foreign_calibration_file_is
     assert placements_held("auto", calibrated, False, None)[0] and placements_held("auto", calibrated, False, None)[2]
     assert not placements_held("auto", calibrated, False, tmp_path / "previous")[0]
     assert not placements_held("auto", None, False, None)[0] and placements_held("hold", None, False, None)[0]
+    assert placements_held("hold", calibrated, False, tmp_path / "previous")[2] == calibrated.parent
     other = tmp_path / "cal" / "other.urdf"  # beside the calibration, but not the URDF it wrote
     other.write_text(calibrated.read_text())
     assert not placements_held("auto", other, False, None)[0]
@@ -176,6 +177,7 @@ def test_placements_are_fitted_when_relearning_and_a_foreign_calibration_file_is
     foreign = _calibration_folder(sessions["intact"], tmp_path / "foreign", "format: something-else\n")
     with pytest.raises(InputError, match="calibration.yaml: beside --urdf .* not a selfcal-calibration file"):
         placements_held("auto", foreign, False, None)
+    assert placements_held("hold", foreign, False, None)[0] and not placements_held("fit", foreign, False, None)[0]
 
 
 def test_a_relearned_model_starts_from_the_previous_weights(intact, sessions):
