@@ -1424,6 +1424,16 @@ def _(fx, case):
             "--out", _s(case / "model")]
 
 
+@case("selfmodel train: --urdf beside a calibration.yaml that is not a calibration")
+def _(fx, case):
+    folder = case / "cal"
+    folder.mkdir()
+    shutil.copyfile(fx.box / "robot.urdf", folder / "robot.urdf")
+    (folder / "calibration.yaml").write_text("format: somebody-elses\n")
+    return ["selfmodel", "train", _s(copy(fx.box, case, "box")), "--urdf", _s(folder / "robot.urdf"), "--steps", "1",
+            "--out", _s(case / "model")]
+
+
 @case("selfmodel train: --no-urdf on a session without sweeps")
 def _(fx, case):
     return ["selfmodel", "train", _s(copy(fx.box, case, "box")), "--no-urdf", "--steps", "3", "--out", _s(case / "model")]
