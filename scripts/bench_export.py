@@ -791,7 +791,8 @@ def write(results: dict, args) -> None:
             worst = max(errors, key=lambda link: errors[link]["max_mm"])
             placed.append([rig, label, ", ".join(f"{link} {row['max_mm']:.1f}" for link, row in errors.items()),
                            f"{max(row['p95_mm'] for row in errors.values()):.1f}", f"{worst} {errors[worst]['max_mm']:.1f}"])
-    body += ("\n\nJoint placements of each self-model against the true arm, at the 30 held-out poses' commanded angles: "
+    body += (f"\n\nJoint placements of each self-model against the true arm, at the {HELDOUT_POSES} held-out poses' "
+             "commanded angles: "
              "how far a link's mesh vertices stand off where the truth has them, the part that changes with the pose "
              "(after the one rigid transform of the whole arm that best aligns it, the frame the cameras were posed in, "
              "and per link after the constant offset its own learned shape absorbs), mm:\n\n"

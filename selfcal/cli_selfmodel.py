@@ -225,12 +225,6 @@ def train(
         # the tip's hull already holds what moved with it (a tool, the board): its domain needs no
         # room for them, and the board's nominal pose is in a tip frame the discovery does not know.
         extra = {"tip_margin": SelfModelTrainer.domain_margin, "board_on_tip": False} if no_urdf else {}
-        held, placed, calibration = placements_held(placements, urdf, no_urdf, previous)
-        known = calibrated_placement_std(calibration) if calibration is not None else None
-        trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
-                                   hold=parse_holds(hold), device=device,
-                                   placement=PlacementSettings(hold=held, held_std=known), **extra)
-        before = load_model(previous) if previous is not None else None
         if urdf is not None and not urdf.is_file():
             raise InputError(f"{urdf}: URDF not found.")
         if urdf is not None and kind == "free":
@@ -239,6 +233,13 @@ def train(
             raise InputError("--no-urdf discovers the structured model's chain; it goes with neither --urdf nor --kind free.")
         if threads is not None and threads < 1:
             raise InputError(f"--threads must be at least 1, got {threads}.")
+        # After the URDF is known to exist: a calibration beside it is read for its standard deviations.
+        held, placed, calibration = placements_held(placements, urdf, no_urdf, previous)
+        known = calibrated_placement_std(calibration) if calibration is not None else None
+        trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
+                                   hold=parse_holds(hold), device=device,
+                                   placement=PlacementSettings(hold=held, held_std=known), **extra)
+        before = load_model(previous) if previous is not None else None
         loaded = [load_session(path) for path in sessions]
         if cameras is not None:
             poses, intrinsics = camera_poses_from_calibration(cameras)
