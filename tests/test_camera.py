@@ -142,7 +142,9 @@ def test_board_specs_are_checked():
 
 
 def test_hand_eye_recovers_known_camera_and_board_poses():
-    from calib.sensors.hand_eye import hand_eye
+    import cv2
+
+    from calib.sensors.hand_eye import hand_eye, opencv_cross_check
 
     rng = np.random.default_rng(0)
     tip_T_board = exp6([0.01, -0.02, 0.015, 0.1, -0.05, 0.2])
@@ -158,6 +160,13 @@ def test_hand_eye_recovers_known_camera_and_board_poses():
     assert np.allclose(solution.tip_T_board, tip_T_board, atol=1e-9)
     for name, pose in camera_T_base.items():
         assert np.allclose(solution.camera_T_base[name], pose, atol=1e-9)
+    # OpenCV's robot-world hand-eye, where the build has it, agrees for one camera.
+    first = np.array([n == "a" for n in names])
+    checked = opencv_cross_check(np.array(tips)[first], np.array(boards)[first])
+    assert (checked is None) == (not hasattr(cv2, "calibrateRobotWorldHandEye"))
+    if checked is not None:
+        assert np.allclose(checked[0], camera_T_base["a"], atol=1e-6)
+        assert np.allclose(checked[1], tip_T_board, atol=1e-6)
 
 
 def _truth_model(session):
@@ -207,6 +216,10 @@ def test_a_camera_session_calibrates_the_arm_and_truth_is_never_read(camera_sess
     # Better than the nominal arm with the best camera and board poses, far better than hand-eye alone.
     assert summary["fit_rms_px"] < 0.95 * summary["fit_nominal_rms_px"]
     assert summary["fit_rms_px"] < 0.7 * summary["hand_eye_fit_rms_px"]
+    # OpenCV's robot-world hand-eye (one camera, where the build has it) starts the board nearby.
+    cross = summary["opencv_hand_eye_cross_check"]
+    if cross is not None:
+        assert cross["tip_T_board_translation_difference_m"] < 0.02
     ident = with_truth.summary["identifiability"]
     assert ident["rank"] < ident["parameters"]
     # Cameras cannot see where the base is: the first joint's placement trades off against them.

@@ -8,8 +8,8 @@ PnP) and ``X = tip_T_board``: the rotation by Park and Martin's least-squares fi
 vectors (a Procrustes problem), the translation by linear least squares, all cameras pooled. Each
 camera's pose is then the average of ``camera_T_board_k @ inv(tip_T_board) @ inv(base_T_tip_k)``.
 
-OpenCV 5.0's Python build lacks ``cv2.calibrateRobotWorldHandEye`` (FACTS.md); where a build has
-it, :func:`opencv_cross_check` compares against it.
+OpenCV 5.0's Python build lacks ``cv2.calibrateRobotWorldHandEye`` (FACTS.md); 5.1's has it, and
+there :func:`opencv_cross_check` compares against it.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def opencv_cross_check(base_T_tip: np.ndarray, camera_T_board: np.ndarray) -> tu
     OpenCV solves ``cam_T_world = cam_T_gripper @ gripper_T_base @ base_T_world`` for a camera on
     the gripper; with the roles swapped (our board is its "camera", our fixed camera its "world")
     the same equation reads ``board_T_camera = board_T_tip @ tip_T_base @ base_T_camera``.
-    Untested here: no installable build has the function yet.
+    Translations go in as (3, 1) columns: 5.1 refuses flat (3,) vectors.
     """
     import cv2  # OpenCV takes 0.3 s to load; only camera work needs it
 
@@ -148,8 +148,8 @@ def opencv_cross_check(base_T_tip: np.ndarray, camera_T_board: np.ndarray) -> tu
     board_T_camera = [invert(t) for t in camera_T_board]
     tip_T_base = [invert(t) for t in base_T_tip]
     R_base2world, t_base2world, R_gripper2cam, t_gripper2cam = cv2.calibrateRobotWorldHandEye(
-        [t[:3, :3] for t in board_T_camera], [t[:3, 3] for t in board_T_camera],
-        [t[:3, :3] for t in tip_T_base], [t[:3, 3] for t in tip_T_base])
+        [t[:3, :3] for t in board_T_camera], [t[:3, 3:] for t in board_T_camera],
+        [t[:3, :3] for t in tip_T_base], [t[:3, 3:] for t in tip_T_base])
     camera_T_base, board_T_tip = np.eye(4), np.eye(4)
     camera_T_base[:3, :3], camera_T_base[:3, 3] = np.asarray(R_base2world), np.asarray(t_base2world).ravel()
     board_T_tip[:3, :3], board_T_tip[:3, 3] = np.asarray(R_gripper2cam), np.asarray(t_gripper2cam).ravel()
