@@ -727,7 +727,7 @@ def write(results: dict, args) -> None:
             "its board images) and the self-model on its URDF and cameras with the joint placements held (`selfmodel "
             "train --placements auto`), else on the session's description with the placements fitted from depth; "
             "`selfcal selfmodel export` "
-            "with its defaults (automatic margin, 8 pieces a link, 64 spheres for the arm's links and 64 for the "
+            "with its defaults (automatic margins, each link its own, 8 pieces a link, 64 spheres for the arm's links and 64 for the "
             "declared calibration board, its own group listed under the tip, SRDF over 10,000 samples, bodies carved "
             "where the training cameras saw through, the declared calibration board part of the tip's pieces). The URDF baseline is the description's own collision meshes with an SRDF made by the same rules.\n\n"
             + "\n".join(verdicts)

@@ -28,6 +28,16 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="selfmodel")
 
 
+def margin_words(report: dict) -> str:
+    """The margins an export report states, for its summary line: one figure when every link grew
+    by the same, else the range."""
+    values = [row["margin_mm"] for row in report["links"].values()] or [report["margin_mm"]]
+    low, high = min(values), max(values)
+    if high - low < 0.05:
+        return f"margin {high:.1f} mm ({report['margin_mode']})"
+    return f"margins {low:.1f}-{high:.1f} mm ({report['margin_mode']}, each link its own)"
+
+
 def parse_margin(text: str) -> float | None:
     """``auto`` -> None; a number of millimetres -> metres. InputError otherwise."""
     from rigs.errors import InputError
@@ -49,7 +59,7 @@ def export(
     spheres: int = typer.Option(64, "--spheres", help="Spheres for the arm's links (cuRobo), shared among the links where they hold the most surface."),
     board_spheres: int = typer.Option(64, "--board-spheres", help="Spheres for the calibration board the session declares on the tip, its own group (listed under the tip link; 0: the board shares the tip's spheres)."),
     pieces: int = typer.Option(8, "--pieces", help="At most this many convex pieces a link (at most 64 vertices each)."),
-    margin: str = typer.Option("auto", "--margin", help="Inflation in mm, or 'auto': the smallest that holds the model's own surface."),
+    margin: str = typer.Option("auto", "--margin", help="Inflation in mm for every link, or 'auto': for each link the smallest that holds its own learned surface."),
     voxel_mm: float = typer.Option(3.0, "--voxel", help="Grid spacing in mm of each link's body before meshing."),
     srdf_samples: int = typer.Option(10_000, "--srdf-samples", help="Random configurations tested for the SRDF."),
     truth: bool = typer.Option(True, "--truth/--no-truth", help="When the training session is simulated, measure the export against its true arm."),
@@ -94,8 +104,8 @@ def export(
         recorded = report["recorded_poses_in_collision"]
         srdf = report["srdf"]
         typer.echo(f"{out}: free at all {recorded['configurations']} recorded poses (URDF + SRDF as a planner loads "
-                   f"them, and the spheres); {len(report['links'])} links, margin {report['margin_mm']:.1f} mm "
-                   f"({report['margin_mode']}), {sum(row['pieces'] for row in report['links'].values())} convex pieces, "
+                   f"them, and the spheres); {len(report['links'])} links, {margin_words(report)}, "
+                   f"{sum(row['pieces'] for row in report['links'].values())} convex pieces, "
                    f"{report['spheres_total']} spheres ({report['spheres_arm']} arm, {report['spheres_board']} board); SRDF disables {len(srdf['disabled'])} of {srdf['checked_pairs']} "
                    f"pairs ({srdf['adjacent']} adjacent, {srdf['default']} default, {srdf['always']} always, "
                    f"{srdf['never']} never in {srdf['samples']} samples), {srdf['kept_enabled']} kept enabled for the "

@@ -294,7 +294,7 @@ def write_index(folder: Path, steps: list[Step], figures: dict, images: dict[str
     sections.append(("4. The xArm6's body for planners, learned from four depth cameras", _verdict(evaluation) + _numbers([
         ("mean distance between the learned and the true surface (Chamfer-L1)", evaluation.get("chamfer_l1_mm"), "mm"),
         ("share of the true body the model calls free", 100 * evaluation.get("false_free_rate", float("nan")), "%"),
-        ("safety margin added to the exported geometry", export.get("margin_mm"), "mm"),
+        ("largest safety margin added to a link's exported geometry", export.get("margin_mm"), "mm"),
         ("share of the true surface inside the exported convex pieces", None if coverage is None else 100 * coverage, "%")])
         + html_report.paragraph(f"Exported for planners: {sum(row.get('pieces', 0) for row in links.values())} convex "
                                 f"pieces (URDF collision meshes) and {sum(row.get('spheres', 0) for row in links.values())} "
