@@ -216,10 +216,12 @@ def test_a_camera_session_calibrates_the_arm_and_truth_is_never_read(camera_sess
     # Better than the nominal arm with the best camera and board poses, far better than hand-eye alone.
     assert summary["fit_rms_px"] < 0.95 * summary["fit_nominal_rms_px"]
     assert summary["fit_rms_px"] < 0.7 * summary["hand_eye_fit_rms_px"]
-    # OpenCV's robot-world hand-eye (one camera, where the build has it) starts the board nearby.
+    # OpenCV's robot-world hand-eye (the camera with the most views, where the build has it) puts
+    # the board where the numpy start does (1.4 mm apart on this session).
     cross = summary["opencv_hand_eye_cross_check"]
     if cross is not None:
-        assert cross["tip_T_board_translation_difference_m"] < 0.02
+        assert cross["camera"] in summary["cameras"] and cross["views"] >= 3
+        assert cross["tip_T_board_translation_difference_m"] < 0.01
     ident = with_truth.summary["identifiability"]
     assert ident["rank"] < ident["parameters"]
     # Cameras cannot see where the base is: the first joint's placement trades off against them.
