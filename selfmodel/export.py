@@ -277,11 +277,11 @@ class CollisionExporter:
                 progress(done + 1, len(sources))
         if self.margin is None:
             # Each link grows by what its own level set needs outside its pieces, rounded up to 0.1 mm,
-            # not by the largest any link needs: a link that needs 1.4 mm then does not stand out
-            # by the base's 3.4 mm where a planner checks it against its neighbours. What the
-            # largest gave beyond that was slack for placement error; with placements calibrated
-            # (0.5-0.6 mm) or fitted (the Panda's, 1.1 mm) the own need leaves at most 0.04 % of the
-            # true surface out, by 2.1 mm at the most, and no collision of 10^5 missed.
+            # not by the largest any link needs: a link that needs 1.4 mm then does not stand out by
+            # the 3.4 mm the xArm6's base needs where a planner checks it against its neighbours.
+            # What the largest gave beyond that was slack for placement error; with placements
+            # calibrated (0.5-0.6 mm) or fitted (the Panda's, 1.1 mm) the own need leaves at most
+            # 0.04 % of the true surface out, by 2.1 mm at the most, and no collision of 10^5 missed.
             margins = {name: math.ceil(link.margin_needed * 1e4) / 1e4 for name, link in links.items()}
             margin, mode = max(margins.values()), "auto"
             check_margin(margin, bodies, "the measured margin", where)
