@@ -41,6 +41,11 @@ class LinkSource:
     # Climb to corner tips for the margin; off for the free model, whose cut between a link and
     # its parent leaves ragged edges a climb would take for the link's surface.
     climb: bool = True
+    # The level sets are this link's own surface (a structured model's per-link occupancy), so
+    # what they need is this link's margin. Off for the free model: a link's body there is what
+    # stays put across configurations, which can fall short of the link without its level set
+    # showing it, so every link grows by the largest need.
+    own_surface: bool = True
 
 
 def less_parent(source: LinkSource, parent: LinkBody, consistency: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -137,7 +142,7 @@ def free_link_sources(model, rng: np.random.Generator, where: str, free_configur
         # The margin looks at the consistent body's own level set: a single configuration's level
         # set near this link also holds the neighbouring links, which are not this link's to cover.
         sources.append(LinkSource(link, lo, hi, consistency, free_consistency,
-                                  [], parent, parent_T_link, climb=False))
+                                  [], parent, parent_T_link, climb=False, own_surface=False))
     return sources
 
 
