@@ -131,6 +131,23 @@ def camera_poses_from_calibration(folder: Path) -> tuple[dict, dict]:
     return calibration.base_T_camera, fitted
 
 
+def board_with_fitted_mount(board: dict | None, calibration: Path | None) -> dict | None:
+    """The session's board with the mount the calibration in folder ``calibration`` fitted from its
+    corners (``tip_T_board_fitted``), when it fitted one; the board as it is otherwise. Only for a
+    model that trains on that calibration's robot.urdf: the fitted mount is in its tip frame."""
+    if not board or calibration is None:
+        return board
+    import numpy as np
+
+    from calib.calibration import Calibration
+
+    fitted = Calibration.load(calibration).tip_T_board
+    if fitted is None:
+        return board
+    return {**board, "tip_T_board_fitted": np.asarray(fitted, dtype=float).tolist(),
+            "tip_T_board_fitted_from": str(Path(calibration) / "calibration.yaml")}
+
+
 @contextlib.contextmanager
 def _training_folder(out: Path, run: dict, resume: bool):
     """``MODEL.partial/`` for a training's checkpoints: yields (folder, whether a checkpoint continues).
@@ -273,6 +290,9 @@ def train(
                 # The board's nominal mount is in the described tip frame: a discovered chain's tip
                 # frame is another, so its model names no board (the export would add it astray).
                 board = (loaded[0].manifest.get("sensors") or {}).get("board") if trainer.board_on_tip else None
+                # Held on a calibration's URDF, the board sits where that calibration measured it: the
+                # export then takes the plate as exact (selfmodel.export_sources.with_board).
+                board = board_with_fitted_mount(board, calibration if held else None)
                 changes = None
                 if before is not None and before.kind == "structured":
                     from selfmodel.changes import what_changed

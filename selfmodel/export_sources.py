@@ -60,27 +60,46 @@ def less_parent(source: LinkSource, parent: LinkBody, consistency: float) -> Cal
     return occupancy
 
 
+BOARD_BLUR = 0.006  # m: how far beyond a 3.5 mm plate's edges and face depth blurs it (the tip's learned body
+# reaches 2-4 mm past the xArm6 board's edges, under 1 % of it 6 mm); two cells of the export's grid
+
+
 def with_board(occupancy: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, board: dict,
-               sharpness: float = 0.0005) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray, np.ndarray]:
+               sharpness: float = 0.0005, blur: float = BOARD_BLUR
+               ) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray, np.ndarray]:
     """The tip's occupancy with the calibration board the session declares (``sensors.board``, at its
-    nominal mount) as matter, and its bounds grown to hold the plate. Depth blurs a 3.5 mm plate:
-    the network learns it thick in the middle and rounds its corners off, so a corner of the real
-    board would reach past the exported pieces. The plate is equipment the user stated, like the
-    description in the damage check; where its stated mount is off, the carving by what the
-    cameras saw through takes back what is not there."""
-    from selfmodel.training import board_mesh
+    mount) as matter, and its bounds grown to hold the plate. Depth blurs a 3.5 mm plate: the
+    network learns it thick in the middle, past its edges, and rounds its corners off, so a corner
+    of the real board would reach past the exported pieces. The plate is equipment the user stated,
+    like the description in the damage check.
+
+    At a nominal mount (``tip_T_board_nominal``), what the network learned stays beside the plate:
+    where the stated mount is off, the blur holds the real board, and the carving by what the
+    cameras saw through takes back what is not there. At a mount the board calibration fitted
+    (``tip_T_board_fitted``, to a fraction of a millimetre) the plate is exact: within ``blur`` m
+    in front of its printed face and beyond its edges, the network's matter is the blur and is
+    dropped; behind the backing, inside the outline, where the plate is mounted, it stays.
+    """
+    from rigs.simulator import board_plate
+    from selfmodel.training import board_mesh, board_mount
 
     plate = board_mesh(board)
-    box = plate.bounding_box_oriented
-    board_T_tip = np.linalg.inv(np.asarray(box.primitive.transform, dtype=float))
-    half = 0.5 * np.asarray(box.primitive.extents, dtype=float)
+    tip_T_board, fitted = board_mount(board)
+    board_T_tip = np.linalg.inv(tip_T_board)
+    flat = board_plate(tuple(board["squares"]), float(board["square_m"]))  # board frame
+    centre, half = flat.bounds.mean(axis=0), 0.5 * (flat.bounds[1] - flat.bounds[0])
 
     def combined(points: np.ndarray) -> np.ndarray:
         points = np.asarray(points, dtype=float)
-        local = np.abs(points @ board_T_tip[:3, :3].T + board_T_tip[:3, 3]) - half
+        offset = points @ board_T_tip[:3, :3].T + board_T_tip[:3, 3] - centre
+        local = np.abs(offset) - half
         distance = np.linalg.norm(np.maximum(local, 0), axis=1) + np.minimum(local.max(axis=1), 0)
         plate_value = 1.0 / (1.0 + np.exp(np.clip(distance / sharpness, -50, 50)))
-        return np.maximum(np.asarray(occupancy(points), dtype=float), plate_value)
+        learned = np.asarray(occupancy(points), dtype=float)
+        if fitted:
+            mount = (offset[:, 2] < -half[2]) & (local[:, 0] <= 0) & (local[:, 1] <= 0)
+            learned = np.where((distance < blur) & ~mount, 0.0, learned)
+        return np.maximum(learned, plate_value)
 
     reach = 0.01
     return combined, np.minimum(lo, plate.bounds[0] - reach), np.maximum(hi, plate.bounds[1] + reach)

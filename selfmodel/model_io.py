@@ -122,7 +122,10 @@ def read_config(folder: Path) -> dict:
             raise InputError(f"{network.where('frequencies')} should be between 0 and 32, got {frequencies}.")
         for key in ("domains_lo", "domains_hi"):
             network.get(key, "matrix", shape=(len(links), 3))
-        top.get("board", "table", None, nullable=True)
+        board = top.get("board", "table", None, nullable=True)
+        if board is not None:
+            for key in ("tip_T_board_nominal", "tip_T_board_fitted"):
+                board.get(key, "matrix", None, shape=(4, 4), nullable=True)
     else:
         network.get("omega", "number")
         for key in ("q_lo", "q_hi"):

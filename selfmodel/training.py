@@ -125,14 +125,23 @@ def start_from(model, previous) -> None:
                          f"({', '.join((unexpected or missing)[:3])}).")
 
 
+def board_mount(board: dict) -> tuple[np.ndarray, bool]:
+    """Where a model's board sits on the tip: ``tip_T_board`` (4, 4) and whether a board calibration
+    measured it (``tip_T_board_fitted``, written by training on that calibration's URDF) rather than
+    the session stating it (``tip_T_board_nominal``)."""
+    fitted = board.get("tip_T_board_fitted")
+    mount = fitted if fitted is not None else board["tip_T_board_nominal"]
+    return np.asarray(mount, dtype=float), fitted is not None
+
+
 def board_mesh(board: dict | None):
-    """The calibration board a session declares (``sensors.board``) as a plate in the tip frame, or None."""
+    """The calibration board a session declares (``sensors.board``) as a plate in the tip frame, at
+    its mount (:func:`board_mount`), or None."""
     if not board:
         return None
     from rigs.simulator import board_plate
 
-    return board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
-        np.asarray(board["tip_T_board_nominal"], dtype=float))
+    return board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(board_mount(board)[0])
 
 
 def described_meshes(spec: ChainSpec, urdf_path: Path, tip: str, board: dict | None) -> dict:

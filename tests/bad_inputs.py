@@ -1742,6 +1742,13 @@ def _(fx, case):
     return _eval(fx, case, lambda m: edit_json(m / "config.json", lambda d: d["network"].update(hidden=10**9)))
 
 
+@case("selfmodel eval: config.json board mount not a 4x4 matrix")
+def _(fx, case):
+    board = {"kind": "charuco", "squares": [7, 5], "square_m": 0.035, "marker_m": 0.026, "dictionary": "DICT_4X4_50",
+             "tip_T_board_nominal": np.eye(4).tolist(), "tip_T_board_fitted": [[1, 0], [0, 1]]}
+    return _eval(fx, case, lambda m: edit_json(m / "config.json", lambda d: d.update(board=board)))
+
+
 @case("selfmodel eval: config.json urdf leads outside")
 def _(fx, case):
     return _eval(fx, case, lambda m: edit_json(m / "config.json", lambda d: d.update(urdf="../../box/robot.urdf")))

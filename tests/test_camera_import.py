@@ -402,6 +402,17 @@ def test_camera_poses_from_the_board_feed_the_self_model(capture_session, tmp_pa
                  "--cameras", str(cal), "--json")
     assert run.exit_code == 0, run.output
     assert json.loads((model / "config.json").read_text())["training"]["cameras"] == str(cal)
+    # On the calibration's own URDF the model's board sits where the calibration fitted it.
+    held = tmp_path / "model-held"
+    run = invoke("selfmodel", "train", str(session), "--out", str(held), "--steps", "2", "--threads", "1",
+                 "--urdf", str(cal / "robot.urdf"), "--cameras", str(cal), "--json")
+    assert run.exit_code == 0, run.output
+    board = json.loads((held / "config.json").read_text())["board"]
+    from calib.calibration import Calibration
+
+    np.testing.assert_allclose(board["tip_T_board_fitted"], Calibration.load(cal).tip_T_board, atol=1e-12)
+    assert board["tip_T_board_fitted_from"] == str(cal / "calibration.yaml")
+    assert "tip_T_board_fitted" not in json.loads((model / "config.json").read_text())["board"]
     run = invoke("selfmodel", "eval", str(model), str(native.path), "--poses", "2", "--voxel-mm", "8", "--json")
     assert run.exit_code == 0, run.output
     assert json.loads(run.output)["poses"] == 2

@@ -213,3 +213,39 @@ def test_the_declared_board_is_matter_of_the_tip_to_its_corners():
     # What the network learned stays where the plate is not.
     learned = with_board(lambda points: np.full(len(points), 0.9), lo, hi, board)[0]
     assert np.allclose(learned(np.array([[0.0, 0.0, -0.05]])), 0.9)
+    # At the nominal mount, what the network learned beside the plate stays (it may hold a board
+    # mounted a little off).
+    assert learned(np.array([[0.0, 0.0, 0.015], [0.0, 0.1, 0.011]])).min() > 0.5
+
+
+def test_at_a_fitted_mount_the_plate_is_exact_and_the_blur_beside_it_goes():
+    """With the mount the board calibration fitted, the network's matter within 6 mm in front of the
+    printed face and beyond the edges is depth blur and goes; behind the backing, inside the outline
+    (where the plate is mounted), and farther out, it stays; the plate itself is matter throughout."""
+    from rigs.simulator import board_plate
+    from selfmodel.export_sources import BOARD_BLUR, with_board
+
+    mount = np.eye(4)
+    mount[:3, 3] = [0.001, -0.002, 0.012]
+    fitted = np.eye(4)
+    fitted[:3, 3] = [0.0, 0.0, 0.012]
+    board = {"kind": "charuco", "squares": [7, 5], "square_m": 0.035, "marker_m": 0.026, "dictionary": "DICT_4X4_50",
+             "tip_T_board_nominal": mount.tolist(), "tip_T_board_fitted": fitted.tolist()}
+    occupancy = with_board(lambda points: np.full(len(points), 0.9), np.full(3, -0.02), np.full(3, 0.02), board)[0]
+    plate = board_plate((7, 5), 0.035)
+    half_x, half_y = plate.bounds[1][:2]
+    face, backing = 0.012, 0.012 - 0.0035
+    blurred = np.array([[0.0, 0.0, face + 0.002], [0.05, 0.03, face + 0.005],  # in front of the face
+                        [half_x + 0.002, 0.0, face - 0.001], [0.0, -half_y - 0.004, face - 0.002],  # past the edges
+                        [half_x + 0.003, half_y + 0.003, backing - 0.002]])  # past a corner, behind
+    kept = np.array([[0.0, 0.0, backing - 0.004], [0.1, 0.06, backing - 0.001],  # the mount behind the backing
+                     [0.0, 0.0, face + BOARD_BLUR + 0.002], [half_x + BOARD_BLUR + 0.002, 0.0, face]])  # farther out
+    assert (occupancy(blurred) < 0.5).all()
+    assert (occupancy(kept) > 0.5).all()
+    # The plate where the fitted mount has it, corners included, not where the nominal one does.
+    corners = np.asarray(plate.vertices) + fitted[:3, 3]
+    inward = corners - 0.0004 * np.sign(corners - corners.mean(axis=0))
+    assert (occupancy(inward) > 0.5).all()
+    nothing = with_board(lambda points: np.zeros(len(points)), np.full(3, -0.02), np.full(3, 0.02), board)[0]
+    shifted = np.array([[half_x + 0.0008, 0.0, face - 0.001]])  # inside the nominal plate, outside the fitted one
+    assert nothing(shifted)[0] < 0.5
