@@ -113,6 +113,13 @@ def export(
         if carving.get("status") == "carved":
             typer.echo(f"  carved {sum(carving['volume_removed_cm3'].values()):.0f} cm3 of learned matter that the cameras "
                        f"saw through at >= {carving['min_poses']} of {carving['poses']} recorded poses")
+        board = report.get("board") or {}
+        if board.get("mount") == "fitted":
+            typer.echo(f"  the board's plate at the mount {board['fitted_from']} fitted, the depth blur within "
+                       f"{board['blur_dropped_within_mm']:.0f} mm beside it dropped")
+        elif board:
+            typer.echo("  the board's plate at its nominal mount, the learned matter beside it kept (train on a "
+                       "board calibration's URDF for its fitted mount)")
         if ros_package is not None:
             typer.echo(f"  robot.urdf names its meshes as package://{ros_package.rstrip('/')}/meshes/...: the "
                        f"folder belongs at that place in the package")

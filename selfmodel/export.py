@@ -42,7 +42,7 @@ from selfmodel.export_margin import (check_margin, climb_outward, level_set_samp
                                      own_level_set)
 from selfmodel.export_separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
                                          without_cells)
-from selfmodel.export_sources import less_parent, link_sources, prepare_free_model, training_session_paths
+from selfmodel.export_sources import board_report, less_parent, link_sources, prepare_free_model, training_session_paths
 from selfmodel.sphere_fit import Contact
 from selfmodel.sphere_groups import BOARD, fit_groups, limit_spheres, split_board, sphere_target
 from selfmodel.spheres import SphereCover
@@ -106,6 +106,7 @@ class CollisionExport:
     separation: Separation | None = None
     carving: Carving | None = None
     margins: dict[str, float] = field(default_factory=dict)  # m, link -> the margin its geometry grew by
+    board: dict | None = None  # the declared board's mount and blur, as export_sources.board_report says
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -319,9 +320,10 @@ class CollisionExporter:
                 link.pieces, link.spheres = cut[name], shrunk[name]
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
+        board = board_report(getattr(model, "board", None)) if hasattr(model, "link_occupancy") else None
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
-                               margins)
+                               margins, board)
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
                        rng: np.random.Generator) -> tuple[float, int]:
@@ -527,6 +529,7 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
                  "disabled": [list(item) for item in matrix.disabled()]},
         "separation": export.separation.report() if export.separation is not None else None,
         "carving": export.carving.report() if export.carving is not None else None,
+        "board": export.board,
         "recorded_poses_in_collision": recorded,
         "learned_joint_origins": sorted(export.joint_origins),
         "held_joints": export.held,

@@ -105,6 +105,19 @@ def with_board(occupancy: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi
     return combined, np.minimum(lo, plate.bounds[0] - reach), np.maximum(hi, plate.bounds[1] + reach)
 
 
+def board_report(board: dict | None) -> dict | None:
+    """What the export did with a model's declared board, for export_report.json: the mount it took
+    the plate at (``fitted`` by a calibration, named, or ``nominal``) and how far beside the plate
+    the network's matter was dropped as blur (0 at a nominal mount)."""
+    if not board:
+        return None
+    from selfmodel.training import board_mount
+
+    fitted = board_mount(board)[1]
+    return {"mount": "fitted" if fitted else "nominal", "fitted_from": board.get("tip_T_board_fitted_from"),
+            "blur_dropped_within_mm": 1000.0 * BOARD_BLUR if fitted else 0.0}
+
+
 def link_sources(model, rng: np.random.Generator, where: str, free_configurations: int = 12,
                  free_consistency: float = 0.8) -> list[LinkSource]:
     """Per-link bodies from a structured model (``link_occupancy``) or a free one (``occupancy``)."""

@@ -178,6 +178,8 @@ def test_the_board_gets_its_own_spheres_listed_under_the_tip(board_export):
     assert 1 <= report["spheres_board"] <= 30 and report["links"]["link2"]["spheres_board"] == report["spheres_board"]
     assert report["spheres_arm"] <= 24
     assert report["spheres_arm"] + report["spheres_board"] == report["spheres_total"]
+    # A stated mount, not a calibration's: the network's matter beside the plate stays.
+    assert report["board"] == {"mount": "nominal", "fitted_from": None, "blur_dropped_within_mm": 0.0}
     spheres = yaml.safe_load((out / "curobo_spheres.yml").read_text())["collision_spheres"]
     robot = yaml.safe_load((out / "curobo_robot.yml").read_text())["robot_cfg"]["kinematics"]
     links = {link.get("name") for link in ET.parse(out / "robot.urdf").getroot().iter("link")}
