@@ -290,9 +290,10 @@ def train(
                 # The board's nominal mount is in the described tip frame: a discovered chain's tip
                 # frame is another, so its model names no board (the export would add it astray).
                 board = (loaded[0].manifest.get("sensors") or {}).get("board") if trainer.board_on_tip else None
-                # Held on a calibration's URDF, the board sits where that calibration measured it: the
-                # export then takes the plate as exact (selfmodel.export_sources.with_board).
-                board = board_with_fitted_mount(board, calibration if held else None)
+                # Held on a calibration's URDF (placements_held names it only then), the board sits where
+                # that calibration measured it: the export then takes the plate as exact
+                # (selfmodel.export_sources.with_board).
+                board = board_with_fitted_mount(board, calibration)
                 changes = None
                 if before is not None and before.kind == "structured":
                     from selfmodel.changes import what_changed

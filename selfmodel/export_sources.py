@@ -81,13 +81,13 @@ def with_board(occupancy: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi
     dropped; behind the backing, inside the outline, where the plate is mounted, it stays.
     """
     from rigs.simulator import board_plate
-    from selfmodel.training import board_mesh, board_mount
+    from selfmodel.training import board_mount
 
-    plate = board_mesh(board)
     tip_T_board, fitted = board_mount(board)
     board_T_tip = np.linalg.inv(tip_T_board)
     flat = board_plate(tuple(board["squares"]), float(board["square_m"]))  # board frame
     centre, half = flat.bounds.mean(axis=0), 0.5 * (flat.bounds[1] - flat.bounds[0])
+    plate = flat.copy().apply_transform(tip_T_board)  # tip frame
 
     def combined(points: np.ndarray) -> np.ndarray:
         points = np.asarray(points, dtype=float)
