@@ -107,6 +107,7 @@ class CollisionExport:
     carving: Carving | None = None
     margins: dict[str, float] = field(default_factory=dict)  # m, link -> the margin its geometry grew by
     board: dict | None = None  # the declared board's mount and blur, as export_sources.board_report says
+    sphere_starts: dict | None = None  # the greedy starts the sphere fit refined, and the one kept
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -323,7 +324,7 @@ class CollisionExporter:
         board = board_report(getattr(model, "board", None)) if hasattr(model, "link_occupancy") else None
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
-                               margins, board)
+                               margins, board, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
                        rng: np.random.Generator) -> tuple[float, int]:
@@ -530,6 +531,7 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
         "separation": export.separation.report() if export.separation is not None else None,
         "carving": export.carving.report() if export.carving is not None else None,
         "board": export.board,
+        "sphere_starts": export.sphere_starts,
         "recorded_poses_in_collision": recorded,
         "learned_joint_origins": sorted(export.joint_origins),
         "held_joints": export.held,

@@ -16,7 +16,7 @@ import numpy as np
 
 from selfmodel.collision import LinkBody, link_body
 from selfmodel.sphere_fit import Contact, DistanceField, refine_covers
-from selfmodel.spheres import SphereCover, SphereTarget, fit_sphere_covers
+from selfmodel.spheres import SphereCover, SphereTarget, best_of, fit_sphere_covers, sphere_candidates
 
 BOARD = "board"
 
@@ -128,17 +128,37 @@ def fit_groups(targets: list[SphereTarget], budget: int, board_targets: list[Sph
     ``board_budget`` by the ``board_targets`` (groups of a link, ``target.group`` set), placed apart
     and refined together (:func:`selfmodel.sphere_fit.refine_covers`). Returns link -> cover (a
     group's spheres after its link's own) and a report: ``spheres`` {"arm": n, "board": m},
-    ``groups`` link -> (k,) group name of each sphere ("arm" or the group), ``uncovered``."""
+    ``groups`` link -> (k,) group name of each sphere ("arm" or the group), ``uncovered``, and
+    ``starts``: each greedy start of the arm's spheres (its bulge) with what its refined cover
+    leaves out and its union's volume, ``bulge_mm`` the one kept.
+
+    Every greedy start is refined, and the refined cover kept is the one that holds the most of the
+    surface (:func:`selfmodel.spheres.best_of`), then has the smallest union: which start the
+    refinement serves best cannot be read off the greedy covers. Where a neighbour the arm stood
+    next to bounds the spheres, the greedy cover that bulges least can leave a link's surface out
+    where no refinement finds it again (on the crashed xArm6, 19 % of link4's), while a start a few
+    millimetres looser holds all but 0.2 % with a smaller union.
+    """
     rng = rng or np.random.default_rng(seed)
-    covers = fit_sphere_covers(list(targets), budget, rng=rng)
+    starts = sphere_candidates(list(targets), budget, rng=rng)
     board_targets = list(board_targets)
-    if board_targets:
-        covers.update(fit_sphere_covers(board_targets, max(board_budget, len(board_targets)), rng=rng))
+    board_covers = (fit_sphere_covers(board_targets, max(board_budget, len(board_targets)), rng=rng)
+                    if board_targets else {})
     groups: dict[str, list[str]] = {}
     for target in board_targets:
         groups.setdefault(target.link, []).append(target.key)
-    refined, fit = refine_covers(list(targets) + board_targets, covers, group_contacts(list(contacts), groups),
-                                 iterations=iterations, rng=np.random.default_rng(seed))
+    everything = list(targets) + board_targets
+    refined_starts, scores = [], []
+    for start in starts:
+        refined, fit = refine_covers(everything, {**start.covers, **board_covers},
+                                     group_contacts(list(contacts), groups), iterations=iterations,
+                                     rng=np.random.default_rng(seed))
+        left = sum(t.area * len(t.surface) * fit["uncovered"][t.key] for t in everything)
+        uncovered = left / sum(t.area * len(t.surface) for t in everything)
+        refined_starts.append((refined, fit))
+        scores.append((uncovered, sum(cover.union_volume() for cover in refined.values())))
+    kept = best_of(scores)
+    refined, fit = refined_starts[kept]
     merged, names = {}, {}
     for target in targets:
         parts = [(None, refined[target.key])] + [(key.split("#", 1)[1], refined[key]) for key in groups.get(target.link, [])]
@@ -147,4 +167,7 @@ def fit_groups(targets: list[SphereTarget], budget: int, board_targets: list[Sph
         names[target.link] = [group or "arm" for group, cover in parts for _ in cover.radii]
     counts = {"arm": int(sum(len(refined[t.key].radii) for t in targets)),
               BOARD: int(sum(len(refined[t.key].radii) for t in board_targets))}
-    return merged, {"spheres": counts, "groups": names, "uncovered": fit["uncovered"]}
+    tried = [{"bulge_mm": round(1000.0 * start.bulge, 1), "uncovered": round(score[0], 5),
+              "union_volume_cm3": round(1e6 * score[1], 1)} for start, score in zip(starts, scores)]
+    return merged, {"spheres": counts, "groups": names, "uncovered": fit["uncovered"],
+                    "bulge_mm": round(1000.0 * starts[kept].bulge, 1), "starts": tried}
