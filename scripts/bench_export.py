@@ -530,6 +530,7 @@ def main() -> None:
 
         results[rig] = {
             "report": report,
+            "model": model.name,
             "kinematics": ("board calibration, placements held" if calibration is not None
                            else "description, placements fitted from depth"),
             "mount_plane_z": load_session(session).mount_plane_z,
@@ -795,7 +796,8 @@ def write(results: dict, args) -> None:
                             f"{values[4]:.2f}", values[5], f"{values[6]:.1f}", f"{values[7]:.0f}", values[8], values[9]])
     placed = []
     for rig, result in results.items():
-        earlier = args.before / f"model-{rig}-{args.steps}" if args.before is not None else None
+        # The earlier run's model trained as this one was (on its calibration or on the description).
+        earlier = args.before / result["model"] if args.before is not None else None
         runs = [(f"before ({args.before})", placement_error(earlier, args.before / f"{rig}-{HELDOUT_POSES}-{HELDOUT_SEED}"))
                 if earlier is not None and (earlier / "config.json").is_file() else None,
                 (f"this run: {result['kinematics']}", result["placements"])]
