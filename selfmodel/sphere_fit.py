@@ -116,7 +116,6 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
     recorded configurations, own frame). ``step``: Adam's step, m.
     """
     import torch
-    from scipy.spatial import cKDTree
 
     from selfmodel.spheres import SphereCover
 
@@ -137,7 +136,7 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
         if len(points) > interior_points:
             points = points[rng.choice(len(points), interior_points, replace=False)]
         interior[t.key] = torch.as_tensor(points, dtype=torch.float64)
-    obstacles = {t.key: (cKDTree(t.obstacles), torch.as_tensor(t.obstacles, dtype=torch.float64))
+    obstacles = {t.key: (t.obstacle_tree(), torch.as_tensor(t.obstacles, dtype=torch.float64))
                  for t in targets if t.obstacles is not None and len(t.obstacles)}
     shell = torch.as_tensor(directions(shell_points), dtype=torch.float64)
     pairs = []
@@ -225,13 +224,11 @@ def hold_surface(cover, target, room: np.ndarray | None = None) -> tuple[object,
     none may take, next to a touching neighbour, is taken back to the body's own surface (the
     target's ``inner`` point, without the margin) and held there if it can be; the share of points
     held at neither is returned."""
-    from scipy.spatial import cKDTree
-
     from selfmodel.spheres import SphereCover
 
     centres, radii = cover.centres, cover.radii.copy()
     if target.obstacles is not None and len(target.obstacles):
-        limit, _ = cKDTree(target.obstacles).query(centres)
+        limit, _ = target.obstacle_tree().query(centres)
         limit = np.maximum(limit - GAP, radii)
     else:
         limit = np.full(len(radii), np.inf)

@@ -25,8 +25,6 @@ def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], pose
                   kinds: dict[tuple[str, str], str]) -> None:
     """Each candidate sphere may not reach the body of a checked neighbour at any recorded pose (one
     grid cell to spare): its radius is capped at the distance to the nearest such cell."""
-    from scipy.spatial import cKDTree
-
     from selfmodel.export_separation import _boundary_cells
 
     boundary = {link: _boundary_cells(body) for link, body in bodies.items()}
@@ -47,7 +45,7 @@ def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], pose
         if not near:
             continue
         target.obstacles = np.vstack(near)
-        distance, _ = cKDTree(target.obstacles).query(target.centres)
+        distance, _ = target.obstacle_tree().query(target.centres)
         target.limit = np.maximum(distance - bodies[target.link].voxel, 1e-4)
 
 

@@ -16,6 +16,7 @@ a tight bound can leave surface no sphere holds; a cover is judged on what it ho
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +91,17 @@ class SphereTarget:
     obstacles: np.ndarray | None = None
     inner: np.ndarray | None = None
     group: str | None = None  # a part of the link with its own spheres (the tip's board), None: the link
+    # dataclasses.field: ``field`` in this class is the distance field
+    _tree: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def obstacle_tree(self):
+        """A KD-tree (scipy cKDTree) of ``obstacles``, built once for the array they are: at 300
+        recorded poses they are millions of points, and every refinement of every start asks."""
+        from scipy.spatial import cKDTree
+
+        if self._tree is None or self._tree[0] is not self.obstacles:
+            self._tree = (self.obstacles, cKDTree(self.obstacles))
+        return self._tree[1]
 
     @property
     def key(self) -> str:
