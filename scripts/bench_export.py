@@ -632,6 +632,8 @@ def starts_words(starts: dict | None) -> str:
 
 
 def write(results: dict, args) -> None:
+    from selfmodel.spheres import UNCOVERED_TIE
+
     recorded_rows_table, truth_table, sphere_table, miss_table, plan_table, notes = [], [], [], [], [], []
     verdicts = []
     for rig, result in results.items():
@@ -758,7 +760,8 @@ def write(results: dict, args) -> None:
               "volume ratio <= 1.8). The export's spheres are fitted as one union (a greedy cover for each of five "
               "bulges, each refined: every link's centres and radii moved together on coverage, protrusion and "
               "contact at the recorded poses, selfmodel/sphere_fit.py; the refined cover kept that leaves the least "
-              "of the surface out, within 0.2 %, then has the smallest union), the arm's links on one budget and the declared board on its own "
+              f"of the surface out, within {100 * UNCOVERED_TIE:g} %, then has the smallest union), the arm's links "
+              "on one budget and the declared board on its own "
               "(selfmodel/sphere_groups.py). The floor rows run the one-budget fit on the true meshes themselves, arm "
               "and 3.5 mm board sharing the budget (no model error, no margin, nothing to keep apart; evaluation "
               "only); the arm and board groups on the true meshes are in section selfmodel-spheres "

@@ -16,7 +16,8 @@ import numpy as np
 
 from selfmodel.collision import LinkBody, link_body
 from selfmodel.sphere_fit import Contact, DistanceField, refine_covers
-from selfmodel.spheres import SphereCover, SphereTarget, best_of, fit_sphere_covers, sphere_candidates
+from selfmodel.spheres import (SphereCover, SphereTarget, area_share, best_of, fit_sphere_covers,
+                               sphere_candidates)
 
 BOARD = "board"
 
@@ -146,15 +147,14 @@ def fit_groups(targets: list[SphereTarget], budget: int, board_targets: list[Sph
     for target in board_targets:
         groups.setdefault(target.link, []).append(target.key)
     everything = list(targets) + board_targets
+    grouped = group_contacts(list(contacts), groups)
     refined_starts, scores = [], []
     for start in starts:
-        refined, fit = refine_covers(everything, {**start.covers, **board_covers},
-                                     group_contacts(list(contacts), groups), iterations=iterations,
+        refined, fit = refine_covers(everything, {**start.covers, **board_covers}, grouped, iterations=iterations,
                                      rng=np.random.default_rng(seed))
-        left = sum(t.area * len(t.surface) * fit["uncovered"][t.key] for t in everything)
-        uncovered = left / sum(t.area * len(t.surface) for t in everything)
         refined_starts.append((refined, fit))
-        scores.append((uncovered, sum(cover.union_volume() for cover in refined.values())))
+        scores.append((area_share(everything, fit["uncovered"]),
+                       sum(cover.union_volume() for cover in refined.values())))
     kept = best_of(scores)
     refined, fit = refined_starts[kept]
     merged, names = {}, {}

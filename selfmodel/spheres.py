@@ -129,12 +129,16 @@ class Candidate:
     protrusion_mean: float
 
 
-def uncovered_share(targets: list[SphereTarget], covers: dict) -> float:
-    """The share of all targets' surface area (their points, each worth its target's ``area``) that
-    no sphere of its cover holds."""
+def area_share(targets: list[SphereTarget], shares: dict[str, float]) -> float:
+    """The share of all targets' surface area (their points, each worth its target's ``area``) from
+    each target's share of its own points (target key -> share)."""
     total = sum(t.area * len(t.surface) for t in targets)
-    missed = sum(t.area * float(np.sum(~covers[t.key].contains(t.surface))) for t in targets)
-    return missed / total if total > 0 else 0.0
+    return sum(t.area * len(t.surface) * shares[t.key] for t in targets) / total if total > 0 else 0.0
+
+
+def uncovered_share(targets: list[SphereTarget], covers: dict) -> float:
+    """The share of all targets' surface area that no sphere of its cover holds."""
+    return area_share(targets, {t.key: float(np.mean(~covers[t.key].contains(t.surface))) for t in targets})
 
 
 def best_of(scores: list[tuple[float, ...]]) -> int:
