@@ -282,12 +282,38 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
             PosedExport(loaded.urdf_path, base, description_pieces(loaded.urdf_path, truth().link_names), {},
                         loaded.held_joints), truth(), np.random.default_rng(5), volume_samples=50_000)
 
-    held_out = session_inputs(heldout, "truth", "heldout")
+    def sphere_parts() -> dict:
+        """The arm's spheres against the arm without its board, the board's against the plate alone
+        (the tip's board group is listed after its own spheres)."""
+        from bench_spheres import measure, true_parts
+        from selfmodel.spheres import SphereCover
+        import yaml
+
+        found, tip, arm_tip, board = true_parts(heldout, TRUTH_POSES)
+        items = yaml.safe_load((export / "curobo_spheres.yml").read_text())["collision_spheres"]
+        covers = {link: SphereCover(np.array([s["center"] for s in spheres]), np.array([s["radius"] for s in spheres]))
+                  for link, spheres in items.items()}
+        count, on_board = len(covers[tip].radii), report["links"][tip]["spheres_board"]
+        groups = {k: "board" if k >= count - on_board else "arm" for k in range(count)}
+        parts = measure(export / "robot.urdf", base, covers, found, tip, arm_tip, board, groups)
+        return {part: parts[part] for part in ("whole", "arm", "board") if part in parts}
+
+    held_out = {**session_inputs(heldout, "truth", "heldout"), **metric_inputs()}
     export_pieces = cached(cache / "truth-export-pieces.json", pieces, {**export_inputs(export, "pieces"), **held_out})
     export_spheres = cached(cache / "truth-export-spheres.json", spheres, {**export_inputs(export, "spheres"), **held_out})
     urdf = cached(cache / "truth-urdf.json", description, held_out)
-    return {"export": {"pieces": export_pieces["pieces"], "spheres": export_spheres["spheres"]},
-            "URDF collision meshes": {kind: urdf[kind] for kind in ("pieces", "spheres") if kind in urdf}}
+    found = {"export": {"pieces": export_pieces["pieces"], "spheres": export_spheres["spheres"]},
+             "URDF collision meshes": {kind: urdf[kind] for kind in ("pieces", "spheres") if kind in urdf}}
+    if report.get("spheres_board"):
+        found["sphere parts"] = cached(cache / "truth-export-sphere-parts.json", sphere_parts,
+                                       {**export_inputs(export, "spheres"), **held_out,
+                                        "export/spheres_board": str(report["links"][report_tip(report)]["spheres_board"])})
+    return found
+
+
+def report_tip(report: dict) -> str:
+    """The link whose spheres hold the board group, as the export report lists it."""
+    return next(link for link, row in report["links"].items() if row.get("spheres_board"))
 
 
 def floor_rows(heldout: Path, budgets=(64, 128)) -> dict:
@@ -354,6 +380,19 @@ def reach_of(session: Path) -> float:
     loaded = load_session(session)
     world = CollisionWorld(loaded.urdf_path, loaded.joint_names, loaded.base_link, held=loaded.held_joints)
     return float(max(np.linalg.norm(world.link_pose(loaded.tip_link, row)[:3, 3]) for row in q))
+
+
+def sphere_row(rig: str, name: str, figures: dict) -> list:
+    """One row of the sphere table: coverage, both readings of the protrusion, both volume ratios."""
+    return [rig, name, figures["count"], f"{100 * figures['surface_coverage']:.2f}",
+            f"{figures['protrusion_p95_mm']:.1f}", f"{figures['every_sphere_protrusion_p95_mm']:.1f}",
+            f"{figures['volume_ratio']:.2f}", f"{figures['summed_volume_ratio']:.2f}"]
+
+
+def metric_inputs() -> dict:
+    """The truth metrics' own code, hashed: a row measured against the true arm is recomputed when
+    what it measures changes (selfmodel/export_truth.py)."""
+    return file_digests(Path(__file__).resolve().parent.parent / "selfmodel", ["export_truth.py"], "code")
 
 
 def fitter_inputs() -> dict:
@@ -538,7 +577,7 @@ def main() -> None:
             "recorded": recorded_rows(export, session, baseline, args.mplib_python, rows),
             "truth": truth_rows(export, heldout, session, rows),
             "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout),
-                            {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs()}),
+                            {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs(), **metric_inputs()}),
             "misses": miss_rows(export, session, baseline, args.configurations, rows / "misses"),
             "planning": planning_rows(export, session, baseline, args.queries, args.plan_checks, rows / "planning"),
         }
@@ -655,15 +694,16 @@ def write(results: dict, args) -> None:
                                     f"{f['volume_ratio']:.2f}", f"{f.get('summed_volume_ratio', float('nan')):.2f}"
                                     if kind == "spheres" else ""])
         spheres = result["truth"]["export"]["spheres"]
-        sphere_table.append([rig, "export (learned body + margin)", spheres["count"],
-                             f"{100 * spheres['surface_coverage']:.2f}", f"{spheres['protrusion_p95_mm']:.1f}",
-                             f"{spheres['volume_ratio']:.2f}", f"{spheres['summed_volume_ratio']:.2f}"])
+        sphere_table.append(sphere_row(rig, "export (learned body + margin)", result["truth"]["export"]["spheres"]))
+        for part, words in (("arm", "export: the arm's spheres, against the arm without its board"),
+                            ("board", "export: the board's spheres, against the plate alone")):
+            found = result["truth"].get("sphere parts", {}).get(part)
+            if found is not None:
+                sphere_table.append(sphere_row(rig, words, found))
         for budget, floor in result["floor"].items():
             if not budget.isdigit():  # the row's seconds, inputs
                 continue
-            sphere_table.append([rig, f"same fit on the true meshes, {budget} spheres (floor)", floor["count"],
-                                 f"{100 * floor['surface_coverage']:.2f}", f"{floor['protrusion_p95_mm']:.1f}",
-                                 f"{floor['volume_ratio']:.2f}", f"{floor['summed_volume_ratio']:.2f}"])
+            sphere_table.append(sphere_row(rig, f"same fit on the true meshes, {budget} spheres (floor)", floor))
         misses = result["misses"]
         miss_table.append([rig, misses["configurations"], misses["true collisions"], misses["export"]["missed"],
                            misses["URDF collision meshes"]["missed"],
@@ -732,8 +772,13 @@ def write(results: dict, args) -> None:
             f"{100 * result['truth']['export']['pieces']['surface_coverage']:.2f} % and spheres "
             f"{100 * spheres['surface_coverage']:.2f} % (bar 99.5); {spheres['count']} spheres ({report.get('spheres_arm', spheres['count'])} "
             f"for the arm, bar 64, and {report.get('spheres_board', 0)} for the calibration board), p95 protrusion "
-            f"{spheres['protrusion_p95_mm']:.1f} mm (bar 10), volume ratio {spheres['volume_ratio']:.2f} union / "
-            f"{spheres['summed_volume_ratio']:.2f} summed (bar 1.8).")
+            f"{spheres['protrusion_p95_mm']:.1f} mm over the union's outer surface and "
+            f"{spheres['every_sphere_protrusion_p95_mm']:.1f} mm over every sphere's surface (bar 10), volume ratio "
+            f"{spheres['volume_ratio']:.2f} union / {spheres['summed_volume_ratio']:.2f} summed (bar 1.8)"
+            + ("" if "sphere parts" not in result["truth"] else
+               f"; the arm's spheres alone, against the arm without its board: volume ratio "
+               f"{result['truth']['sphere parts']['arm']['volume_ratio']:.2f} union, p95 protrusion "
+               f"{result['truth']['sphere parts']['arm']['protrusion_p95_mm']:.1f} mm") + ".")
     body = ("Each rig: 300 training poses (seed 1) captured by the simulator, which now refuses poses where the true "
             f"meshes pass through each other; a structured self-model trained {args.steps} steps (seed 0, 1 thread; the "
             "machine was shared with other jobs, so no wall-clock figure here is comparable), on kinematics named per rig: "
@@ -762,12 +807,17 @@ def write(results: dict, args) -> None:
               "contact at the recorded poses, selfmodel/sphere_fit.py; the refined cover kept that leaves the least "
               f"of the surface out, within {100 * UNCOVERED_TIE:g} %, then has the smallest union), the arm's links "
               "on one budget and the declared board on its own "
-              "(selfmodel/sphere_groups.py). The floor rows run the one-budget fit on the true meshes themselves, arm "
+              "(selfmodel/sphere_groups.py). Protrusion two ways: over the union's outer surface (the stricter) "
+              "and over every sphere's whole surface, the parts inside another sphere too (cuRobo's reading; those "
+              "parts lie nearer the body). Where the rig carries a board, its two groups are also measured apart: "
+              "the arm's spheres (the tip's own ones with the other links') against the true arm without the board, "
+              "the board's against the true plate alone. The floor rows run the one-budget fit on the true meshes themselves, arm "
               "and 3.5 mm board sharing the budget (no model error, no margin, nothing to keep apart; evaluation "
               "only); the arm and board groups on the true meshes are in section selfmodel-spheres "
               "(scripts/bench_spheres.py):\n\n"
-            + table(["rig", "spheres of", "spheres", "surface coverage %", "protrusion p95 mm", "union volume ratio",
-                     "summed volume ratio"], sphere_table)
+            + table(["rig", "spheres of", "spheres", "surface coverage %", "protrusion p95 mm (union's outer surface)",
+                     "protrusion p95 mm (every sphere's surface)", "union volume ratio", "summed volume ratio"],
+                    sphere_table)
             + f"\n\nMissed collisions: random configurations within the joint limits among {SCENES} scenes of {BOXES} boxes "
               "(5-20 cm, 0.3-0.75 of the reach from the base axis); the true arm collides when its meshes touch a box or "
               "two of its links joined by two or more moving joints touch:\n\n"

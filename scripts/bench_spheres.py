@@ -89,7 +89,7 @@ def measure(urdf: Path, base: str, covers: dict, truth, tip: str, arm_tip, board
                                   volume_samples=50_000, kinds=("spheres",))["spheres"]
         return {key: figures[key] for key in ("count", "surface_coverage", "coverage", "largest_gap_mm",
                                               "surface_gap_p95_mm", "protrusion_mean_mm", "protrusion_p95_mm",
-                                              "volume_ratio", "summed_volume_ratio")}
+                                              "every_sphere_protrusion_p95_mm", "volume_ratio", "summed_volume_ratio")}
 
     on_board = np.array([groups.get(k) == "board" for k in range(len(covers[tip].radii))], dtype=bool)
     arm = dict(covers)

@@ -38,12 +38,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import cached_row, file_digests, table, write_section  # noqa: E402
 
 
+def model_folder(workdir: Path, rig: str, steps: int) -> Path:
+    """The self-model bench_export.py trained for ``rig``: on the board calibration's URDF where the rig
+    carries a board (its folder ends in -calibrated), else on the session's description."""
+    calibrated = workdir / f"model-{rig}-{steps}-calibrated"
+    return calibrated if calibrated.is_dir() else workdir / f"model-{rig}-{steps}"
+
+
 def figures(workdir: Path, rig: str, steps: int, sigmas: list[float]) -> dict:
     from selfmodel.export import CollisionExporter, load_model_folder, name_recorded_poses
     from selfmodel.export_carving import POSES, SIGMAS, cell_centres, seen_through_cells, training_sessions
     from selfmodel.export_truth import load_truth
 
-    folder = workdir / f"model-{rig}-{steps}"
+    folder = model_folder(workdir, rig, steps)
     session_path = workdir / f"{rig}-300-1"
     model = load_model_folder(folder)
     name_recorded_poses(model, folder)
@@ -118,7 +125,7 @@ def main() -> None:
                         help="carving tolerances to compare, in depth-noise sigmas (comma-separated)")
     args = parser.parse_args()
     sigmas = [float(value) for value in args.sigmas.split(",")]
-    folder = args.workdir / f"model-{args.rig}-{args.steps}"
+    folder = model_folder(args.workdir, args.rig, args.steps)
     inputs = {**file_digests(folder, ["weights.pt", "config.json"], "model"), "sigmas": args.sigmas}
     result = cached_row(args.workdir / "rows" / args.rig / "excess.json",
                         lambda: figures(args.workdir, args.rig, args.steps, sigmas), inputs)

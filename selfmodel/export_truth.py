@@ -14,6 +14,9 @@ cuRobo's definitions (its sphere ``--compute-metrics``) on the whole posed arm:
   ``largest_gap_mm``: how far true surface samples lie outside the export;
 - ``protrusion_share``: share of the export's outer surface that lies outside the true body, and
   ``protrusion_mean_mm`` / ``protrusion_p95_mm`` / ``protrusion_max_mm``: how far those points lie from it;
+  for spheres also ``every_sphere_protrusion_share`` / ``_mean_mm`` / ``_p95_mm``, the same over every
+  sphere's whole surface, the parts inside another sphere too (cuRobo's reading: it samples each
+  sphere's surface). Those inner parts lie nearer the body, so the outer surface is the stricter one;
 - ``volume_ratio``: the export's (union) volume over the true volume (uniform samples in a box around
   both); for spheres also ``summed_volume_ratio``, cuRobo's (summed sphere volumes, overlaps twice).
 
@@ -138,7 +141,7 @@ def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Gen
                     zip(truth.link_names, counts)}
     kinds = [kind for kind in kinds if (export.pieces if kind == "pieces" else export.spheres)]
     totals = {kind: {"gaps": [], "interior": [0, 0], "export_volume": 0, "true_volume": 0, "protrusion": [],
-                     "outer": 0} for kind in kinds}
+                     "outer": 0, "every": [], "every_count": 0} for kind in kinds}
     per_link = {link: {kind: [0, 0, 0.0] for kind in kinds} for link in truth.link_names}
     summed_sphere_volume = float(sum(cover.summed_volume for cover in export.spheres.values()))
     true_volume = float(sum(truth.solid(link).volume for link in truth.link_names))
@@ -174,10 +177,14 @@ def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Gen
             totals[kind]["true_volume"] += int(inside_true.sum())
             totals[kind]["interior"][0] += int(np.sum(inside_export & inside_true))
             totals[kind]["interior"][1] += int(inside_true.sum())
-            surface = _export_surface(export, kind, links, export_poses, rng)
+            surface, outer = _export_surface(export, kind, links, export_poses, rng)
             outside = ~posed.inside(surface)
-            totals[kind]["outer"] += len(surface)
-            totals[kind]["protrusion"].append(posed.distance(surface[outside]))
+            distance = np.zeros(len(surface))
+            distance[outside] = posed.distance(surface[outside])
+            totals[kind]["outer"] += int(outer.sum())
+            totals[kind]["protrusion"].append(distance[outer & outside])
+            totals[kind]["every_count"] += len(surface)
+            totals[kind]["every"].append(distance[outside])
     result = {"poses": len(truth.pose_ids), "pose_ids": truth.pose_ids}
     for kind in kinds:
         t = totals[kind]
@@ -197,6 +204,11 @@ def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Gen
             "volume_ratio": t["export_volume"] / max(t["true_volume"], 1),
         }
     if "spheres" in kinds:
+        every = np.concatenate(totals["spheres"]["every"]) if totals["spheres"]["every"] else np.zeros(0)
+        result["spheres"].update({
+            "every_sphere_protrusion_share": len(every) / max(totals["spheres"]["every_count"], 1),
+            "every_sphere_protrusion_mean_mm": 1000.0 * float(every.mean()) if len(every) else 0.0,
+            "every_sphere_protrusion_p95_mm": 1000.0 * float(np.percentile(every, 95)) if len(every) else 0.0})
         result["spheres"]["summed_volume_ratio"] = summed_sphere_volume / true_volume
         result["spheres"]["count"] = int(sum(len(cover.radii) for cover in export.spheres.values()))
     result["per_link"] = {link: {kind: {"surface_coverage": v[0] / max(v[1], 1), "largest_gap_mm": 1000.0 * v[2]}
@@ -237,8 +249,9 @@ def _outside_distance(export: PosedExport, piece_scenes: dict, kind: str, links:
 
 
 def _export_surface(export: PosedExport, kind: str, links: list[str], export_poses: np.ndarray,
-                    rng: np.random.Generator, count: int = 20000) -> np.ndarray:
-    """Samples (M, 3), base frame, of the export's outer surface (not inside another part)."""
+                    rng: np.random.Generator, count: int = 20000) -> tuple[np.ndarray, np.ndarray]:
+    """Samples (M, 3), base frame, of every part's surface, area-weighted, and (M,) bool: on the
+    union's outer surface (not strictly inside another part)."""
     parts = []
     if kind == "spheres":
         total_area = float(sum(np.sum(cover.radii ** 2) for cover in export.spheres.values()))
@@ -268,7 +281,7 @@ def _export_surface(export: PosedExport, kind: str, links: list[str], export_pos
         elif kind == "pieces":
             for piece in export.pieces.get(link) or []:
                 strictly_inside |= np.all(local @ piece.normals.T < piece.offsets - 1e-6, axis=1)
-    return points[~strictly_inside]
+    return points, ~strictly_inside
 
 
 def description_pieces(urdf_path: Path, links: list[str]) -> dict[str, list[ConvexPiece]]:

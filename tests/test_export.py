@@ -351,6 +351,32 @@ def test_truth_figures_find_a_link_longer_than_the_model_knows(exported, tmp_pat
     assert figures["pieces"]["surface_coverage"] > 0.99 and abs(figures["pieces"]["volume_ratio"] - 1.0) < 0.05
 
 
+def test_protrusion_is_read_over_the_outer_surface_and_over_every_sphere(tmp_path):
+    """One sphere: both readings sample the same points. A smaller sphere nested in it, standing
+    out of the link by at most 65 mm where the big one stands out by up to 165 mm: its surface is not
+    on the union's outer surface, so only cuRobo's reading (every sphere's surface) takes it in, and
+    reads lower (mean 94 against 105 mm here)."""
+    from selfmodel.export_truth import PosedExport, evaluate_export, load_truth
+    from selfmodel.spheres import SphereCover
+
+    truth = load_truth(_tiny_session(tmp_path / "same", URDF.read_text(), np.array([[0.3, -0.4], [-2.0, 1.2]])))
+    big = SphereCover(np.array([[0.175, 0.0, 0.0]]), np.array([0.19]))
+    nested = SphereCover(np.array([[0.175, 0.0, 0.0], [0.175, 0.0, 0.0]]), np.array([0.19, 0.09]))
+
+    def spheres(cover):
+        return evaluate_export(PosedExport(URDF, "base", {}, {"link2": cover}), truth, np.random.default_rng(0),
+                               surface_samples=2000, volume_samples=5000, kinds=("spheres",))["spheres"]
+
+    alone = spheres(big)
+    assert alone["every_sphere_protrusion_share"] == alone["protrusion_share"]
+    assert alone["every_sphere_protrusion_p95_mm"] == alone["protrusion_p95_mm"]
+    both = spheres(nested)
+    # The nested sphere holds about 18 % of the sampled area and lies within 65 mm of the link.
+    assert both["every_sphere_protrusion_mean_mm"] < 0.93 * both["protrusion_mean_mm"]
+    assert both["every_sphere_protrusion_p95_mm"] <= both["protrusion_p95_mm"]
+    assert abs(both["protrusion_mean_mm"] - alone["protrusion_mean_mm"]) < 0.05 * alone["protrusion_mean_mm"]
+
+
 def test_the_summary_line_states_the_margins_the_links_grew_by(exported):
     from selfcal.cli_export import margin_words
 
