@@ -296,7 +296,7 @@ class CollisionExporter:
             margins = dict.fromkeys(links, margin)
         start = time.perf_counter()
         for name, link in links.items():
-            link.pieces = [_inflate(piece, margins[name], self.max_piece_vertices, rng) for piece in link.pieces]
+            link.pieces = [_inflate(piece, margins[name], self.max_piece_vertices) for piece in link.pieces]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
         targets, board_targets = self._sphere_targets(model, bodies, margins, rng, where)
@@ -315,7 +315,7 @@ class CollisionExporter:
             start = time.perf_counter()
             cut = separate_pieces({name: link.pieces for name, link in links.items()}, bodies, poses, kinds,
                                   recorded.pose_ids, self.max_pieces, self.max_piece_vertices, self.voxel,
-                                  rng, where, separation)
+                                  where, separation)
             shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation)
             for name, link in links.items():
                 link.pieces, link.spheres = cut[name], shrunk[name]
@@ -404,14 +404,14 @@ def near_body(level_set: Callable[[np.ndarray], np.ndarray], body: LinkBody) -> 
     return restricted
 
 
-def _inflate(piece: ConvexPiece, margin: float, max_vertices: int, rng: np.random.Generator) -> ConvexPiece:
+def _inflate(piece: ConvexPiece, margin: float, max_vertices: int) -> ConvexPiece:
     """Planes moved out by ``margin``; when a vertex where many planes met splits and the count
     passes the limit, a conservative hull of the inflated piece brings it back."""
     if margin <= 0:
         return piece
     inflated = piece.inflated(margin)
     if len(inflated.vertices) > max_vertices:
-        inflated = conservative_hull(inflated.vertices, max_vertices, rng)
+        inflated = conservative_hull(inflated.vertices, max_vertices)
     return inflated
 
 

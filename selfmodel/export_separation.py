@@ -197,7 +197,7 @@ def _hull_points(points: np.ndarray) -> np.ndarray:
 
 def separate_pieces(pieces: dict[str, list[ConvexPiece]], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
                     kinds: dict[tuple[str, str], str], pose_ids: list[str], max_pieces: int, max_vertices: int,
-                    tolerance: float, rng: np.random.Generator, where: str, separation: Separation,
+                    tolerance: float, where: str, separation: Separation,
                     attempts: int = 40, sweeps: int = 6) -> dict[str, list[ConvexPiece]]:
     """Cut (and where needed split) pieces until no checked pair overlaps at any recorded pose. A cut
     piece with too many vertices is simplified to a polytope that may reach a little beyond where
@@ -208,14 +208,14 @@ def separate_pieces(pieces: dict[str, list[ConvexPiece]], bodies: dict[str, Link
     checked = [pair for pair, kind in kinds.items() if kind == "checked" and pair[0] in pieces and pair[1] in pieces]
     for _ in range(sweeps):
         before = separation.cuts + separation.splits + separation.forced_cuts
-        _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, tolerance, rng, where,
+        _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, tolerance, where,
                separation, attempts)
         if separation.cuts + separation.splits + separation.forced_cuts == before:
             return pieces
     raise InputError(f"{where}: the convex pieces still overlap at recorded poses after {sweeps} sweeps of cuts.")
 
 
-def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, tolerance, rng, where, separation,
+def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, tolerance, where, separation,
            attempts) -> None:
     import coal
 
@@ -237,7 +237,7 @@ def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, t
                         break
                 if hit is None:
                     break
-                if not _cut(pieces, bodies, a, hit[0], b, hit[1], pa, pb, max_pieces, max_vertices, tolerance, rng, separation):
+                if not _cut(pieces, bodies, a, hit[0], b, hit[1], pa, pb, max_pieces, max_vertices, tolerance, separation):
                     raise InputError(f"{where}: at recorded pose {pose_ids[c]} the convex pieces of {a} and {b} overlap "
                                      f"and the parts of the two bodies they hold cannot be told apart by a plane, even "
                                      f"with {2 * max_pieces} pieces a link; raise --pieces or train longer.")
@@ -260,7 +260,7 @@ def _held_points(piece: ConvexPiece, body: LinkBody) -> np.ndarray:
     return points[piece.contains(points, tolerance=1e-7)]
 
 
-def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance, rng, separation) -> bool:
+def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance, separation) -> bool:
     """Cut piece i of a and piece j of b (posed by pa, pb) apart, or split one; False when impossible."""
     import coal
 
@@ -292,7 +292,7 @@ def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance
         # Not separable by a plane: split one of the two pieces (each half holds its side) and retry.
         for link, k, held in ((a, i, held_a), (b, j, held_b)):
             if len(pieces[link]) < 2 * max_pieces and len(held) >= 8:
-                halves = _split(held, pieces[link][k], pa if link == a else pb, max_vertices, rng)
+                halves = _split(held, pieces[link][k], pa if link == a else pb, max_vertices)
                 if halves is not None:
                     pieces[link][k:k + 1] = halves
                     separation.splits += 1
@@ -317,8 +317,8 @@ def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance
         near_a, near_b = np.asarray(result.getNearestPoint1()), np.asarray(result.getNearestPoint2())
         normal = (near_b - near_a) / np.linalg.norm(near_b - near_a)
         middle = float(normal @ (near_a + near_b) / 2)
-    pieces[a][i] = _clipped(pieces[a][i], pa, normal, middle - GAP, max_vertices, rng)
-    pieces[b][j] = _clipped(pieces[b][j], pb, -normal, -(middle + GAP), max_vertices, rng)
+    pieces[a][i] = _clipped(pieces[a][i], pa, normal, middle - GAP, max_vertices)
+    pieces[b][j] = _clipped(pieces[b][j], pb, -normal, -(middle + GAP), max_vertices)
     separation.cuts += 1
     return True
 
@@ -336,19 +336,19 @@ def _outside(points_base: np.ndarray, other: LinkBody, pose_other: np.ndarray, t
     return points_base[keep] if keep.any() else points_base
 
 
-def _clipped(piece: ConvexPiece, pose: np.ndarray, normal_base: np.ndarray, offset_base: float, max_vertices: int,
-             rng: np.random.Generator) -> ConvexPiece:
+def _clipped(piece: ConvexPiece, pose: np.ndarray, normal_base: np.ndarray, offset_base: float,
+             max_vertices: int) -> ConvexPiece:
     """The piece less the side of the plane ``normal . x > offset`` (base frame) at this pose."""
     normal = pose[:3, :3].T @ normal_base
     offset = offset_base - normal_base @ pose[:3, 3]
     cut = polytope(np.vstack([piece.normals, normal]), np.append(piece.offsets, offset))
     if len(cut.vertices) > max_vertices:
-        cut = conservative_hull(cut.vertices, max_vertices, rng, keep=normal[None])
+        cut = conservative_hull(cut.vertices, max_vertices, keep=normal[None])
     return cut
 
 
-def _split(held_base: np.ndarray, piece: ConvexPiece, pose: np.ndarray, max_vertices: int,
-           rng: np.random.Generator) -> list[ConvexPiece] | None:
+def _split(held_base: np.ndarray, piece: ConvexPiece, pose: np.ndarray,
+           max_vertices: int) -> list[ConvexPiece] | None:
     """Two pieces in place of one: the piece cut by the plane through the middle of what it holds,
     across its longest spread (each half still holds its side's points)."""
     local = (held_base - pose[:3, 3]) @ pose[:3, :3]
@@ -362,7 +362,7 @@ def _split(held_base: np.ndarray, piece: ConvexPiece, pose: np.ndarray, max_vert
         except (ValueError, QhullError):
             return None
         if len(half.vertices) > max_vertices:
-            half = conservative_hull(half.vertices, max_vertices, rng, keep=(sign * axis)[None])
+            half = conservative_hull(half.vertices, max_vertices, keep=(sign * axis)[None])
         halves.append(half)
     return halves
 
