@@ -289,13 +289,13 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
         from selfmodel.spheres import SphereCover
         import yaml
 
-        found, tip, arm_tip, board = true_parts(heldout, TRUTH_POSES)
+        posed_truth, tip, arm_tip, board = true_parts(heldout, TRUTH_POSES)
         items = yaml.safe_load((export / "curobo_spheres.yml").read_text())["collision_spheres"]
         covers = {link: SphereCover(np.array([s["center"] for s in spheres]), np.array([s["radius"] for s in spheres]))
                   for link, spheres in items.items()}
         count, on_board = len(covers[tip].radii), report["links"][tip]["spheres_board"]
         groups = {k: "board" if k >= count - on_board else "arm" for k in range(count)}
-        parts = measure(export / "robot.urdf", base, covers, found, tip, arm_tip, board, groups)
+        parts = measure(export / "robot.urdf", base, covers, posed_truth, tip, arm_tip, board, groups)
         return {part: parts[part] for part in ("whole", "arm", "board") if part in parts}
 
     held_out = {**session_inputs(heldout, "truth", "heldout"), **metric_inputs()}
@@ -307,13 +307,8 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
     if report.get("spheres_board"):
         found["sphere parts"] = cached(cache / "truth-export-sphere-parts.json", sphere_parts,
                                        {**export_inputs(export, "spheres"), **held_out,
-                                        "export/spheres_board": str(report["links"][report_tip(report)]["spheres_board"])})
+                                        "export/spheres_board": str(report["spheres_board"])})
     return found
-
-
-def report_tip(report: dict) -> str:
-    """The link whose spheres hold the board group, as the export report lists it."""
-    return next(link for link, row in report["links"].items() if row.get("spheres_board"))
 
 
 def floor_rows(heldout: Path, budgets=(64, 128)) -> dict:
@@ -694,7 +689,7 @@ def write(results: dict, args) -> None:
                                     f"{f['volume_ratio']:.2f}", f"{f.get('summed_volume_ratio', float('nan')):.2f}"
                                     if kind == "spheres" else ""])
         spheres = result["truth"]["export"]["spheres"]
-        sphere_table.append(sphere_row(rig, "export (learned body + margin)", result["truth"]["export"]["spheres"]))
+        sphere_table.append(sphere_row(rig, "export (learned body + margin)", spheres))
         for part, words in (("arm", "export: the arm's spheres, against the arm without its board"),
                             ("board", "export: the board's spheres, against the plate alone")):
             found = result["truth"].get("sphere parts", {}).get(part)
