@@ -178,13 +178,16 @@ def evaluate_export(export: PosedExport, truth: TruthAtPoses, rng: np.random.Gen
             totals[kind]["interior"][0] += int(np.sum(inside_export & inside_true))
             totals[kind]["interior"][1] += int(inside_true.sum())
             surface, outer = _export_surface(export, kind, links, export_poses, rng)
+            if kind != "spheres":  # only spheres are also read over every part's surface (cuRobo's reading)
+                surface, outer = surface[outer], outer[outer]
             outside = ~posed.inside(surface)
             distance = np.zeros(len(surface))
             distance[outside] = posed.distance(surface[outside])
             totals[kind]["outer"] += int(outer.sum())
             totals[kind]["protrusion"].append(distance[outer & outside])
-            totals[kind]["every_count"] += len(surface)
-            totals[kind]["every"].append(distance[outside])
+            if kind == "spheres":
+                totals[kind]["every_count"] += len(surface)
+                totals[kind]["every"].append(distance[outside])
     result = {"poses": len(truth.pose_ids), "pose_ids": truth.pose_ids}
     for kind in kinds:
         t = totals[kind]
