@@ -30,7 +30,7 @@ import numpy as np
 
 from capture.camera_info import CameraInfo
 from rigs import urdf as urdf_io
-from rigs.documents import as_table
+from rigs.documents import check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, atomic_write_text, inside_folder, read_json, read_text
 from rigs.limits import REACH_SLACK_M, ChainJoints, check_joint_values, check_offset, check_spread
@@ -310,10 +310,7 @@ def read_manifest(path: Path) -> dict:
     """The checked ``session.json`` of session folder ``path`` (types of every key selfcal reads)."""
     manifest_path = Path(path) / "session.json"
     manifest = read_json(manifest_path, "session manifest")
-    top = as_table(manifest, manifest_path, "session manifest")
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"{manifest_path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
-                         f"is not a {FORMAT} version {FORMAT_VERSION} this selfcal reads.")
+    top = check_format(manifest, manifest_path, FORMAT, FORMAT_VERSION, "selfcal session manifest")
     robot = top.get("robot", "table")
     # A session recorded without a description (a real arm nobody described) names no URDF; one that
     # names one also names the chain's ends in it.

@@ -95,3 +95,43 @@ def as_table(data, path: Path, what: str) -> Table:
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a {what} (expected a mapping of keys at the top, got {type(data).__name__}).")
     return Table(data, Path(path), "")
+
+
+# Units a selfcal file may state: SI, the units everything inside holds (conversion happens once, at import).
+SI_UNITS = {"length": "m", "angle": "rad", "mass": "kg", "torque": "N m"}
+
+
+def check_format(document, path: Path, format_name: str, version: int, what: str) -> Table:
+    """The top level of a selfcal document as a :class:`Table`, after checking its ``format``,
+    ``format_version`` and (when it states them) ``units``; InputError naming file and key otherwise.
+
+    A version newer than ``version`` comes from a newer selfcal (or a hand edit) and is refused by
+    name rather than read as if it were current; so is one older or of the wrong type. Units, where
+    the document states them, must be the SI ones of :data:`SI_UNITS`: selfcal never reads lengths
+    in mm from a file that says so, it refuses the file.
+    """
+    from rigs.version import VERSION
+
+    top = as_table(document, path, what)
+    found = document.get("format")
+    if found != format_name:
+        raise InputError(f"{top.where('format')} is {found!r}: not a {what} ({format_name!r}).")
+    stated = document.get("format_version")
+    if isinstance(stated, bool) or not isinstance(stated, int):
+        raise InputError(f"{top.where('format_version')} should be a whole number (this selfcal reads {format_name} "
+                         f"version {version}), got {stated!r}.")
+    if stated > version:
+        raise InputError(f"{top.where('format_version')} is {stated}, newer than this selfcal {VERSION} reads "
+                         f"({format_name} version {version}): the file comes from a newer selfcal (or was edited); "
+                         f"update selfcal to read it.")
+    if stated != version:
+        raise InputError(f"{top.where('format_version')} is {stated}, a version this selfcal {VERSION} does not read "
+                         f"({format_name} version {version}); write the file again with this selfcal.")
+    units = top.get("units", "table", None, nullable=True)
+    for key in sorted(SI_UNITS):
+        if units is not None and key in units.data and units.data[key] != SI_UNITS[key]:
+            raise InputError(f"{units.where(key)} is {units.data[key]!r}, but selfcal reads {key} only in "
+                             f"{SI_UNITS[key]!r} (its files hold SI units; `selfcal import` converts other units "
+                             f"once, with --length-unit and --angle-unit).")
+    top.used |= {"format", "format_version", "units"}
+    return top

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from rigs.errors import InputError
+from rigs.errors import InputError, first_line
 
 TEMPORARY_TAG = ".selfcal-"
 _RENAME_NOREPLACE = 1
@@ -402,5 +402,5 @@ def load_torch(path: Path, what: str = "weights file"):
         raise InputError(f"{path}: not a readable {what}: not a file of plain tensors (torch.load with "
                          f"weights_only=True refused it).") from None
     except Exception as error:  # torch raises many kinds (RuntimeError, struct.error, EOFError...) for a damaged file
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        message = first_line(error)
         raise InputError(f"{path}: not a readable {what} ({message[:160]}).") from None

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rigs import urdf as urdf_io
-from rigs.documents import as_table
+from rigs.documents import check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_bytes, atomic_write_json, inside_folder, load_npz, load_torch, read_json
 from selfmodel.chain import ChainSpec
@@ -97,10 +97,7 @@ def read_config(folder: Path) -> dict:
     if not path.is_file():
         raise InputError(f"{folder}: not a self-model folder ({CONFIG} is missing).")
     config = read_json(path, "model config")
-    top = as_table(config, path, "self-model config")
-    if config.get("format") != FORMAT or config.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"{path}: format {config.get('format')!r} version {config.get('format_version')!r} is not "
-                         f"a {FORMAT} version {FORMAT_VERSION} this selfcal reads; retrain the model with this version.")
+    top = check_format(config, path, FORMAT, FORMAT_VERSION, "selfcal self-model config")
     kind = top.get("kind", "str")
     if kind not in ("structured", "free"):
         raise InputError(f"{top.where('kind')}: unknown model kind {kind!r} (expected structured or free).")

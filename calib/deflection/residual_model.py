@@ -38,11 +38,14 @@ import scipy.spatial
 
 from calib.deflection.torques import gravity_torques
 from calib.model.chain import SerialChain
-from rigs.errors import InputError
-from rigs.files import atomic_write_text
+from rigs.documents import check_format
+from rigs.errors import InputError, first_line
+from rigs.files import atomic_write_text, load_torch, read_json
 
 WEIGHTS_FILE = "residual.pt"
 CONFIG_FILE = "residual.json"
+FORMAT = "selfcal-residual-ensemble"
+FORMAT_VERSION = 1
 
 
 @dataclass
@@ -188,7 +191,7 @@ class ResidualModel:
             for key, value in state.items():
                 tensors[f"member{i}.{key}"] = torch.as_tensor(np.asarray(value, float))
         torch.save(tensors, folder / WEIGHTS_FILE)
-        document = {"format": "selfcal-residual-ensemble", "format_version": 1, "config": asdict(self.config),
+        document = {"format": FORMAT, "format_version": FORMAT_VERSION, "config": asdict(self.config),
                     "inputs": self.inputs, "input_features": "joint readings (rad), gravity torques (N m), per joint J_j(q) tau_j (base frame); chain order",
                     "output": "tip correction (m) in the base frame, added to every reflector",
                     "target_scale_m": self.target_scale, "bound_m": self.bound_m,
@@ -205,16 +208,20 @@ class ResidualModel:
         for path in (config_path, weights_path):
             if not path.is_file():
                 raise InputError(f"{path}: missing; the learned residual model is incomplete.")
+        document = read_json(config_path, "residual model configuration")
+        top = check_format(document, config_path, FORMAT, FORMAT_VERSION, "selfcal residual model configuration")
+        top.get("config", "table")
+        scalars = {k: top.get(k, "number") for k in ("target_scale_m", "bound_m", "reference_distance", "out_of_bag_gain")}
+        rms = document.get("training_rms_m")  # informative only; NaN (unknown) is written as it is
+        if rms is not None and (isinstance(rms, bool) or not isinstance(rms, (int, float))):
+            raise InputError(f"{top.where('training_rms_m')} should be a number, got {rms!r}.")
         try:
-            document = json.loads(config_path.read_text())
             config = ResidualConfig(**document["config"])
-            scalars = {k: float(document[k]) for k in ("target_scale_m", "bound_m", "reference_distance", "out_of_bag_gain")}
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-            raise InputError(f"{config_path}: not a valid residual model configuration ({error}).") from None
-        try:
-            tensors = torch.load(weights_path, weights_only=True, map_location="cpu")
-        except Exception as error:  # torch raises several types for a damaged or unsafe file
-            raise InputError(f"{weights_path}: cannot be read as plain tensors ({str(error).splitlines()[0]}).") from None
+        except TypeError as error:
+            raise InputError(f"{config_path}: key 'config' is not a residual model configuration ({error}).") from None
+        tensors = load_torch(weights_path, "residual model weights file")
+        if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+            raise InputError(f"{weights_path}: not a residual model weights file (expected named tensors).")
         try:
             states = []
             for i in range(config.members):
@@ -222,7 +229,7 @@ class ResidualModel:
                 states.append({k[len(prefix):]: v.numpy().astype(float) for k, v in tensors.items() if k.startswith(prefix)})
             model = cls(config, tensors["feature_mean"].numpy(), tensors["feature_scale"].numpy(),
                         scalars["target_scale_m"], scalars["bound_m"], scalars["reference_distance"],
-                        tensors["training_features"].numpy(), states, float(document.get("training_rms_m", float("nan"))),
+                        tensors["training_features"].numpy(), states, float("nan" if rms is None else rms),
                         scalars["out_of_bag_gain"])
             # Shapes must match the configuration.
             expected = [(fan_out, fan_in) for fan_in, fan_out in _layer_sizes(model.inputs, config)]
@@ -231,7 +238,7 @@ class ResidualModel:
                     if state[f"{2 * k}.weight"].shape != shape or state[f"{2 * k}.bias"].shape != (shape[0],):
                         raise ValueError(f"layer {k} of a member is not {shape[0]} x {shape[1]}")
         except (KeyError, RuntimeError, ValueError, AttributeError) as error:
-            raise InputError(f"{weights_path}: does not match {config_path.name} ({str(error).splitlines()[0]}).") from None
+            raise InputError(f"{weights_path}: does not match {config_path.name} ({first_line(error)}).") from None
         return model
 
 

@@ -26,8 +26,8 @@ import yaml
 
 from calib.dynamics.report import write_dynamics_report, write_payload_report
 from rigs import urdf as urdf_io
-from rigs.documents import as_table
-from rigs.errors import InputError
+from rigs.documents import check_format
+from rigs.errors import InputError, first_line
 from rigs.files import atomic_write_text, inside_folder, load_npz, read_text
 from rigs.kinematics import ChainModel
 from rigs.version import VERSION
@@ -47,7 +47,7 @@ def _read_yaml(path: Path, what: str) -> dict:
     try:
         document = yaml.safe_load(read_text(path, f"{what} file"))
     except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+        raise InputError(f"{path}: not valid YAML ({first_line(error)}).") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to be a {what} file.") from None
     return document
@@ -97,9 +97,7 @@ def read_dynamics(folder: Path) -> dict:
     folder = Path(folder)
     path = folder / "dynamics.yaml"
     document = _read_yaml(path, "dynamics")
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise InputError(f"{path}: not a {FORMAT} file.")
-    top = as_table(document, path, f"{FORMAT} file")
+    top = check_format(document, path, FORMAT, FORMAT_VERSION, "selfcal dynamics file")
     robot = top.get("robot", "table")
     base, tip = robot.get("base_link", "str"), robot.get("tip_link", "str")
     names = robot.get("joint_names", "names")
@@ -151,9 +149,7 @@ def read_payload(path: Path) -> dict:
     if path.is_dir():
         path = path / "payload.yaml"
     document = _read_yaml(path, "payload")
-    if not isinstance(document, dict) or document.get("format") != PAYLOAD_FORMAT:
-        raise InputError(f"{path}: not a {PAYLOAD_FORMAT} file.")
-    top = as_table(document, path, f"{PAYLOAD_FORMAT} file")
+    top = check_format(document, path, PAYLOAD_FORMAT, FORMAT_VERSION, "selfcal payload file")
     mass = top.get("mass_kg", "number")
     if mass < 0:
         raise InputError(f"{top.where('mass_kg')} should not be negative, got {mass}.")

@@ -24,8 +24,8 @@ from calib.model.envelope import Envelope
 from calib.sensors.board import make_board
 from capture.camera_info import CameraInfo
 from rigs import urdf as urdf_io
-from rigs.documents import as_table
-from rigs.errors import InputError
+from rigs.documents import as_table, check_format
+from rigs.errors import InputError, first_line
 from rigs.files import atomic_write_text, inside_folder, read_text
 from rigs.kinematics import ChainModel
 from rigs.transforms import exp6, make_transform, matrix_to_rpy, quat_xyzw, quat_xyzw_to_matrix
@@ -186,16 +186,21 @@ def _vector(values, count: int, where: str) -> np.ndarray:
 
 
 def read_calibration_document(folder: Path) -> tuple[Path, object]:
-    """(path, parsed YAML) of a calibration folder's calibration.yaml; InputError when missing or unreadable."""
+    """(path, parsed YAML) of a calibration folder's calibration.yaml; InputError when missing or unreadable,
+    and when it is a selfcal calibration of another format version or units (a file that is no selfcal
+    calibration at all comes back as it is: the caller decides whether that is an error)."""
     path = Path(folder) / "calibration.yaml"
     if not path.is_file():
         raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
     try:
-        return path, yaml.safe_load(read_text(path, "calibration file"))
+        document = yaml.safe_load(read_text(path, "calibration file"))
     except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}).") from None
+        raise InputError(f"{path}: not valid YAML ({first_line(error)}).") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to be a calibration file.") from None
+    if isinstance(document, dict) and document.get("format") == FORMAT:
+        check_format(document, path, FORMAT, FORMAT_VERSION, "selfcal calibration")
+    return path, document
 
 
 def _check_document(document, path: Path) -> None:
@@ -243,6 +248,37 @@ def _check_document(document, path: Path) -> None:
         target.get("xyz", "vector", length=3)
         target.get("xyz_std", "vector", None, length=3)
     top.get("outliers", "tables", [])
+    top.get("holdout_outliers", "tables", [])
+    # Blocks the reports and verdicts read back: each a mapping (or absent), never text in its place.
+    for key in ("identifiability", "residuals", "input", "solve", "verdict", "tracker_T_base_std", "validity"):
+        top.get(key, "table", None, nullable=True)
+    top.get("model", "str", None, nullable=True)
+    top.get("variance_factor", "number", None, nullable=True)
+    _check_deflection(top.get("deflection", "table", None, nullable=True))
+
+
+def _check_deflection(deflection) -> None:
+    """The type of every key of the ``deflection`` block that :func:`_read_deflection` reads."""
+    if deflection is None:
+        return
+    deflection.get("mode", "str", None)
+    deflection.get("payload_com", "vector", None, length=3)
+    compliance = deflection.get("compliance", "table", None)
+    if compliance is not None:
+        joints = compliance.get("joints", "table")
+        for name in joints.data:
+            joint = joints.get(name, "table")
+            joint.get("compliance", "number")
+            joint.get("compliance_std", "number", None)
+    torques = deflection.get("torques", "table", None, nullable=True)
+    if torques is not None:
+        source = torques.get("source", "str")
+        if source not in ("measured", "model"):
+            raise InputError(f"{torques.where('source')} should be 'measured' or 'model', got {source!r}.")
+        torques.get("folder", "str", None)
+    residual = deflection.get("learned_residual", "table", None)
+    if residual is not None:
+        residual.get("folder", "str", None)
 
 
 def read_calibration(folder: Path) -> dict:

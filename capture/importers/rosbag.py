@@ -14,7 +14,7 @@ import numpy as np
 
 from capture.importers.joint_logs import ChainJoints, JointLog
 from capture.session import pose_id
-from rigs.errors import InputError
+from rigs.errors import InputError, first_line
 
 JOINT_STATE = "sensor_msgs/msg/JointState"
 
@@ -34,7 +34,7 @@ def read_joint_states(bag: Path, topic: str, chain: ChainJoints) -> JointLog:
         reader = AnyReader([bag])
         reader.open()
     except (AnyReaderError, OSError, ValueError, KeyError) as error:
-        raise InputError(f"{bag}: not a readable ROS 2 bag ({str(error).splitlines()[0] if str(error) else type(error).__name__}).") from None
+        raise InputError(f"{bag}: not a readable ROS 2 bag ({first_line(error)}).") from None
     where = f"{bag}: topic {topic}"
     try:
         connections = [c for c in reader.connections if c.topic == topic]

@@ -82,15 +82,9 @@ class CalibratedArm:
 
 
 def _calibration_document(folder: Path) -> dict:
-    import yaml
+    from calib.io.document import read_calibration_document
 
-    from rigs.files import read_text
-
-    path = folder / "calibration.yaml"
-    try:
-        document = yaml.safe_load(read_text(path, "calibration"))
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({' '.join(str(error).split())[:160]}).") from None
+    path, document = read_calibration_document(folder)  # format version and units checked there
     if not isinstance(document, dict) or document.get("format") != "selfcal-calibration":
         raise InputError(f"{path}: is not a selfcal calibration.")
     return document

@@ -12,6 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from rigs.documents import check_format
 from rigs.errors import InputError
 from rigs.files import read_json
 from rigs.version import VERSION
@@ -49,8 +50,7 @@ def read_previous(out: Path, kind: str) -> dict:
         raise InputError(f"{path}: not found, so {out} is not a fleet folder to resume; choose another --out or "
                          f"run without --resume into a new one.")
     document = read_json(path, "fleet record")
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise InputError(f"{path}: is not a selfcal fleet record (format {FORMAT!r}).")
+    check_format(document, path, FORMAT, FORMAT_VERSION, "selfcal fleet record")
     if document.get("job") != kind:
         raise InputError(f"{path}: records a `fleet {document.get('job')}` run; resume it with that command.")
     arms = document.get("arms")

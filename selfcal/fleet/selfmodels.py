@@ -15,7 +15,6 @@ tasks ask for CPUs alone, and fleet.json says why.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -42,7 +41,9 @@ def relocate_training_sessions(model_folder: Path, table_folder: Path, sessions:
     path = Path(model_folder) / "config.json"
     if not path.is_file():
         return
-    config = json.loads(path.read_text(encoding="utf-8"))
+    from selfmodel.model_io import read_config
+
+    config = read_config(model_folder)  # the model just trained: checked like any other
     training = config.get("training")
     if not isinstance(training, dict) or "sessions" not in training:
         return

@@ -18,7 +18,6 @@ or a board calibration), never from ``truth/``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,6 +27,7 @@ from scipy.optimize import least_squares
 from scipy.spatial import cKDTree
 
 from capture.session import Session
+from rigs.documents import check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, read_json
 from selfmodel.discovery.depth_points import DepthFrames, Sweep, find_sweeps
@@ -36,6 +36,7 @@ from selfmodel.discovery.screws import (axis_point, cloud_with_normals, register
 
 Progress = Callable[[int, int], None]
 FORMAT = "selfcal-discovered-chain"
+FORMAT_VERSION = 1
 
 
 @dataclass
@@ -84,15 +85,14 @@ class DiscoveredChain:
         return [j.name for j in self.joints]
 
     def save(self, path: Path) -> None:
-        document = {"format": FORMAT, "format_version": 1, "units": {"length": "m", "angle": "rad"},
+        document = {"format": FORMAT, "format_version": FORMAT_VERSION, "units": {"length": "m", "angle": "rad"},
                     **asdict(self)}
         atomic_write_json(Path(path), document)
 
     @classmethod
     def load(cls, path: Path) -> "DiscoveredChain":
         document = read_json(Path(path), "discovered chain")
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise InputError(f"{path}: is not a discovered chain (format {FORMAT!r}).")
+        check_format(document, Path(path), FORMAT, FORMAT_VERSION, "discovered chain")
         try:
             joints = [DiscoveredJoint(**joint) for joint in document["joints"]]
             return cls(joints, list(document["home"]), document["base_link"], document["tip_link"],
