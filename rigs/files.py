@@ -4,7 +4,8 @@ Files go to a temporary name in the same folder and are renamed into place; outp
 built under a temporary sibling name (``.<name>.selfcal-XXXXXXXX.tmp``) and renamed when complete,
 with a rename that never replaces what is there. A failure removes the temporary folder, so a user
 never finds a half-written output folder; a folder that appears at ``--out`` while a command runs
-(a second run of the same command, a colleague's copy) is never removed.
+(a second run of the same command, a colleague's copy) is never removed, and the results are not
+left anywhere else either: the command stops with a sentence and leaves nothing behind.
 
 A temporary folder is locked (``flock``) by the process that builds it. The lock dies with its
 process, even one killed outright, so the next run can tell a leftover of a killed run (unlocked:
@@ -242,15 +243,10 @@ def _put_in_place(temporary: Path, out: Path, replace: tuple[int, int] | None) -
             raise
         shutil.rmtree(aside, ignore_errors=True)
         return
-    for number in range(2, 1000):
-        kept = out.with_name(f"{out.name}-{number}")
-        try:
-            rename_no_replace(temporary, kept)
-        except FileExistsError:
-            continue
-        raise InputError(f"{out}: appeared while this command ran (another run?), so it was left as it is; "
-                         f"these results are in {kept}.")
-    raise InputError(f"{out}: appeared while this command ran, so it was left as it is; the results were dropped.")
+    # Not delivered under another name: results may name their own folder (a planner's config holds
+    # its absolute path), so a copy beside ``out`` could point into someone else's folder.
+    raise InputError(f"{out}: appeared while this command ran (another run, or a colleague's folder?), so it was "
+                     f"left as it is and these results were not written; run again with another --out.")
 
 
 @contextlib.contextmanager

@@ -370,9 +370,8 @@ class TrueWorld:
     of one inside the other's solid. Evaluation only: reads ``truth/``."""
 
     def __init__(self, session_path: Path, obstacles=(), samples: int = 1500, seed: int = 0):
-        import json
-
         from capture.session import load_session
+        from capture.truth_files import truth_parameters
         from rigs.self_contact import MOVING
         from rigs.simulator import board_plate
         from selfmodel.collision_world import CollisionWorld
@@ -382,10 +381,11 @@ class TrueWorld:
         urdf = session.path / "truth" / "robot.urdf"
         extra = {}
         board = (session.manifest.get("sensors") or {}).get("board")
-        parameters = json.loads((session.path / "truth" / "parameters.json").read_text())
-        if board and "tip_T_board" in parameters:
+        parameters = truth_parameters(session.path)
+        tip_T_board = parameters.get("tip_T_board", "matrix", None, shape=(4, 4))
+        if board and tip_T_board is not None:
             extra[session.tip_link] = board_plate(tuple(board["squares"]), float(board["square_m"])).apply_transform(
-                np.asarray(parameters["tip_T_board"], dtype=float))
+                tip_T_board)
         from rigs.link_meshes import link_meshes
 
         meshes = link_meshes(urdf, fold_fixed=False)

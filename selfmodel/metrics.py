@@ -15,7 +15,6 @@ commanded angles of ``joints.csv``, as a user would. Figures over the session's 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ import numpy as np
 import trimesh
 
 from capture.session import Session
+from capture.truth_files import reached_joints, truth_parameters
 from rigs.errors import InputError
 from rigs.link_meshes import link_meshes
 from rigs.solids import occupancy_vote, raycasting_scene, surface_distance
@@ -49,14 +49,16 @@ class TrueArmPoses:
     pose_ids: list[str]
 
 
-def _board_mesh(parameters: dict, manifest: dict) -> trimesh.Trimesh | None:
+def _board_mesh(parameters, manifest: dict) -> trimesh.Trimesh | None:
+    """The true board on the tip; ``parameters``: truth/parameters.json as a Table, or None."""
     board = (manifest.get("sensors") or {}).get("board")
-    if not board or "tip_T_board" not in parameters:
+    tip_T_board = None if parameters is None else parameters.get("tip_T_board", "matrix", None, shape=(4, 4))
+    if not board or tip_T_board is None:
         return None
     from rigs.simulator import board_plate
 
     plate = board_plate(tuple(board["squares"]), float(board["square_m"]))
-    return plate.apply_transform(np.asarray(parameters["tip_T_board"], dtype=float))
+    return plate.apply_transform(tip_T_board)
 
 
 def true_arm(session: Session, pose_ids: list[str] | None = None) -> TrueArmPoses:
@@ -67,18 +69,14 @@ def true_arm(session: Session, pose_ids: list[str] | None = None) -> TrueArmPose
     if not urdf.is_file() or not reached_path.is_file():
         raise InputError(f"{session.path}: not a simulated session (truth/robot.urdf or truth/joints_reached.csv is "
                          f"missing), so there is no true shape to compare with.")
-    from capture.session import read_csv_rows
-
-    header, rows = read_csv_rows(reached_path)
-    reached = {row[0]: np.array([float(row[header.index(name)]) for name in session.joint_names]) for row in rows}
+    reached = reached_joints(session.path, session.joint_names)
     pose_ids = list(session.pose_ids if pose_ids is None else pose_ids)
     missing = [p for p in pose_ids if p not in reached]
     if missing:
         raise InputError(f"{reached_path}: pose {missing[0]!r} has no row.")
     spec = ChainSpec.from_urdf(urdf, session.base_link, session.tip_link, session.held_joints)
     meshes = link_meshes(urdf, spec.link_names)
-    parameters = json.loads((truth / "parameters.json").read_text()) if (truth / "parameters.json").is_file() else {}
-    board = _board_mesh(parameters, session.manifest)
+    board = _board_mesh(truth_parameters(session.path, required=False), session.manifest)
     if board is not None:
         tip = session.tip_link
         meshes[tip] = trimesh.util.concatenate([meshes[tip], board]) if tip in meshes else board
@@ -278,16 +276,14 @@ def true_corrections(session: Session, spec: ChainSpec) -> np.ndarray:
     link folded into one delta per movable joint. Evaluation only: reads truth/parameters.json."""
     from rigs.transforms import axis_angle, exp6, log6
 
-    path = session.path / "truth" / "parameters.json"
-    if not path.is_file():
-        raise InputError(f"{session.path}: not a simulated session (truth/parameters.json is missing).")
-    truth = json.loads(path.read_text())
+    truth = truth_parameters(session.path)
+    joints, bends = truth.get("joints", "table"), truth.get("bend_transforms", "table")
     out = np.zeros((spec.dof, 6))
     movable = [joint for joint in spec.joints if joint.type != "fixed"]
     for i, joint in enumerate(movable):
-        entry = truth["joints"][joint.name]
-        true = exp6(np.asarray(entry["placement_delta"], dtype=float))
-        true[:3, :3] = true[:3, :3] @ axis_angle(joint.axis, float(entry["zero_offset"]))
-        bend = np.asarray(truth["bend_transforms"].get(joint.name, np.eye(4)), dtype=float)
+        entry = joints.get(joint.name, "table")
+        true = exp6(entry.get("placement_delta", "vector", length=6))
+        true[:3, :3] = true[:3, :3] @ axis_angle(joint.axis, entry.get("zero_offset", "number"))
+        bend = bends.get(joint.name, "matrix", np.eye(4), shape=(4, 4))
         out[i] = log6(np.linalg.inv(joint.origin) @ bend @ joint.origin @ true)
     return out

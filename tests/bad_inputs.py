@@ -16,6 +16,7 @@ The fixtures are tiny (a 12-pose tracker session, a 4-pose camera session of a 2
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -288,6 +289,9 @@ def file_parent_out(case: Path) -> Path:
 class Case:
     name: str
     make: Callable[[Fixtures, Path], list[str]]  # (fixtures, empty case folder) -> argv
+    # (fixtures, case folder) -> a context manager held while the command runs: what someone else
+    # does meanwhile (a folder that appears at --out)
+    during: Callable[[Fixtures, Path], object] | None = None
 
     @property
     def command(self) -> str:
@@ -297,9 +301,9 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(name: str):
+def case(name: str, during: Callable[[Fixtures, Path], object] | None = None):
     def register(make):
-        CASES.append(Case(name, make))
+        CASES.append(Case(name, make, during))
         return make
     return register
 
@@ -2119,6 +2123,205 @@ def _(fx, case):
     return _fleet(fx, case, None, "--cpus-per-arm", "-1", command="selfmodel")
 
 
+# every file selfcal reads: its format version, its units, each block's type, the truth files -----
+# (a file from a newer selfcal is refused by name; a truth file is read like every other file)
+
+def newer_version(path: Path) -> None:
+    """Set the document's format_version to 99, as a file from a newer selfcal (JSON or YAML)."""
+    import yaml
+
+    if path.suffix == ".json":
+        edit_json(path, lambda d: d.update(format_version=99))
+    else:
+        document = yaml.safe_load(path.read_text())
+        document["format_version"] = 99
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def edit_yaml(path: Path, change: Callable[[dict], None]) -> None:
+    import yaml
+
+    document = yaml.safe_load(path.read_text())
+    change(document)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+@case("calibrate: session.json of a newer format version")
+def _(fx, case):
+    return _calibrate(fx, case, lambda s: newer_version(s / "session.json"))
+
+
+@case("calibrate: session.json states lengths in mm")
+def _(fx, case):
+    return _calibrate(fx, case, lambda s: edit_json(s / "session.json", lambda d: d["units"].update(length="mm")))
+
+
+@case("calibrate: session.json states angles in degrees")
+def _(fx, case):
+    return _calibrate(fx, case, lambda s: edit_json(s / "session.json", lambda d: d["units"].update(angle="deg")))
+
+
+@contextlib.contextmanager
+def _appears_at_out(out: Path):
+    """While the command runs, a colleague makes ``out`` just before the finished results are renamed
+    there; yields what the colleague made (relative to the case folder), which must stay as it is."""
+    from unittest import mock
+
+    import rigs.files
+
+    original = rigs.files.rename_no_replace
+    made: list[str] = []
+
+    def rename(source, target):
+        if Path(target) == out and not out.exists():
+            out.mkdir()
+            (out / "notes.txt").write_text("a colleague's\n")
+            made.extend([out.name, os.path.join(out.name, "notes.txt")])
+        return original(source, target)
+    with mock.patch.object(rigs.files, "rename_no_replace", rename):
+        yield made
+
+
+@case("calibrate: --out appears while it writes", during=lambda fx, case: _appears_at_out(case / "out"))
+def _(fx, case):
+    return ["calibrate", _s(fx.session), "--out", _s(case / "out"), "--deflection", "none", "--holdout", "0"]
+
+
+@case("validate: calibration.yaml of a newer format version")
+def _(fx, case):
+    return _validate(fx, case, lambda c: newer_version(c / "calibration.yaml"))
+
+
+@case("validate: calibration.yaml states lengths in mm")
+def _(fx, case):
+    return _validate(fx, case, lambda c: edit_yaml(c / "calibration.yaml", lambda d: d["units"].update(length="mm")))
+
+
+@case("validate: calibration.yaml deflection.compliance is text")
+def _(fx, case):
+    return _validate(fx, case, lambda c: edit_yaml(c / "calibration.yaml", lambda d: d.update(
+        deflection={"mode": "compliance", "compliance": "stiff"})))
+
+
+@case("validate: calibration.yaml a joint's compliance is text")
+def _(fx, case):
+    joints = {name: {"compliance": 1e-6} for name in IIWA_JOINTS}
+    joints[IIWA_JOINTS[1]] = {"compliance": "soft"}
+    return _validate(fx, case, lambda c: edit_yaml(c / "calibration.yaml", lambda d: d.update(
+        deflection={"mode": "compliance", "compliance": {"joints": joints}})))
+
+
+@case("validate: calibration.yaml residuals block is text")
+def _(fx, case):
+    return _validate(fx, case, lambda c: edit_yaml(c / "calibration.yaml", lambda d: d.update(residuals="small")))
+
+
+def _with_residual(fx, case, edit: Callable[[Path], None]) -> Path:
+    """A copy of the calibration with a small learned residual (residual/) beside it, then ``edit``ed."""
+    from calib.calibration import Calibration
+    from calib.deflection.residual_model import ResidualConfig, ResidualEnsemble, features
+    from calib.deflection.torques import gravity_torques
+    from capture.session import load_session
+
+    calibration = copy(fx.calibration, case, "cal")
+    chain = Calibration.load(calibration).chain
+    q = load_session(fx.session).q
+    raw = features(chain, q, gravity_torques(chain, q, np.zeros(len(q)), np.zeros(3)))
+    model = ResidualEnsemble(ResidualConfig(members=2, hidden=4, layers=1, epochs=2)).fit(
+        raw, np.random.default_rng(0).normal(0.0, 1e-4, (len(q), 3)))
+    model.save(calibration / "residual")
+    edit_yaml(calibration / "calibration.yaml", lambda d: d.update(deflection={
+        "mode": "learned", "learned_residual": {"folder": "residual", "bound_m": model.bound_m, "members": 2}}))
+    edit(calibration)
+    return calibration
+
+
+@case("predict: residual.pt empty")
+def _(fx, case):
+    calibration = _with_residual(fx, case, lambda c: (c / "residual" / "residual.pt").write_bytes(b""))
+    return ["predict", _s(calibration), "--joints", _s(fx.joints)]
+
+
+@case("predict: residual.json of a newer format version")
+def _(fx, case):
+    calibration = _with_residual(fx, case, lambda c: newer_version(c / "residual" / "residual.json"))
+    return ["predict", _s(calibration), "--joints", _s(fx.joints)]
+
+
+@case("predict: residual.json bound is text")
+def _(fx, case):
+    calibration = _with_residual(fx, case, lambda c: edit_json(c / "residual" / "residual.json",
+                                                               lambda d: d.update(bound_m="1 mm")))
+    return ["predict", _s(calibration), "--joints", _s(fx.joints)]
+
+
+@case("recalibrate: --previous of a newer format version")
+def _(fx, case):
+    calibration = _cal(fx, case, lambda c: newer_version(c / "calibration.yaml"))
+    return ["recalibrate", _s(fx.session), "--previous", _s(calibration), "--out", _s(case / "out")]
+
+
+@case("audit report: cycle column holds text")
+def _(fx, case):
+    session = _session(fx, case, lambda s: edit_cell(s / "joints.csv", 3, "cycle", "first"), fx.audit)
+    return ["audit", "report", _s(session), "--out", _s(case / "out")]
+
+
+@case("audit report: a pose twice in one cycle")
+def _(fx, case):
+    session = _session(fx, case, lambda s: edit_cell(s / "joints.csv", 6, "cycle", "1"), fx.audit)
+    return ["audit", "report", _s(session), "--out", _s(case / "out")]
+
+
+@case("selfmodel eval: truth/joints_reached.csv cut off mid-row")
+def _(fx, case):
+    def cut(s):
+        path = s / "truth" / "joints_reached.csv"
+        lines = path.read_text().splitlines()
+        lines[-1] = lines[-1][:lines[-1].index(",") + 3]  # the pose and the first digits of its first joint
+        path.write_text("\n".join(lines) + "\n")
+    session = _session(fx, case, cut, fx.box)
+    return ["selfmodel", "eval", _s(fx.model), _s(session), "--poses", "1", "--voxel-mm", "20"]
+
+
+@case("selfmodel eval: truth/joints_reached.csv cell not a number")
+def _(fx, case):
+    def edit(s):
+        path = s / "truth" / "joints_reached.csv"
+        edit_cell(path, 0, path.read_text().splitlines()[0].split(",")[1], "n/a")
+    session = _session(fx, case, edit, fx.box)
+    return ["selfmodel", "eval", _s(fx.model), _s(session), "--poses", "1", "--voxel-mm", "20"]
+
+
+@case("selfmodel eval: truth/parameters.json not UTF-8")
+def _(fx, case):
+    def edit(s):
+        path = s / "truth" / "parameters.json"
+        path.write_bytes(path.read_bytes().replace(b'"joints"', b'"\xe9joints"', 1))
+    session = _session(fx, case, edit, fx.box)
+    return ["selfmodel", "eval", _s(fx.model), _s(session), "--poses", "1", "--voxel-mm", "20"]
+
+
+@case("selfmodel eval: config.json of a newer format version")
+def _(fx, case):
+    return _eval(fx, case, lambda m: newer_version(m / "config.json"))
+
+
+@case("dynamics payload: dynamics.yaml of a newer format version")
+def _(fx, case):
+    (case / "dynamics").mkdir()
+    (case / "dynamics" / "dynamics.yaml").write_text("format: selfcal-dynamics\nformat_version: 99\n")
+    return ["dynamics", "payload", _s(fx.session), "--dynamics", _s(case / "dynamics")]
+
+
+@case("fleet calibrate: --resume a fleet.json of a newer version")
+def _(fx, case):
+    (case / "out").mkdir()
+    (case / "out" / "fleet.json").write_text('{"format": "selfcal-fleet", "format_version": 99, "job": "calibrate", '
+                                             '"arms": {}}\n')
+    return _fleet(fx, case, None, "--resume")
+
+
 # -- running a case -------------------------------------------------------------------------------
 
 @dataclass
@@ -2176,12 +2379,15 @@ def run_case(case: Case, fixtures: Fixtures, workdir: Path) -> Outcome:
     _SecretWatch.install()
     _SecretWatch.seen = []
     _SecretWatch.active = fixtures.secret.resolve()
+    meanwhile = case.during(fixtures, folder) if case.during is not None else contextlib.nullcontext()
     try:
-        result = CliRunner().invoke(app, argv)
+        with meanwhile as others:
+            result = CliRunner().invoke(app, argv)
     finally:
         _SecretWatch.active = None
+    others = set(others or ())  # what someone else made meanwhile: theirs, to be left exactly there
     after = _listing(folder)
-    left = sorted((after - before) | {f"(removed) {p}" for p in before - after})
+    left = sorted((after - before - others) | {f"(removed) {p}" for p in (before | others) - after})
     left += sorted(f"(beside the fixtures) {p}" for p in {p.name for p in fixtures.root.iterdir()} - fixture_before)
     stray = Path("/sys/selfcal-bad-input-out")
     if stray.exists():

@@ -188,6 +188,7 @@ def check_audit_session(session: Session) -> dict[str, list[int]]:
         if label not in rows:
             raise InputError(f"{session.path / 'joints.csv'}: row {index + 2}: iso_pose {label!r} is not one of P1..P5.")
         rows[label].append(index)
+    _check_cycles(session, labels)
     for name, indices in rows.items():
         if len(indices) < 2:
             raise InputError(f"{session.path / 'joints.csv'}: pose {name} was visited {len(indices)} times; "
@@ -198,6 +199,28 @@ def check_audit_session(session: Session) -> dict[str, list[int]]:
             raise InputError(f"{session.path / 'joints.csv'}: row {row}: {name} is commanded to other joint angles "
                              f"than its first visit; the session does not follow its plan.")
     return rows
+
+
+def _check_cycles(session: Session, labels: list[str]) -> None:
+    """The plan's ``cycle`` column, where the session has one: a whole number from 1 on each row, and
+    each ISO pose once per cycle; a session whose cycles are garbled does not follow its plan."""
+    cycles = session.extra.get("cycle")
+    if cycles is None:
+        return
+    path, seen = session.path / "joints.csv", {}
+    for index, (text, label) in enumerate(zip(cycles, labels)):
+        row = index + 2
+        try:
+            cycle = int(text.strip())
+        except ValueError:
+            raise InputError(f"{path}: row {row}, column 'cycle': {text!r} is not a cycle number (1, 2, ...); "
+                             f"the session does not follow its audit plan.") from None
+        if cycle < 1:
+            raise InputError(f"{path}: row {row}, column 'cycle': {cycle} is not a cycle number (1, 2, ...).")
+        if (cycle, label) in seen:
+            raise InputError(f"{path}: row {row}: {label} is recorded twice in cycle {cycle} (first in row "
+                             f"{seen[cycle, label]}); the session does not follow its audit plan.")
+        seen[cycle, label] = row
 
 
 @dataclass(frozen=True)

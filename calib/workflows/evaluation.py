@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,22 +10,25 @@ import numpy as np
 from calib.model.error_model import ErrorModel
 from calib.sensors.registration import register_points
 from calib.sensors.tracker_poses import pose_errors
-from capture.session import Session, read_csv_rows, read_tracker_csv, read_tracker_poses_csv
+from capture.session import Session, read_tracker_csv, read_tracker_poses_csv
+from capture.truth_files import reached_joints, truth_parameters
 from rigs.kinematics import ChainModel
 from rigs.transforms import invert, log6
 
 
 def true_parameter_vector(model: ErrorModel, session: Path, sensor: str = "s0") -> np.ndarray:
     """The simulated truth of ``session`` in ``model``'s parameter layout (P,)."""
-    truth = json.loads((Path(session) / "truth" / "parameters.json").read_text())
+    truth = truth_parameters(session)
+    joints, targets = truth.get("joints", "table"), truth.get("targets", "table")
     theta = np.zeros(model.size)
-    for i, joint in enumerate(model.chain.joint_names):
-        theta[6 * i:6 * i + 6] = truth["joints"][joint]["placement_delta"]
-        theta[model.zero_slice.start + i] = truth["joints"][joint]["zero_offset"]
+    for i, name in enumerate(model.chain.joint_names):
+        joint = joints.get(name, "table")
+        theta[6 * i:6 * i + 6] = joint.get("placement_delta", "vector", length=6)
+        theta[model.zero_slice.start + i] = joint.get("zero_offset", "number")
     reference = model.reference("sensor")[sensor]
-    theta[model.sensor_slices[sensor]] = log6(invert(reference) @ np.array(truth["tracker_T_base"]))
+    theta[model.sensor_slices[sensor]] = log6(invert(reference) @ truth.get("tracker_T_base", "matrix", shape=(4, 4)))
     for name, block in model.target_slices.items():
-        theta[block] = truth["targets"][name]
+        theta[block] = targets.get(name, "vector", length=3)
     return theta
 
 
@@ -73,11 +75,9 @@ def pose_noise_floor(session: Session) -> tuple[float, float] | None:
 def true_tip_poses(session: Session) -> np.ndarray | None:
     """(N, 4, 4) true tip poses of a simulated session (truth/ robot.urdf at the reached joints), or None."""
     urdf = session.path / "truth" / "robot.urdf"
-    reached = session.path / "truth" / "joints_reached.csv"
-    if not urdf.is_file() or not reached.is_file():
+    lookup = reached_joints(session.path, session.joint_names, required=False)
+    if not urdf.is_file() or lookup is None:
         return None
-    header, rows = read_csv_rows(reached)
-    lookup = {row[0]: np.array([float(row[header.index(n)]) for n in session.joint_names]) for row in rows}
     if any(p not in lookup for p in session.pose_ids):
         return None
     chain = ChainModel.from_urdf(urdf, session.base_link, session.tip_link)
@@ -93,13 +93,13 @@ def true_tip_positions(session: Session) -> np.ndarray | None:
 def true_board_centres(session: Session) -> np.ndarray | None:
     """(N, 3) m true board centres of a simulated session (truth/ tip poses and tip_T_board)."""
     poses = true_tip_poses(session)
-    parameters = session.path / "truth" / "parameters.json"
-    if poses is None or not parameters.is_file():
+    parameters = truth_parameters(session.path, required=False)
+    if poses is None or parameters is None:
         return None
-    tip_T_board = json.loads(parameters.read_text()).get("tip_T_board")
+    tip_T_board = parameters.get("tip_T_board", "matrix", None, shape=(4, 4), nullable=True)
     if tip_T_board is None:
         return None
-    return (poses @ np.asarray(tip_T_board, dtype=float))[:, :3, 3]
+    return (poses @ tip_T_board)[:, :3, 3]
 
 
 def tip_errors(predicted: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
