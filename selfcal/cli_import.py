@@ -62,13 +62,18 @@ def _report(out: Path, json_output: bool) -> None:
     summary = session_summary(session)
     summary["tracker_poses"] = 0 if session.tracker_poses is None else len(session.tracker_poses.pose_index)
     summary["efforts"] = session.joint_efforts is not None
+    # Files that were not UTF-8, read as Windows-1252 on purpose (tracker software on Windows): said,
+    # so that a wrong guess (names or units garbled) shows.
+    summary["read_as"] = (session.manifest.get("source") or {}).get("read_as") or {}
     if json_output:
         print_json(summary)
     else:
         typer.echo(f"{out}: {summary['poses']} poses of {summary['dof']} joints"
                    + (f", {summary['tracker_points']} tracker points" if summary["tracker_points"] else "")
                    + (f", {summary['tracker_poses']} 6-DoF poses" if summary["tracker_poses"] else "")
-                   + (", measured joint torques" if summary["efforts"] else ""))
+                   + (", measured joint torques" if summary["efforts"] else "")
+                   + "".join(f"; {role} file read as {encoding} (it is not UTF-8)"
+                             for role, encoding in summary["read_as"].items()))
 
 
 URDF = typer.Option(..., "--urdf", help="Robot description (URDF).")

@@ -197,6 +197,19 @@ def test_tables_from_windows_tools_read(tmp_path):
     np.testing.assert_array_equal(records.xyz, [[1.0005, -0.02, 0.3]])
 
 
+def test_an_import_says_which_files_it_read_as_cp1252(tmp_path):
+    """Windows-1252 is a guess for a file that is not UTF-8: the summary says it, so a wrong one shows."""
+    points = tmp_path / "sa_export.txt"
+    points.write_bytes((DATA / "sa_export.txt").read_bytes().replace(b"// Units: Millimeters",
+                                                                     b"// Units: Millimeters, Halle 3, 21,4 \xb0C", 1))
+    code, stdout, stderr = import_tracker(tmp_path / "session", "--points", str(points))
+    assert code == 0, stderr
+    assert "points file read as cp1252 (it is not UTF-8)" in stdout and "joints file" not in stdout
+    assert load_session(tmp_path / "session").manifest["source"]["read_as"] == {"points": "cp1252"}
+    code, stdout, _ = import_tracker(tmp_path / "utf8", "--points", str(DATA / "sa_export.txt"), "--json")
+    assert code == 0 and json.loads(stdout)["read_as"] == {}
+
+
 def test_a_tracker_poses_file_with_an_unknown_pose_is_refused_on_load(tmp_path):
     out = tmp_path / "session"
     assert import_tracker(out, "--poses", str(DATA / "poses_quat.csv"))[0] == 0

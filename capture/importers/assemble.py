@@ -17,6 +17,7 @@ import numpy as np
 from capture.importers.joint_logs import ChainJoints, JointLog, read_joint_log
 from capture.importers.join import assign_by_name, assign_by_time, split_pose_names
 from capture.importers.poses6d import PoseRecords, read_poses
+from capture.importers.tables import file_encoding
 from capture.importers.rosbag import read_joint_states
 from capture.importers.tracker_exports import PointRecords, read_points
 from capture.importers.units import check_joint_values, check_tracker_lengths, length_factor
@@ -235,6 +236,13 @@ def _scaled_targets(measurements: Measurements) -> dict[str, tuple] | None:
     return {name: tuple(float(v) * factor for v in xyz) for name, xyz in measurements.targets.items()}
 
 
+def _read_as(files: dict[str, Path | None]) -> dict[str, str]:
+    """The files of an import that were not UTF-8 and were read as Windows-1252 (role -> "cp1252"),
+    kept in session.json's source and said in the import's summary, so that a wrong guess shows."""
+    return {role: encoding for role, path in files.items()
+            if path is not None and (encoding := file_encoding(path)) != "utf-8"}
+
+
 def import_tracker(robot: Robot, joints: Path, measurements: Measurements, out: Path, keep_extra: bool = False,
                    force: bool = False, progress: Callable[[int, int], None] | None = None) -> Path:
     """Joints file + tracker points and/or 6-DoF poses -> session folder ``out``."""
@@ -247,7 +255,8 @@ def import_tracker(robot: Robot, joints: Path, measurements: Measurements, out: 
               "points": None if measurements.points is None else str(measurements.points),
               "poses": None if measurements.poses is None else str(measurements.poses),
               "length_unit": measurements.length_unit, "angle_unit": measurements.angle_unit,
-              "tolerance_s": measurements.tolerance}
+              "tolerance_s": measurements.tolerance,
+              "read_as": _read_as({"joints": joints, "points": measurements.points, "poses": measurements.poses})}
     return write_session(out, robot, chain, joined, _scaled_targets(measurements), source, force, progress)
 
 
@@ -276,5 +285,6 @@ def import_rosbag(robot: Robot, bag: Path, topic: str, measurements: Measurement
               "points": None if measurements.points is None else str(measurements.points),
               "poses": None if measurements.poses is None else str(measurements.poses),
               "length_unit": measurements.length_unit, "angle_unit": measurements.angle_unit,
-              "tolerance_s": measurements.tolerance, "still_rad": still}
+              "tolerance_s": measurements.tolerance, "still_rad": still,
+              "read_as": _read_as({"points": measurements.points, "poses": measurements.poses})}
     return write_session(out, robot, chain, joined, _scaled_targets(measurements), source, force, progress)

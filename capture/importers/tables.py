@@ -81,14 +81,28 @@ class Table:
         return value
 
 
-def _decode(path: Path) -> str:
-    data = path.read_bytes()
+def text_encoding(data: bytes) -> str:
+    """How a table's bytes are read: "utf-8", or "cp1252" (Windows-1252, what tracker software on
+    Windows writes) when they are not UTF-8. The import says which, so a wrong guess shows."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # byte-order mark, also in front of text that is not UTF-8 after all
     try:
-        text = data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError:
-        text = data.decode("cp1252", errors="replace")
+        return "cp1252"
+    return "utf-8"
+
+
+def file_encoding(path: Path) -> str:
+    """:func:`text_encoding` of the file at ``path``."""
+    return text_encoding(Path(path).read_bytes())
+
+
+def _decode(path: Path) -> str:
+    data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    text = data.decode(text_encoding(data), errors="replace")
     if "\x00" in text:
         raise InputError(f"{path}: a binary file, not a text table.")
     return text
