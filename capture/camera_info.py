@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rigs.documents import as_table
 from rigs.errors import InputError
-from rigs.files import atomic_write_text
+from rigs.files import atomic_write_text, read_yaml
 
 
 @dataclass
@@ -45,11 +46,15 @@ class CameraInfo:
         path = Path(path)
         if not path.is_file():
             raise InputError(f"{path}: camera_info file not found.")
-        try:
-            data = yaml.safe_load(path.read_text())
-            K = np.asarray(data["camera_matrix"]["data"], dtype=float).reshape(3, 3)
-            distortion = np.asarray(data.get("distortion_coefficients", {}).get("data", [0.0] * 5), dtype=float)
-            return cls(str(data.get("camera_name", path.parent.name)), int(data["image_width"]),
-                       int(data["image_height"]), K, distortion)
-        except (yaml.YAMLError, KeyError, TypeError, ValueError) as error:
-            raise InputError(f"{path}: not a ROS camera_info YAML ({type(error).__name__}: {error}).") from None
+        top = as_table(read_yaml(path, "camera_info file"), path, "ROS camera_info YAML")
+        top.used |= set(top.data)  # ROS writes more keys (rectification, projection) than selfcal reads
+        K = top.get("camera_matrix", "table").get("data", "vector", length=9).reshape(3, 3)
+        coefficients = top.get("distortion_coefficients", "table", None)
+        distortion = np.zeros(5) if coefficients is None else coefficients.get("data", "vector", np.zeros(5))
+        size = {}
+        for key in ("image_width", "image_height"):
+            size[key] = top.get(key, "int")
+            if size[key] <= 0:
+                raise InputError(f"{top.where(key)} should be a positive number of pixels, got {size[key]}.")
+        name = top.data.get("camera_name")  # ROS writes any scalar here; the folder name when absent
+        return cls(path.parent.name if name is None else str(name), size["image_width"], size["image_height"], K, distortion)

@@ -11,7 +11,8 @@ A temporary folder is locked (``flock``) by the process that builds it. The lock
 process, even one killed outright, so the next run can tell a leftover of a killed run (unlocked:
 it is cleaned) from a run still writing (locked: the next run stops with a sentence).
 
-Readers of user files use :func:`read_text`, :func:`load_npz` and :func:`load_torch`, which turn
+Readers of user files use :func:`read_text`, :func:`read_json`, :func:`read_yaml`, :func:`load_npz` and
+:func:`load_torch`, which turn
 undecodable, pickle-bearing or corrupt files into one :class:`InputError` sentence naming the file.
 """
 
@@ -344,6 +345,20 @@ def read_json(path: Path, what: str = "file") -> object:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(f"{path}: not valid JSON (line {error.lineno}: {error.msg}).") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a selfcal {what}.") from None
+
+
+def read_yaml(path: Path, what: str = "file") -> object:
+    """Parsed YAML of ``path`` (``yaml.safe_load``: no Python objects); InputError naming the file when
+    it is missing, not UTF-8 or not YAML. Check the blocks' types with :mod:`rigs.documents`."""
+    import yaml
+
+    text = read_text(path, what)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not valid YAML ({first_line(error)}).") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply to be a selfcal {what}.") from None
 

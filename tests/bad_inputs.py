@@ -2314,6 +2314,34 @@ def _(fx, case):
     return ["dynamics", "payload", _s(fx.session), "--dynamics", _s(case / "dynamics")]
 
 
+@case("selfmodel train: camera_info.yaml not UTF-8")
+def _(fx, case):
+    session = _session(fx, case, lambda s: latin1_byte(s / "cameras" / "front" / "camera_info.yaml"), fx.box)
+    return _train(fx, case, session=session)
+
+
+@case("selfmodel train: camera_info.yaml distortion block is text")
+def _(fx, case):
+    session = _session(fx, case, lambda s: edit_yaml(s / "cameras" / "front" / "camera_info.yaml",
+                                                     lambda d: d.update(distortion_coefficients="none")), fx.box)
+    return _train(fx, case, session=session)
+
+
+@case("import images: pose.yaml not UTF-8")
+def _(fx, case):
+    folder = copy(fx.camera_folder, case)
+    (folder / "cameras" / "front" / "pose.yaml").write_bytes(b"# 12\xb0 C\nframe: optical\nxyz: [1, 0, 1]\n"
+                                                             b"quat_xyzw: [0, 0, 0, 1]\n")
+    return _images(fx, case, folder=folder)
+
+
+@case("import images: pose.yaml is a list")
+def _(fx, case):
+    folder = copy(fx.camera_folder, case)
+    (folder / "cameras" / "front" / "pose.yaml").write_text("- 1\n- 0\n- 1\n")
+    return _images(fx, case, folder=folder)
+
+
 @case("fleet calibrate: --resume a fleet.json of a newer version")
 def _(fx, case):
     (case / "out").mkdir()

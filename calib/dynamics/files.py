@@ -27,8 +27,8 @@ import yaml
 from calib.dynamics.report import write_dynamics_report, write_payload_report
 from rigs import urdf as urdf_io
 from rigs.documents import check_format
-from rigs.errors import InputError, first_line
-from rigs.files import atomic_write_text, inside_folder, load_npz, read_text
+from rigs.errors import InputError
+from rigs.files import atomic_write_text, inside_folder, load_npz, read_yaml
 from rigs.kinematics import ChainModel
 from rigs.version import VERSION
 
@@ -44,13 +44,7 @@ def _dump(path: Path, document: dict) -> None:
 def _read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():
         raise InputError(f"{path.parent}: not a {what} folder, {path.name} is missing.")
-    try:
-        document = yaml.safe_load(read_text(path, f"{what} file"))
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({first_line(error)}).") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply to be a {what} file.") from None
-    return document
+    return read_yaml(path, f"{what} file")
 
 
 def geometry_free(urdf: Path) -> ET.ElementTree:

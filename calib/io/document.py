@@ -25,8 +25,8 @@ from calib.sensors.board import make_board
 from capture.camera_info import CameraInfo
 from rigs import urdf as urdf_io
 from rigs.documents import as_table, check_format
-from rigs.errors import InputError, first_line
-from rigs.files import atomic_write_text, inside_folder, read_text
+from rigs.errors import InputError
+from rigs.files import atomic_write_text, inside_folder, read_yaml
 from rigs.kinematics import ChainModel
 from rigs.transforms import exp6, make_transform, matrix_to_rpy, quat_xyzw, quat_xyzw_to_matrix
 from rigs.version import VERSION
@@ -192,12 +192,7 @@ def read_calibration_document(folder: Path) -> tuple[Path, object]:
     path = Path(folder) / "calibration.yaml"
     if not path.is_file():
         raise InputError(f"{folder}: not a calibration folder, calibration.yaml is missing.")
-    try:
-        document = yaml.safe_load(read_text(path, "calibration file"))
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({first_line(error)}).") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply to be a calibration file.") from None
+    document = read_yaml(path, "calibration file")
     if isinstance(document, dict) and document.get("format") == FORMAT:
         check_format(document, path, FORMAT, FORMAT_VERSION, "selfcal calibration")
     return path, document

@@ -36,18 +36,15 @@ COLOUR_SUFFIXES = ("_rgb.png", "_rgb.jpg", "_rgb.jpeg", "_color.png", "_color.jp
 
 
 def _read_pose_yaml(path: Path) -> np.ndarray:
-    import yaml
-
     from capture.importers.tf_static import BODY_T_OPTICAL
+    from rigs.documents import as_table
+    from rigs.files import read_yaml
 
-    try:
-        data = yaml.safe_load(path.read_text())
-        frame = data.get("frame", "optical")
-        xyz = np.asarray(data["xyz"], dtype=float).reshape(3)
-        quaternion = np.asarray(data["quat_xyzw"], dtype=float).reshape(4)
-    except (yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as error:
-        raise InputError(f"{path}: expected frame (optical or body), xyz: [x, y, z] (m) and quat_xyzw: [x, y, z, w] "
-                         f"({type(error).__name__}: {error}).") from None
+    # frame (optical or body), xyz: [x, y, z] (m) and quat_xyzw: [x, y, z, w]
+    top = as_table(read_yaml(path, "camera pose file"), path, "camera pose file")
+    frame = top.get("frame", "str", "optical")
+    xyz = top.get("xyz", "vector", length=3)
+    quaternion = top.get("quat_xyzw", "vector", length=4)
     if frame not in ("optical", "body"):
         raise InputError(f"{path}: frame should be optical or body, got {frame!r}.")
     if not np.all(np.isfinite(xyz)) or abs(np.linalg.norm(quaternion) - 1.0) > 1e-3:
