@@ -50,6 +50,10 @@ def calibrate(
     tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable cross-validated "
                                                  "RMS error, mm (default: twice the error the tracker's stated "
                                                  "uncertainty alone gives at the measured points)."),
+    per_session: Optional[str] = typer.Option(None, "--per-session", help="Frames each session gets its own, "
+                                              "comma-separated: tool (its reflectors or probe: a marker remounted "
+                                              "between sessions), tracker (its placement; always per session); the "
+                                              "arm is fitted once."),
     require_pass: bool = require_pass_option(),
     ros_package: Optional[str] = ros_package_option(),
 ) -> None:
@@ -74,6 +78,8 @@ def calibrate(
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
                                      require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
                                      fit_intrinsics=fit_intrinsics,
+                                     per_session=tuple(p.strip() for p in per_session.split(",") if p.strip())
+                                     if per_session else (),
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         from calib.workflows.verdicts import calibration_verdict
 
