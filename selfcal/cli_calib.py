@@ -171,6 +171,9 @@ def validate(
     register: bool = typer.Option(False, "--register", help="Fit the tracker's placement on the session first (it "
                                   "was moved since the calibration); the nominal URDF is registered the same way, "
                                   "and the unregistered figures are reported too."),
+    register_tool: bool = typer.Option(False, "--register-tool", help="The tool was remounted: locate its reflectors "
+                                       "(or probe) anew on the registration poses, with the tracker when --register "
+                                       "is given too (tracker,tool); the nominal URDF is treated the same way."),
     registration_poses: Optional[str] = typer.Option(None, "--registration-poses", help="Comma-separated pose ids "
                                                      "that register the tracker and locate reflectors the "
                                                      "calibration lacks; they are left out of the figures "
@@ -207,7 +210,7 @@ def validate(
 
         calibration, loaded = Calibration.load(calibration_dir), load_session(session)
         result = run_validation(calibration, loaded, outlier_sigma=outlier_sigma,
-                                register=register, registration_poses=pose_list(registration_poses, "--registration-poses"),
+                                register=register, register_tool=register_tool, registration_poses=pose_list(registration_poses, "--registration-poses"),
                                 locate_poses=pose_list(locate_poses, "--locate-poses"))
         verdict = validation_verdict(calibration, loaded, result, tolerance_mm)
         if result.get("envelope_warning") and not json_output:

@@ -322,8 +322,8 @@ class TrackerPoseSensor(Sensor):
         sigma_rot = float(np.median(np.concatenate([b.sigma_rot for b in blocks])))
         count = len(poses)
         return [PoseObservations(sensor, poses, np.arange(count), np.repeat(np.eye(4)[None], count, 0),
-                                 np.full(count, sigma_pos), np.full(count, sigma_rot), [""] * count)
-                for sensor in sorted({b.sensor for b in blocks})]
+                                 np.full(count, sigma_pos), np.full(count, sigma_rot), [""] * count, probe=probe)
+                for sensor, probe in sorted({(b.sensor, b.probe) for b in blocks})]
 
     def errors(self, blocks: list, model: ErrorModel, theta: np.ndarray) -> tuple[np.ndarray, ...]:
         errors = [b.errors(model, theta) for b in blocks]
