@@ -157,3 +157,29 @@ def test_cli_refuses_pooled_mounts_with_exit_2(points, tmp_path):
                                       "--deflection", "none"])
     assert result.exit_code == 2 and "--per-session tool" in result.output
     assert not (tmp_path / "cal").exists()
+
+
+@slow
+def test_a_second_arm_calibrates_alone_refuses_pooled_mounts_and_fits_per_session_tools(capture_session):
+    sessions = [capture_session("xarm6-tracker-partial", 40, 10, 0.0), capture_session("xarm6-tracker-partial", 40, 11, 1.0)]
+    alone = Calibrator().fit(sessions[:1])
+    assert alone.summary["residuals"]["fit"]["rms_mm"] < 1.5
+    assert all(np.linalg.norm(xyz) < 0.5 for xyz in alone.targets.values())
+    with pytest.raises(InputError, match="tool differs between sessions"):
+        Calibrator(deflection="none").fit(sessions)
+    pooled = Calibrator(deflection="none", per_session=("tool",)).fit(sessions)
+    assert pooled.summary["residuals"]["fit"]["rms_mm"] < 1.5
+
+
+def test_a_fit_that_runs_away_names_what_ran():
+    from calib.fit.solver import runaway
+
+    rig = load_rig("iiwa-tracker-partial")
+    chain = ChainModel.from_urdf(rig.robot.urdf, rig.robot.base_link, rig.robot.tip_link)
+    model = ErrorModel(chain, [JointPlacements(chain.joint_names), JointZeros(chain.joint_names, np.zeros(7, bool)),
+                               TrackerFrames({"s0": np.eye(4)}), Reflectors({"m0": np.zeros(3)})])
+    start = model.initial_vector()
+    theta = start.copy()
+    theta[model.target_slices["m0"]] = [0.0, 2.3, 0.001]
+    assert runaway(model, start, theta).startswith(": reflector m0's offset along y moved 2.3 m from its start")
+    assert runaway(model, start, start) == ""
