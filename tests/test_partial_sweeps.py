@@ -69,7 +69,9 @@ def test_each_session_calibrates_alone_with_the_default_command(kind, points, pr
     else:
         probe = next(iter(calibration.tip_T_probe.values()))
         assert np.linalg.norm(probe[:3, 3]) < 0.5
-        assert np.linalg.norm(probe[:3, 3] - np.asarray(truth["tip_T_probe"])[:3, 3]) < 0.05
+        # The mount is fitted as a twist of its frame: its translation sd, in the probe's axes, has the same norm.
+        spread = np.linalg.norm(calibration.summary["probe_std"][next(iter(calibration.tip_T_probe))][:3])
+        assert np.linalg.norm(probe[:3, 3] - np.asarray(truth["tip_T_probe"])[:3, 3]) < 3 * spread + 1e-3
 
 
 @slow
