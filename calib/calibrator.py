@@ -38,6 +38,7 @@ from calib.deflection.torques import GravityTorques
 from calib.dynamics.identification import ArmDynamics
 from calib.dynamics.measured import has_torques
 from calib.dynamics.model import IdentifiedDynamics
+from calib.fit.physical import arm_reach, physical_problems, tool_disagreement, tool_points
 from calib.fit.checks import check_pose_set, spread_poses, structural_identifiability
 from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
 from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
@@ -61,6 +62,7 @@ NOISE_ROUNDS = 2  # estimate-and-refit rounds for noise the data does not state 
 # first axis, a wrist turning about the payload's axis) cannot show its compliance: it stays 0.
 TORQUELESS_FRACTION = 1e-3
 MEASURED_TORQUE_SNR = 10.0  # a joint's measured torque must vary by this many noise deviations to show its sag
+PER_SESSION_FRAMES = ("tracker", "tool")  # what --per-session may give each session of its own
 MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold evidence is possible
 
 
@@ -179,6 +181,10 @@ class Calibrator:
     poses that do not determine every combination the arm allows (joints that did not move, a
     condition number far above well spread poses'); by default such data are fitted along what
     they determine, the rest keeps its nominal value and the summary says so in sentences.
+    ``per_session``: frames each session gets its own: "tracker" (its placement; every session's
+    tracker is placed on its own in any case, since a tracker set up again always moves) and "tool"
+    (its reflectors or probe: a marker remounted between sessions); the arm is fitted once. Without
+    "tool", sessions whose tools disagree beyond their scatter are refused with a sentence.
     ``torques``: what the joints hold, for compliance: "measured" (the sessions' ``effort_<joint>``
     columns, their sign checked against the URDF's gravity torques, ``flip_torque_sign`` for drives
     with the opposite convention; an arm dynamics model identified from them predicts torques where
@@ -191,7 +197,7 @@ class Calibrator:
                  pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
                  progress: Callable[[str], None] | None = None, previous: Calibration | None = None,
                  require_full: bool = False, torques: str = "auto", flip_torque_sign: bool = False,
-                 fit_intrinsics: bool = False):
+                 fit_intrinsics: bool = False, per_session: tuple[str, ...] = ()):
         self.model = model
         self.require_full = require_full
         self.torques = torques
@@ -208,6 +214,7 @@ class Calibrator:
         self.progress = progress or (lambda message: None)
         self.previous = previous
         self.fit_intrinsics = fit_intrinsics
+        self.per_session = tuple(per_session)
 
     # -- the fit ------------------------------------------------------------------------------------
     def fit(self, sessions: list[Session | Path]) -> Calibration:
@@ -220,7 +227,16 @@ class Calibrator:
         geometries = {}
         for geometry in dict.fromkeys(modes.geometry_of(m) for m in wanted):
             self.progress(f"{'compliance' if geometry == 'compliance' else 'rigid'} fit")
-            geometries[geometry] = self._geometry(problem, compliance=geometry == "compliance")
+            try:
+                geometries[geometry] = self._geometry(problem, compliance=geometry == "compliance")
+            except InputError as error:
+                # auto never turns a converging rigid fit into a failure: a compliance fit the data
+                # cannot carry is left out with the reason.
+                if not auto or geometry != "compliance" or "none" not in geometries:
+                    raise
+                dropped = tuple(m for m in wanted if modes.geometry_of(m) == "compliance")
+                notes.update({m: f"not tried: the compliance fit failed ({error})" for m in dropped})
+                wanted = tuple(m for m in wanted if m not in dropped)
         if auto and self.holdout == 0 and self._inlier_poses(geometries["none"]) < MIN_LEARNED_POSES:
             for mode in ("learned", "both"):  # too few poses to learn a residual honestly
                 notes[mode] = f"not tried: a learned residual needs at least {MIN_LEARNED_POSES} poses"
@@ -292,6 +308,9 @@ class Calibrator:
             raise InputError(f"--holdout must be in [0, 1), got {self.holdout}.")
         if self.folds is not None and int(self.folds) < 2:
             raise InputError(f"--folds must be at least 2, got {self.folds}.")
+        unknown = [name for name in self.per_session if name not in PER_SESSION_FRAMES]
+        if unknown:
+            raise InputError(f"--per-session takes {' and '.join(PER_SESSION_FRAMES)}, got {unknown[0]!r}.")
         if self.pixel_sigma is not None and not self.pixel_sigma > 0:
             raise InputError(f"--pixel-sigma must be positive, got {self.pixel_sigma}.")
 
@@ -300,6 +319,9 @@ class Calibrator:
             raise InputError("give at least one session to calibrate from.")
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
         check_same_robot(sessions)
+        if self.per_session and len(sessions) < 2:
+            raise InputError(f"--per-session {','.join(self.per_session)} gives each session its own frames, and "
+                             f"{sessions[0].path} is the only session; calibrate it without --per-session.")
         if self.fit_intrinsics and not any(BY_NAME["board_corners"].present(s) for s in sessions):
             names = ", ".join(str(s.path) for s in sessions)
             raise InputError(f"--fit-intrinsics fits the cameras' focal lengths and principal points to images of the "
@@ -335,7 +357,10 @@ class Calibrator:
             for sensor in present:
                 if sensor.name == "board_corners":
                     self.progress("detecting the board")
-                prepared.setdefault(sensor.name, []).append(sensor.prepare(session, i, poses[i], fit_rows[i], start_chain, self))
+                item = sensor.prepare(session, i, poses[i], fit_rows[i], start_chain, self)
+                if "tool" in self.per_session and sensor.name in ("tracker_points", "tracker_poses"):
+                    item.tool = f"s{i}"
+                prepared.setdefault(sensor.name, []).append(item)
         if "board_corners" in prepared:
             items = prepared["board_corners"]
             BY_NAME["board_corners"].finish(items, [fit_rows[p.index] for p in items],
@@ -422,7 +447,43 @@ class Calibrator:
             quiet |= torques.std(axis=0) < MEASURED_TORQUE_SNR * problem.torque_model.noise
         return quiet
 
+    def _check_tools(self, problem: Problem, fit_blocks: dict[str, list]) -> None:
+        """Sessions sharing one tool must agree on it: each session's tracker tool placed in closed
+        form from its own data; InputError naming the sessions, the point and the distance when two
+        disagree beyond their scatter."""
+        if "tool" in self.per_session or len(problem.sessions) < 2:
+            return
+        serial = SerialChain(problem.start_chain)
+        tools = []
+        for i, session in enumerate(problem.sessions):
+            own = StartValues()
+            tips = serial.base_T_tip(session.q)
+            errors = []
+            for name in ("tracker_points", "tracker_poses"):
+                for item in problem.prepared.get(name, []):
+                    mine = [b for b in fit_blocks[name] if b.poses is problem.poses[i]]
+                    if item.index != i or not mine:
+                        continue
+                    BY_NAME[name].initialise(item, mine, tips, own, {})
+                    for block in mine:
+                        frame = own.tracker_T_base[block.sensor]
+                        if name == "tracker_points":
+                            offsets = np.array([own.targets[t] for t in block.targets]).reshape(-1, 3)
+                            rows = tips[block.pose_row]
+                            points = np.einsum("mij,mj->mi", rows[:, :3, :3], offsets) + rows[:, :3, 3]
+                            errors.append(np.linalg.norm(points @ frame[:3, :3].T + frame[:3, 3] - block.xyz, axis=1))
+                        else:
+                            predicted = frame @ tips[block.pose_row] @ own.tip_T_probe[block.probe]
+                            errors.append(np.linalg.norm(predicted[:, :3, 3] - block.tracker_T_probe[:, :3, 3], axis=1))
+            if errors:
+                scatter = float(np.sqrt(np.mean(np.concatenate(errors) ** 2)))
+                tools.append((str(session.path), tool_points(own.targets, own.tip_T_probe), scatter))
+        sentence = tool_disagreement(tools)
+        if sentence is not None:
+            raise InputError(sentence[0].upper() + sentence[1:])
+
     def _start_values(self, problem: Problem, fit_blocks: dict[str, list]) -> StartValues:
+        self._check_tools(problem, fit_blocks)
         start = StartValues()
         serial = SerialChain(problem.start_chain)
         for i, session in enumerate(problem.sessions):
@@ -447,6 +508,7 @@ class Calibrator:
         theta0 = model.initial_vector()
         solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self.progress)
         result = solver.solve(flat, model, theta0, None if compliance else seen)
+        self._check_physical(problem, model, result)
         noise = {}
         for name in problem.sensor_names:
             for _ in range(NOISE_ROUNDS):
@@ -458,8 +520,21 @@ class Calibrator:
                 fit_blocks = problem.blocks(problem.fit_rows)
                 flat = [b for n in problem.sensor_names for b in fit_blocks[n]]
                 result = solver.solve(flat, model, theta0)
+                self._check_physical(problem, model, result)
         return GeometryFit(model, theta0, result, fit_blocks, problem.blocks(problem.held_rows), condition_ratio,
                            noise, hand_eye_rms)
+
+    @staticmethod
+    def _check_physical(problem: Problem, model: ErrorModel, result: SolveResult) -> None:
+        """Refuse a fit whose values the arm cannot have (a reflector metres from the flange): the
+        poses let them drift along what they cannot separate; nothing is written."""
+        problems = physical_problems(model, result.theta, arm_reach(problem.chain))
+        if not problems:
+            return
+        unseen = result.identifiability.descriptions[:2]
+        raise InputError(f"the fit is physically impossible, so no calibration is written: {'; '.join(problems)}"
+                         + (f" (the poses do not separate: {' '.join(unseen)})" if unseen else "")
+                         + "; record poses that turn the flange about more joints, or check the tool's stated offsets.")
 
     def _start(self, problem: Problem, fit_blocks: dict[str, list]) -> tuple:
         """(start values, hand-eye RMS px or None, condition ratio, identifiability at the start, the

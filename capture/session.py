@@ -265,16 +265,17 @@ def check_same_robot(sessions: list[Session], job: str = "calibrate") -> None:
     for other in sessions[1:]:
         if (other.joint_names != first.joint_names or other.base_link != first.base_link
                 or other.tip_link != first.tip_link):
-            raise InputError(f"{other.path}: records a different robot than {first.path} "
-                             f"(joints {other.joint_names} from {other.base_link} to {other.tip_link}); "
+            raise InputError(f"{other.path}: records a different robot ({other.urdf_path}) than {first.path} "
+                             f"({first.urdf_path}): joints {other.joint_names} from {other.base_link} to "
+                             f"{other.tip_link}; "
                              f"{job} sessions of one robot together.")
         if first_joints is None or not other.described:  # without descriptions the readings' names are all there is
             continue
         joints = urdf_io.joints(urdf_io.parse_urdf(other.urdf_path), other.urdf_path)
         for name in first.joint_names:
             if name not in joints or not np.allclose(joints[name].origin, first_joints[name].origin, atol=1e-9):
-                raise InputError(f"{other.path}: its robot.urdf differs from {first.path}'s at joint {name!r}; "
-                                 f"{job} sessions of one robot together.")
+                raise InputError(f"{other.urdf_path} differs from {first.urdf_path} at joint {name!r}: the sessions "
+                                 f"record different robots; {job} sessions of one robot together.")
 
 
 # -- reading --------------------------------------------------------------------------------------

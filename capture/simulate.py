@@ -28,7 +28,7 @@ from rigs.files import (TEMPORARY_TAG, atomic_write_json, current_umask, check_n
 from rigs.simulator import Simulator, true_tip_T_board
 from rigs.spec import Rig
 from rigs.transforms import exp6, invert, quat_xyzw, transform_points
-from rigs.truth import TrueArm, draw_truth, fleet_arm, true_urdf_tree
+from rigs.truth import TrueArm, draw_truth, fleet_arm, session_setup, true_urdf_tree
 
 DEPTH_SCALE = 0.0001  # m per unit in depth PNGs: 0.1 mm steps up to 6.5 m
 
@@ -245,6 +245,20 @@ def _pose_row(transform: np.ndarray) -> list[float]:
     return [*transform[:3, 3].tolist(), *quat_xyzw(transform[:3, :3]).tolist()]
 
 
+def swept_limits(rig: Rig, joint_names: list[str], lower: np.ndarray, upper: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The range (dof,), (dof,) rad random poses are drawn from: the joints' limits, or for a rig that
+    sweeps only some joints, its held joints within their jitter (the draw keeps 90 % of it)."""
+    if rig.sweep is None:
+        return lower, upper
+    lower, upper = np.array(lower, float), np.array(upper, float)
+    for i, name in enumerate(joint_names):
+        if name in rig.sweep.held:
+            lower[i] = rig.sweep.held[name] - rig.sweep.jitter / 0.9
+            upper[i] = rig.sweep.held[name] + rig.sweep.jitter / 0.9
+    return lower, upper
+
+
 def pose_is_valid(sim: Simulator, rig: Rig, q: np.ndarray) -> bool:
     """Free of self-collision and floor contact, every reflector seen by the tracker, and the board
     (or, without a board, the tip) seen by 2 cameras. The sight lines are checked first: they are
@@ -294,7 +308,7 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
 
     if arm_seed is not None:
         rig = fleet_arm(rig, arm_seed)
-    arm = draw_truth(rig)
+    rig, arm = session_setup(rig, draw_truth(rig), seed)
     total = len(plan.pose_ids) if plan is not None else poses
     if resume:
         with locked_folder(partial, busy):
@@ -380,7 +394,8 @@ def _record(sim: Simulator, rig: Rig, writer: SessionWriter, seed: int, total: i
     tracker_T_base = invert(rig.tracker.base_T_tracker) if rig.tracker is not None else None
     repeatability = rig.truth.repeatability
     if plan is None:
-        stream = random_poses(sim.chain.lower, sim.chain.upper, seed, lambda q: pose_is_valid(sim, rig, q))
+        lower, upper = swept_limits(rig, sim.chain.joint_names, sim.chain.lower, sim.chain.upper)
+        stream = random_poses(lower, upper, seed, lambda q: pose_is_valid(sim, rig, q))
         jobs = ((pose_id(i), next(stream), {}) for i in range(total))
     else:
         jobs = ((plan.pose_ids[i], plan.q[i], {k: v[i] for k, v in plan.extra.items()}) for i in range(total))
@@ -400,16 +415,23 @@ def _record(sim: Simulator, rig: Rig, writer: SessionWriter, seed: int, total: i
         q_sagged = sim.reached_q(q_command, payload_kg)
         # Repeatability: the tool lands within about `repeatability` m; as joint noise at ~1 m reach.
         q_reached = q_sagged + rng.normal(0.0, repeatability / np.sqrt(sim.chain.dof), sim.chain.dof)
+        # What no kinematic model holds (gear errors, thermal drift): the tip displaced per pose, in
+        # the base frame, its own stream so rigs without it record what they always did.
+        unmodelled = np.random.default_rng([seed, number, 0x0D1F]).normal(0.0, rig.truth.unmodelled / np.sqrt(3), 3)
         if six_dof:
             clean, measured = _probe_poses(sim, rig, tracker_T_base,
                                            tip_T_probe, q_sagged, q_reached, rng)
+            clean[:3, 3] += tracker_T_base[:3, :3] @ unmodelled
+            measured[:3, 3] += tracker_T_base[:3, :3] @ unmodelled
             writer._append("tracker_poses.csv", [[pose, *(writer._fmt(v) for v in _pose_row(measured)),
                                                   writer._fmt(rig.tracker.pose_noise[0]),
                                                   writer._fmt(rig.tracker.pose_noise[1])]])
             writer.append_truth_rows("tracker_poses_clean.csv", POSES_HEADER[:8], [[pose, *_pose_row(clean)]])
         if tracker_T_base is not None and rig.targets:
-            clean = {k: tracker_T_base[:3, :3] @ v + tracker_T_base[:3, 3] for k, v in sim.target_positions(q_sagged).items()}
-            reached = {k: tracker_T_base[:3, :3] @ v + tracker_T_base[:3, 3] for k, v in sim.target_positions(q_reached).items()}
+            clean = {k: tracker_T_base[:3, :3] @ (v + unmodelled) + tracker_T_base[:3, 3]
+                     for k, v in sim.target_positions(q_sagged).items()}
+            reached = {k: tracker_T_base[:3, :3] @ (v + unmodelled) + tracker_T_base[:3, 3]
+                       for k, v in sim.target_positions(q_reached).items()}
             measured = {k: v + sim.tracker_noise(v, rng) for k, v in reached.items()}
             writer.add_tracker_points(pose, measured)
             writer.append_truth_rows("tracker_clean.csv", ["pose", "target", "x", "y", "z"],

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rigs import urdf as urdf_io
 from rigs.depth_model import DepthModel, parse_depth_model
 from rigs.documents import Table as _Table
 from rigs.errors import InputError
@@ -155,6 +156,24 @@ class TruthSpec:
     # The URDF's link masses are off by this fraction from the true arm's (each link x (1 +/- it)).
     mass_error: float = 0.0
     torques: TorqueSensingSpec | None = None  # joint torque sensing, when the arm records efforts
+    # The marker sits on an adapter the rig file does not describe: per session (one mount per
+    # payload run) a rigid offset whose length is drawn in this range (m), in a random direction
+    # and orientation; None: the reflectors or probe sit where the file says (up to target_offset).
+    adapter_offset: tuple[float, float] | None = None
+    unmodelled: float = 0.0  # m, RMS of a per-pose tip displacement no kinematic model explains
+    # The tracker is set up anew for every session: its pose moves by these (m, rad; per-axis sigma).
+    tracker_nudge: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Which joints a recording moves: ``swept`` joint names move over their limits; every other
+    chain joint stays at ``held`` (rad) within ``jitter`` (rad), as a run that sweeps only a few
+    axes records it."""
+
+    swept: tuple[str, ...]
+    held: dict[str, float]
+    jitter: float
 
 
 @dataclass(frozen=True)
@@ -169,6 +188,7 @@ class Rig:
     board: BoardSpec | None
     truth: TruthSpec | None
     scene: SceneSpec | None = None
+    sweep: SweepSpec | None = None
 
 
 def _pose(table: _Table, default_xyz=None) -> np.ndarray:
@@ -202,8 +222,6 @@ def _held_joints(robot: _Table, urdf: Path) -> dict[str, float]:
     table = robot.get("held_joints", "table", None)
     if table is None:
         return {}
-    from rigs import urdf as urdf_io
-
     tree = urdf_io.parse_urdf(urdf)
     joints = urdf_io.joints(tree, urdf)
     chain = {joint.name for joint in urdf_io.chain(tree, robot.data.get("base_link", ""), robot.data.get("tip_link", ""), urdf)}
@@ -338,10 +356,58 @@ def load_rig(name_or_path: str | Path) -> Rig:
             repeatability=table.get("repeatability_mm", "number", 0.0) * 1e-3,
             tracker_noise_scale=table.get("tracker_noise_scale", "number", 0.5),
             stiffness=stiffness, bends=tuple(bends), added_bodies=tuple(bodies),
-            mass_error=_fraction(table, "mass_error"), torques=_torque_sensing(table))
+            mass_error=_fraction(table, "mass_error"), torques=_torque_sensing(table),
+            adapter_offset=_adapter_offset(table), unmodelled=_non_negative(table, "unmodelled_mm") * 1e-3,
+            tracker_nudge=(_non_negative(table, "tracker_nudge_mm") * 1e-3,
+                           np.radians(_non_negative(table, "tracker_nudge_deg"))))
         table.done()
+    sweep = _sweep(top.get("sweep", "table", None), urdf, robot) if "sweep" in data else None
     top.done()
-    return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth, scene)
+    return Rig(name, description, path, robot, tracker, tuple(targets), tuple(cameras), board, truth, scene, sweep)
+
+
+def _non_negative(table: _Table, key: str) -> float:
+    value = table.get(key, "number", 0.0)
+    if value < 0:
+        raise InputError(f"{table.where(key)} should not be negative, got {value}.")
+    return value
+
+
+def _adapter_offset(table: _Table) -> tuple[float, float] | None:
+    """``adapter_offset_mm = [shortest, longest]``: the marker adapter's length range."""
+    value = table.get("adapter_offset_mm", "vector", None, length=2)
+    if value is None:
+        return None
+    if not 0 <= value[0] <= value[1]:
+        raise InputError(f"{table.where('adapter_offset_mm')} should be [shortest, longest] with "
+                         f"0 <= shortest <= longest, got {value.tolist()}.")
+    return float(value[0]) * 1e-3, float(value[1]) * 1e-3
+
+
+def _sweep(table: _Table, urdf: Path, robot: RobotSpec) -> SweepSpec:
+    """``[sweep] joints = [...]`` moved, ``held_deg = { joint = angle }`` for the rest, ``jitter_deg``."""
+    tree = urdf_io.parse_urdf(urdf)
+    chain = [j.name for j in urdf_io.movable(urdf_io.chain(tree, robot.base_link, robot.tip_link, urdf))]
+    swept = tuple(table.get("joints", "names"))
+    for name in swept:
+        if name not in chain:
+            raise InputError(f"{table.where('joints')}: {name!r} is not a movable joint of the chain ({', '.join(chain)}).")
+    held_table = table.get("held_deg", "table", None)
+    held_table = held_table.data if held_table is not None else {}
+    held = {}
+    for name in chain:
+        if name in swept:
+            continue
+        value = held_table.get(name, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{table.where('held_deg')}: {name} should be a number of degrees, got {value!r}.")
+        held[name] = float(np.radians(value))
+    unknown = [name for name in held_table if name not in held]
+    if unknown:
+        raise InputError(f"{table.where('held_deg')}: {unknown[0]!r} is not a held joint of the chain.")
+    jitter = np.radians(table.get("jitter_deg", "number", 0.0))
+    table.done()
+    return SweepSpec(swept, held, float(jitter))
 
 
 def _fraction(table: _Table, key: str) -> float:

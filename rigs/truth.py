@@ -187,3 +187,40 @@ def nominal_arm(rig: Rig) -> TrueArm:
     dof = len(moving)
     return TrueArm([j.name for j in moving], np.zeros((dof, 6)), np.zeros(dof),
                    {t.name: t.xyz.copy() for t in rig.targets}, None, {}, [])
+
+
+def session_setup(rig: Rig, arm: TrueArm, seed: int) -> tuple[Rig, TrueArm]:
+    """The rig and arm as one recording finds them: the marker adapter mounted anew and the tracker
+    set up anew (both drawn from the truth seed and the recording's seed, so every session of a
+    rig has its own mount and tracker placement, and a resumed one the same).
+
+    The adapter ``tip_T_adapter`` is a rigid offset of length within ``truth.adapter_offset`` in a
+    direction away from the flange (tip z >= 0.3 of its length) at a random orientation; the
+    reflectors and the probe ride on it. The tracker's placement moves by ``truth.tracker_nudge``.
+    Without either, the rig and arm come back unchanged.
+    """
+    truth = rig.truth
+    if truth is None or (truth.adapter_offset is None and not any(truth.tracker_nudge)):
+        return rig, arm
+    rng = np.random.default_rng([truth.seed, seed, 0xADA7])
+    tracker = rig.tracker
+    if truth.adapter_offset is not None:
+        while True:
+            direction = rng.normal(size=3)
+            direction /= np.linalg.norm(direction)
+            if direction[2] >= 0.3:
+                break
+        length = rng.uniform(*truth.adapter_offset)
+        axis = rng.normal(size=3)
+        tip_T_adapter = np.eye(4)
+        tip_T_adapter[:3, :3] = axis_angle(axis, rng.uniform(0.0, np.pi))
+        tip_T_adapter[:3, 3] = length * direction
+        targets = {name: tip_T_adapter[:3, :3] @ xyz + tip_T_adapter[:3, 3] for name, xyz in arm.target_offsets.items()}
+        arm = replace(arm, target_offsets=targets)
+        if tracker is not None and tracker.tip_T_probe is not None:
+            tracker = replace(tracker, tip_T_probe=tip_T_adapter @ tracker.tip_T_probe)
+    if tracker is not None and any(truth.tracker_nudge):
+        nudge = exp6(np.concatenate([rng.normal(0.0, truth.tracker_nudge[0], 3),
+                                     rng.normal(0.0, truth.tracker_nudge[1], 3)]))
+        tracker = replace(tracker, base_T_tracker=tracker.base_T_tracker @ nudge)
+    return replace(rig, tracker=tracker), arm

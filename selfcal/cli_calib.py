@@ -50,6 +50,10 @@ def calibrate(
     tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable cross-validated "
                                                  "RMS error, mm (default: twice the error the tracker's stated "
                                                  "uncertainty alone gives at the measured points)."),
+    per_session: Optional[str] = typer.Option(None, "--per-session", help="Frames each session gets its own, "
+                                              "comma-separated: tool (its reflectors or probe: a marker remounted "
+                                              "between sessions), tracker (its placement; always per session); the "
+                                              "arm is fitted once."),
     require_pass: bool = require_pass_option(),
     ros_package: Optional[str] = ros_package_option(),
 ) -> None:
@@ -74,6 +78,8 @@ def calibrate(
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
                                      require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
                                      fit_intrinsics=fit_intrinsics,
+                                     per_session=tuple(p.strip() for p in per_session.split(",") if p.strip())
+                                     if per_session else (),
                                      progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
         from calib.workflows.verdicts import calibration_verdict
 
@@ -165,6 +171,9 @@ def validate(
     register: bool = typer.Option(False, "--register", help="Fit the tracker's placement on the session first (it "
                                   "was moved since the calibration); the nominal URDF is registered the same way, "
                                   "and the unregistered figures are reported too."),
+    register_tool: bool = typer.Option(False, "--register-tool", help="The tool was remounted: locate its reflectors "
+                                       "(or probe) anew on the registration poses, with the tracker when --register "
+                                       "is given too (tracker,tool); the nominal URDF is treated the same way."),
     registration_poses: Optional[str] = typer.Option(None, "--registration-poses", help="Comma-separated pose ids "
                                                      "that register the tracker and locate reflectors the "
                                                      "calibration lacks; they are left out of the figures "
@@ -201,7 +210,7 @@ def validate(
 
         calibration, loaded = Calibration.load(calibration_dir), load_session(session)
         result = run_validation(calibration, loaded, outlier_sigma=outlier_sigma,
-                                register=register, registration_poses=pose_list(registration_poses, "--registration-poses"),
+                                register=register, register_tool=register_tool, registration_poses=pose_list(registration_poses, "--registration-poses"),
                                 locate_poses=pose_list(locate_poses, "--locate-poses"))
         verdict = validation_verdict(calibration, loaded, result, tolerance_mm)
         if result.get("envelope_warning") and not json_output:

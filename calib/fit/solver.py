@@ -204,6 +204,18 @@ class RobustSolver:
                            time.perf_counter() - start, combination_covariance)
 
 
+def runaway(model: ErrorModel, start: np.ndarray, theta: np.ndarray) -> str:
+    """What ran away in a fit that did not converge: the length parameter (m) that moved furthest
+    from its start, in words (", <parameter> moved 2.3 m from its start ..."), or "" when none moved."""
+    moved = np.abs(np.asarray(theta) - np.asarray(start))
+    lengths = np.array([info.unit == "m" for info in model.names]) & np.isfinite(moved)
+    if not lengths.any() or moved[lengths].max() <= 0:
+        return ""
+    index = int(np.flatnonzero(lengths)[np.argmax(moved[lengths])])
+    return (f": {model.describe(model.names[index])} moved {moved[index]:.3g} m from its start, further than the "
+            f"poses hold it (a direction they barely separate from the rest)")
+
+
 def fold_solutions(blocks: list[ObservationBlock], model: ErrorModel, theta: np.ndarray, basis: np.ndarray,
                    held_out: list) -> list[np.ndarray]:
     """theta (P,) refitted without each fold's units, from the fit of all of them at ``theta``.
@@ -314,7 +326,8 @@ def _levenberg_marquardt(blocks, model, theta_ref, basis, z0, huber_scale: float
         while True:
             step = gauss_newton if damping == 0.0 else _solve_normal(normal + damping * np.diag(diagonal), gradient)
             if count >= max_evaluations:
-                raise InputError(f"the calibration did not converge within {max_evaluations} evaluations; "
+                raise InputError(f"the calibration did not converge within {max_evaluations} evaluations"
+                                 f"{runaway(model, theta_ref + basis @ np.asarray(z0, float), theta_ref + basis @ z)}; "
                                  f"check the data for mixed-up poses or units.")
             new_residuals, new_reduced = evaluate(z + step)
             new_cost, new_weights, new_curvature = cost_and_weights(new_residuals)

@@ -35,12 +35,26 @@ class StartValues:
 
 @dataclass
 class Prepared:
-    """One session's data for one sensor: ``session``, its index, the pose set and sensor-specific ``data``."""
+    """One session's data for one sensor: ``session``, its index, the pose set and sensor-specific
+    ``data``. ``tool``: the session's own label when each session carries its own tool (a marker
+    remounted between sessions), so its reflectors or probe are named ``<name>@<tool>``; None when
+    every session shares one."""
 
     session: Session
     index: int
     poses: PoseSet
     data: object = None
+    tool: str | None = None
+
+
+def tool_name(name: str, tool: str | None) -> str:
+    """The error model's name of reflector or probe ``name`` on the tool ``tool`` (None: the shared one)."""
+    return name if tool is None else f"{name}@{tool}"
+
+
+def plain_name(name: str) -> str:
+    """A reflector or probe name without its session's tool label."""
+    return name.split("@", 1)[0]
 
 
 class Sensor:

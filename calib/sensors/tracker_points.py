@@ -22,7 +22,7 @@ from calib.model.poses import PoseSet
 from calib.sensors.blocks import evaluate, tips_for
 from calib.sensors.figures import ErrorStats
 from calib.sensors.registration import initial_frame_and_targets
-from calib.sensors.sensor import Prepared, Sensor, StartValues
+from calib.sensors.sensor import Prepared, Sensor, StartValues, tool_name
 from capture.session import Session
 from rigs.errors import InputError
 
@@ -163,8 +163,10 @@ def point_labels(session: Session, sensor: str) -> list[str]:
             for p, t in zip(tracker.pose_index, tracker.targets)]
 
 
-def tracker_blocks(session: Session, poses: PoseSet, rows: np.ndarray | None = None) -> PointObservations:
-    """The tracker points of ``session`` at pose rows ``rows`` (all when None), on ``poses``."""
+def tracker_blocks(session: Session, poses: PoseSet, rows: np.ndarray | None = None,
+                   tool: str | None = None) -> PointObservations:
+    """The tracker points of ``session`` at pose rows ``rows`` (all when None), on ``poses``; with
+    ``tool``, its reflectors are the session's own (``m0@s1``)."""
     tracker = session.tracker
     if tracker is None or not len(tracker.targets):
         raise InputError(f"{session.path}: has no tracker points (tracker.csv); nothing to calibrate against.")
@@ -173,7 +175,8 @@ def tracker_blocks(session: Session, poses: PoseSet, rows: np.ndarray | None = N
     information = tracker_sqrt_information(tracker.xyz, sensors.get("distance_mpe_m"), sensors.get("transverse_mpe_m"),
                                            tracker.sigma)
     labels = point_labels(session, poses.sensor)
-    return PointObservations(poses.sensor, poses, tracker.pose_index[keep], [t for t, k in zip(tracker.targets, keep) if k],
+    return PointObservations(poses.sensor, poses, tracker.pose_index[keep],
+                             [tool_name(t, tool) for t, k in zip(tracker.targets, keep) if k],
                              tracker.xyz[keep], information[keep], [l for l, k in zip(labels, keep) if k])
 
 
@@ -188,14 +191,15 @@ class TrackerPointSensor(Sensor):
         return [session.path / "tracker.csv"]
 
     def blocks(self, prepared: Prepared, rows: np.ndarray | None) -> list:
-        return [tracker_blocks(prepared.session, prepared.poses, rows)]
+        return [tracker_blocks(prepared.session, prepared.poses, rows, prepared.tool)]
 
     def initialise(self, prepared, blocks, base_T_tip, start: StartValues, start_targets) -> None:
         block = blocks[0]
         if not len(block.targets):
             raise InputError(f"{prepared.session.path}: no tracker points left for the fit after the hold-out.")
+        nominal = {tool_name(name, prepared.tool): xyz for name, xyz in prepared.session.nominal_targets.items()}
         frame, offsets = initial_frame_and_targets(base_T_tip[block.pose_row], block.targets, block.xyz,
-                                                   dict(prepared.session.nominal_targets, **start_targets))
+                                                   dict(nominal, **start_targets))
         start.tracker_T_base.setdefault(block.sensor, frame)
         for target, xyz in offsets.items():
             start.targets.setdefault(target, xyz)

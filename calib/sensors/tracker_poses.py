@@ -34,7 +34,7 @@ from calib.model.error_model import ErrorModel, TipEvaluation
 from calib.model.poses import PoseSet
 from calib.sensors.blocks import evaluate, tips_for
 from calib.sensors.figures import pose_figures
-from calib.sensors.sensor import Prepared, Sensor, StartValues
+from calib.sensors.sensor import Prepared, Sensor, StartValues, tool_name
 from capture.session import Session
 from rigs.errors import InputError
 
@@ -249,7 +249,7 @@ def stated_noise(session: Session) -> tuple[np.ndarray | None, np.ndarray | None
 
 
 def pose_blocks(session: Session, poses: PoseSet, rows: np.ndarray | None = None,
-                noise: tuple[float, float] | None = None) -> PoseObservations:
+                noise: tuple[float, float] | None = None, tool: str | None = None) -> PoseObservations:
     """The probe poses of ``session`` at pose rows ``rows`` (all when None), on ``poses``.
 
     ``noise`` (sigma_pos m, sigma_rot rad) replaces weights the data does not state (an estimate).
@@ -269,7 +269,8 @@ def pose_blocks(session: Session, poses: PoseSet, rows: np.ndarray | None = None
     labels = [f"{poses.label(p)}/{PROBE}" for p in tracker_poses.pose_index]
     return PoseObservations(poses.sensor, poses, tracker_poses.pose_index[keep], tracker_poses.tracker_T_probe[keep],
                             np.asarray(sigma_pos, float)[keep], np.asarray(sigma_rot, float)[keep],
-                            [l for l, k in zip(labels, keep) if k], stated=stated or noise is not None)
+                            [l for l, k in zip(labels, keep) if k], stated=stated or noise is not None,
+                            probe=tool_name(PROBE, tool))
 
 
 def estimate_noise(blocks: list, model: ErrorModel, theta: np.ndarray, jacobian_rank: int) -> tuple[float, float]:
@@ -304,7 +305,7 @@ class TrackerPoseSensor(Sensor):
         return [session.path / "tracker_poses.csv"]
 
     def blocks(self, prepared: Prepared, rows: np.ndarray | None) -> list:
-        return [pose_blocks(prepared.session, prepared.poses, rows, prepared.data)]
+        return [pose_blocks(prepared.session, prepared.poses, rows, prepared.data, prepared.tool)]
 
     def initialise(self, prepared, blocks, base_T_tip, start: StartValues, start_targets) -> None:
         block = blocks[0]
@@ -314,15 +315,15 @@ class TrackerPoseSensor(Sensor):
         frame, tip_T_probe = register_poses(base_T_tip[block.pose_row], block.tracker_T_probe,
                                             tracker_T_base=start.tracker_T_base.get(block.sensor))
         start.tracker_T_base.setdefault(block.sensor, frame)
-        start.tip_T_probe.setdefault(PROBE, tip_T_probe)
+        start.tip_T_probe.setdefault(block.probe, tip_T_probe)
 
     def structural_blocks(self, blocks: list, poses: PoseSet, reference: dict) -> list:
         sigma_pos = float(np.median(np.concatenate([b.sigma_pos for b in blocks])))
         sigma_rot = float(np.median(np.concatenate([b.sigma_rot for b in blocks])))
         count = len(poses)
         return [PoseObservations(sensor, poses, np.arange(count), np.repeat(np.eye(4)[None], count, 0),
-                                 np.full(count, sigma_pos), np.full(count, sigma_rot), [""] * count)
-                for sensor in sorted({b.sensor for b in blocks})]
+                                 np.full(count, sigma_pos), np.full(count, sigma_rot), [""] * count, probe=probe)
+                for sensor, probe in sorted({(b.sensor, b.probe) for b in blocks})]
 
     def errors(self, blocks: list, model: ErrorModel, theta: np.ndarray) -> tuple[np.ndarray, ...]:
         errors = [b.errors(model, theta) for b in blocks]

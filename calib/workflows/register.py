@@ -80,7 +80,8 @@ def pose_rows(session: Session, names: list[str], option: str) -> np.ndarray:
 
 
 def validate_registered(calibration, session: Session, register: bool, names: list[str] | None = None,
-                        sensor: str | None = None, outlier_sigma: float = 5.0, locate: list[str] | None = None) -> dict:
+                        sensor: str | None = None, outlier_sigma: float = 5.0, locate: list[str] | None = None,
+                        tool: bool = False) -> dict:
     """Reflector figures with the tracker registered (``register``) and reflectors the calibration
     lacks located on the ``locate`` poses (a home measurement: one pose is enough) or else on the
     registration poses; see the module docstring. Registration and locating poses are left out of
@@ -91,7 +92,8 @@ def validate_registered(calibration, session: Session, register: bool, names: li
     ``unregistered`` (the calibration's stored tracker placement on the same poses), ``registration``
     (poses used, how far the tracker moved from the stored placement), ``located`` (reflectors
     located here, with offsets), ``outliers`` among the evaluation points, ``floor_rms_mm`` for a
-    simulated session."""
+    simulated session. ``tool``: every reflector is located anew on the registration poses (the
+    marker was remounted), jointly with the tracker when ``register``."""
     tracker = session.tracker
     if tracker is None or not len(tracker.targets):
         raise InputError(f"{session.path}: has no tracker points (tracker.csv) to validate against.")
@@ -99,11 +101,11 @@ def validate_registered(calibration, session: Session, register: bool, names: li
         raise InputError(f"{session.path}: its joints {session.joint_names} are not the calibration's "
                          f"{calibration.joint_names}.")
     stored = calibration.tracker_T_base[calibration._sensor(sensor)]
-    unknown = sorted(set(tracker.targets) - set(calibration.targets))
-    if unknown and names is None and locate is None:
+    unknown = sorted(set(tracker.targets) - (set() if tool else set(calibration.targets)))
+    if unknown and names is None and locate is None and not tool:
         raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration; name "
                          f"the poses that locate it with --registration-poses (they are left out of the figures).")
-    if not register and names is not None and not unknown:
+    if not register and not tool and names is not None and not unknown:
         raise InputError("--registration-poses names the poses that register the tracker or locate a new reflector: "
                          "add --register, or a reflector the calibration does not hold.")
     if locate is not None and not unknown:
@@ -121,17 +123,24 @@ def validate_registered(calibration, session: Session, register: bool, names: li
     point_tips = tips[tracker.pose_index]
     in_reg, in_eval = np.isin(tracker.pose_index, reg_rows), np.isin(tracker.pose_index, eval_rows)
     in_locate = np.isin(tracker.pose_index, locate_rows)
-    known = np.array([t in calibration.targets for t in tracker.targets])
-    offsets = dict(calibration.targets)
+    known = np.array([t in calibration.targets and not tool for t in tracker.targets])
+    offsets = {} if tool else dict(calibration.targets)
 
     frame = stored
-    if register:
+    if register and tool:
+        rows = in_reg
+        check_turns(point_tips[rows], session, names)
+        frame, offsets = initial_frame_and_targets(point_tips[rows], [t for t, r in zip(tracker.targets, rows) if r],
+                                                   tracker.xyz[rows], session.nominal_targets, rounds=10)
+        unknown = []
+        located_jointly = {name: [float(v) for v in xyz] for name, xyz in offsets.items()}
+    elif register:
         rows = in_reg & known
         if rows.sum() < 3:
             raise InputError(f"{session.path}: the registration poses see {int(rows.sum())} points of the "
                              f"calibration's reflectors; registering the tracker needs at least 3.")
         frame = _robust_registration(_points_of(point_tips, tracker.targets, offsets, rows), tracker.xyz[rows])
-    located = {}
+    located = located_jointly if register and tool else {}
     for name in unknown:
         rows = in_locate & (np.array(tracker.targets) == name)
         if not rows.any():  # one pose determines the three offsets; more give redundancy
@@ -156,6 +165,7 @@ def validate_registered(calibration, session: Session, register: bool, names: li
         "registration": {"poses": "all" if names is None else [session.pose_ids[i] for i in reg_rows],
                          "locating_poses": [session.pose_ids[i] for i in locate_rows] if unknown else [],
                          "evaluated_poses": int(len(eval_rows)), "tracker_registered": bool(register),
+                         "tool_registered": bool(tool),
                          # where the tracker head sits in the base frame, before and after
                          "tracker_moved_mm": float(np.linalg.norm(invert(frame)[:3, 3] - invert(stored)[:3, 3]) * 1e3),
                          "tracker_turned_deg": float(np.degrees(np.linalg.norm(moved[3:]))),
@@ -166,6 +176,22 @@ def validate_registered(calibration, session: Session, register: bool, names: li
         "located": located,
         "floor_rms_mm": noise_floor_rms_mm(session),
     }
+
+
+MIN_TURN_RAD = np.radians(5.0)  # a turn of the flange that separates a tool's offset from the tracker's placement
+
+
+def check_turns(tips: np.ndarray, session: Session, names: list[str] | None) -> None:
+    """InputError unless the tip poses (M, 4, 4) turn the flange about two different axes by at
+    least ``MIN_TURN_RAD``: locating a tool and a tracker together needs that."""
+    turns = np.array([log6(invert(tips[0]) @ tip)[3:] for tip in tips]) if len(tips) else np.zeros((0, 3))
+    spread = np.linalg.svd(turns, compute_uv=False) / np.sqrt(max(len(tips), 1)) if len(tips) > 1 else np.zeros(1)
+    if (spread > MIN_TURN_RAD).sum() < 2:
+        where = "every pose" if names is None else f"the {len(tips)} poses --registration-poses names"
+        raise InputError(f"{session.path}: locating the tool together with the tracker needs registration poses that "
+                         f"turn the flange about two different axes by at least {np.degrees(MIN_TURN_RAD):g} deg, and "
+                         f"{where} turn it about at most one; name more poses with --registration-poses, or "
+                         f"register the tracker alone.")
 
 
 def _points_of(tips: np.ndarray, targets: list[str], offsets: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
@@ -194,7 +220,7 @@ PROBE_ARM = 0.1  # m: points along the probe's axes weigh its orientation in the
 
 
 def validate_poses_registered(calibration, session: Session, names: list[str] | None = None,
-                              sensor: str | None = None) -> dict:
+                              sensor: str | None = None, tool: bool = False) -> dict:
     """6-DoF probe figures with the tracker's placement refitted on the registration poses (every
     pose when ``names`` is None): position (mm) and angle (deg) figures of the other poses, the
     nominal URDF registered the same way (tracker and probe mount), the unregistered figures."""
@@ -212,7 +238,12 @@ def validate_poses_registered(calibration, session: Session, names: list[str] | 
     def corners(stack: np.ndarray) -> np.ndarray:  # (M, 4, 4) -> (4 M, 3): origin and a point on each axis
         return np.concatenate([stack[:, :3, 3]] + [stack[:, :3, 3] + PROBE_ARM * stack[:, :3, k] for k in range(3)])
 
-    frame = _robust_registration(corners(predicted[in_reg]), corners(poses.tracker_T_probe[in_reg]))
+    if tool:  # the probe remounted: its mount and the tracker's placement found together
+        check_turns(tips[poses.pose_index][in_reg], session, names)
+        frame, tool_T_probe = register_poses(tips[poses.pose_index][in_reg], poses.tracker_T_probe[in_reg], rounds=20)
+        predicted = tips[poses.pose_index] @ tool_T_probe
+    else:
+        frame = _robust_registration(corners(predicted[in_reg]), corners(poses.tracker_T_probe[in_reg]))
     registered = pose_figures(*pose_errors(frame @ predicted[in_eval], poses.tracker_T_probe[in_eval]))
     unregistered = pose_figures(*pose_errors(stored @ predicted[in_eval], poses.tracker_T_probe[in_eval]))
     chain = ChainModel.from_urdf(session.urdf_path, session.base_link, calibration.summary.get("tip_link"))
@@ -224,7 +255,8 @@ def validate_poses_registered(calibration, session: Session, names: list[str] | 
     return {**registered, "nominal_rms_mm": nominal["rms_mm"], "nominal_angle_rms_deg": nominal["angle_rms_deg"],
             "floor_rms_mm": floor[0] if floor else None, "floor_angle_rms_deg": floor[1] if floor else None,
             "unregistered": unregistered,
+            "located": {"probe origin": [float(v) for v in tool_T_probe[:3, 3]]} if tool else {},
             "registration": {"poses": "all" if names is None else [session.pose_ids[i] for i in reg_rows],
-                             "evaluated_poses": int(len(eval_rows)),
+                             "evaluated_poses": int(len(eval_rows)), "tool_registered": bool(tool),
                              "tracker_moved_mm": float(np.linalg.norm(invert(frame)[:3, 3] - invert(stored)[:3, 3]) * 1e3),
                              "tracker_turned_deg": float(np.degrees(np.linalg.norm(log6(invert(stored) @ frame)[3:])))}}

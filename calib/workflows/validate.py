@@ -162,7 +162,7 @@ def validate_corners(calibration, session: Session) -> dict:
 
 def validate(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0,
              register: bool = False, registration_poses: list[str] | None = None,
-             locate_poses: list[str] | None = None) -> dict:
+             locate_poses: list[str] | None = None, register_tool: bool = False) -> dict:
     """The figures of every sensor ``session`` holds, predicted by ``calibration``.
 
     Reflector points lead (n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm); probe
@@ -171,20 +171,24 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
     calibration's tracker frame to predict with (default its first). ``register``: fit the
     tracker's placement on the session first (on ``registration_poses`` when named, which then
     also locate reflectors the calibration lacks unless ``locate_poses`` names others, and are
-    left out of the figures); see
+    left out of the figures; ``register_tool``: the tool remounted, its reflectors or probe located
+    anew on the same poses, with the tracker when ``register``); see
     :mod:`calib.workflows.register`. ``envelope_warning``: a
     sentence when the session's poses leave the calibration's validity envelope, else None."""
     parts = []
     if session.tracker is not None and len(session.tracker.targets):
-        if register or registration_poses is not None or locate_poses is not None:
+        if register or register_tool or registration_poses is not None or locate_poses is not None:
             parts.append(("tracker_points", validate_registered(calibration, session, register, registration_poses,
-                                                                sensor, outlier_sigma, locate_poses)))
+                                                                sensor, outlier_sigma, locate_poses, register_tool)))
         else:
             parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
     if session.tracker_poses is not None and len(session.tracker_poses.pose_index):
+        if register_tool and not register:
+            raise InputError("--register-tool on probe poses locates the probe together with the tracker; add --register.")
         if register:
             _check_joints(calibration, session)
-            parts.append(("tracker_poses", validate_poses_registered(calibration, session, registration_poses, sensor)))
+            parts.append(("tracker_poses", validate_poses_registered(calibration, session, registration_poses, sensor,
+                                                                     register_tool)))
         else:
             parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
     if register and not parts:
