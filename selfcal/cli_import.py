@@ -248,9 +248,17 @@ def import_images(
             if given:
                 raise InputError(f"{given[0]}: a flange-pose import needs no robot description (the flange poses "
                                  f"replace the joints and the URDF); leave {given[0]} out or --flange-poses out.")
+            entry = _board_entry(board)
+            count_corners, name = None, ""
+            if entry is not None:
+                from calib.sensors.board import BoardDetector, parse_board
+
+                spec = parse_board(board)
+                detector = BoardDetector(spec)
+                count_corners, name = (lambda image: detector.detect(image).count), spec.describe()
             with progress_bar("importing photos", None, unit="photos") as update:
-                summary = import_flange_photos(folder, flange_poses, _board_entry(board), out, length_unit or "m",
-                                               setup, force, update)
+                summary = import_flange_photos(folder, flange_poses, entry, out, length_unit or "m",
+                                               setup, force, update, count_corners, name)
             _flange_report(summary, json_output)
             return
         missing = [flag for flag, value in (("--urdf", urdf), ("--base-link", base_link), ("--tip-link", tip_link))

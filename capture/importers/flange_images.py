@@ -68,12 +68,29 @@ def _read_photo(path: Path) -> np.ndarray:
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
+MIN_BOARD_CORNERS = 6  # fewer corners than this fix no pose of the board (as the calibration's rule)
+
+
+def _board_corners(plan: list, count_corners: Callable[[np.ndarray], int], describe: str) -> dict[str, int]:
+    """Corners of the board found per photo; InputError when no photo shows enough of it."""
+    counts = {str(path): int(count_corners(_read_photo(path))) for _, _, path in plan}
+    if max(counts.values()) < MIN_BOARD_CORNERS:
+        first = plan[0][2]
+        raise InputError(f"{first}: the board {describe} (--board) shows {counts[str(first)]} corners here and at most "
+                         f"{max(counts.values())} in any of the {len(plan)} photos, fewer than the {MIN_BOARD_CORNERS} a "
+                         f"pose needs; is --board (squares, dictionary) the board in the photos?")
+    return counts
+
+
 def import_flange_photos(folder: Path, flange_file: Path, board: dict, out: Path, length_unit: str = "m",
                          setup: str = "eye-to-hand", force: bool = False,
-                         progress: Callable[[int, int], None] | None = None) -> dict:
+                         progress: Callable[[int, int], None] | None = None,
+                         count_corners: Callable[[np.ndarray], int] | None = None, board_name: str = "") -> dict:
     """Photos + flange poses (module docstring) -> a hand-eye session at ``out``; returns a summary.
 
     ``board``: the manifest's ``sensors.board`` entry (``--board``), required: the photos are of it.
+    ``count_corners``: RGB image -> board corners found (the calibration's detector), so that a
+    board no photo shows is refused before anything is written.
     """
     import time as clock
 
@@ -117,6 +134,7 @@ def import_flange_photos(folder: Path, flange_file: Path, board: dict, out: Path
                              f"{name!r}, and every photo needs the pose the arm stood at.")
         cameras[name] = (CameraInfo(name, info.width, info.height, info.K, info.distortion), camera_folder)
         plan += [(name, pose, path) for pose, path in photos.items()]
+    corners = _board_corners(plan, count_corners, board_name) if count_corners is not None else {}
     used = sorted({pose for _, pose, _ in plan}, key=lambda pose: index[pose])
     base_T_flange = flange.base_T_flange[[index[pose] for pose in used]]
 
@@ -156,7 +174,7 @@ def import_flange_photos(folder: Path, flange_file: Path, board: dict, out: Path
         for pose in used:
             writer.add_pose(pose, np.zeros(0))
         load_session(target)  # what we wrote must read back
-    return {"session": str(out), "poses": len(used), "photos": len(plan), "setup": setup,
+    return {"session": str(out), "poses": len(used), "photos": len(plan), "setup": setup, "corners": corners,
             "flange_poses": {"file": str(flange_file), "given": len(flange.pose_ids),
                              "without_photo": len(flange.pose_ids) - len(used), "length_unit": length_unit},
             "cameras": {name: {"photos": sum(1 for c, _, _ in plan if c == name),
