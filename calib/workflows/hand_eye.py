@@ -283,15 +283,21 @@ def rms_px(errors: list[np.ndarray]) -> float | None:
 
 
 def refine(start: State, photos: list[Photo], G: np.ndarray, fit_intrinsics: bool, pixel_sigma: float,
-           robust: bool = True):
-    """Least squares from ``start`` over every corner of ``photos``: (State, scipy result, layout)."""
+           robust: bool = True, whitening: dict[int, np.ndarray] | None = None):
+    """Least squares from ``start`` over every corner of ``photos``: (State, scipy result, layout).
+
+    ``whitening``: per photo (by ``id``) a (2n, 2n) matrix W with ``W @ r`` of unit covariance
+    (:func:`photo_whitening`); None weighs every corner by the pixel noise alone."""
     from scipy.optimize import least_squares
 
     layout = Layout(sorted({p.camera for p in photos}), fit_intrinsics)
 
     def function(theta: np.ndarray) -> np.ndarray:
         state = State.from_vector(theta, layout, start)
-        return np.concatenate([r.ravel() for r in residuals(state, photos, G)]) / pixel_sigma
+        errors = residuals(state, photos, G)
+        if whitening is None:
+            return np.concatenate([r.ravel() for r in errors]) / pixel_sigma
+        return np.concatenate([whitening[id(p)] @ r.ravel() for p, r in zip(photos, errors)])
 
     theta0 = start.vector(layout)
     result = least_squares(function, theta0, method="trf", x_scale="jac", loss="soft_l1" if robust else "linear",
@@ -398,6 +404,19 @@ def estimate_flange_sigma(errors: list[np.ndarray], jacobians: list[np.ndarray],
     return float(np.sqrt(solution[0])), float(np.sqrt(solution[1]))
 
 
+def photo_whitening(photos: list[Photo], jacobians: list[np.ndarray], pixel_sigma: float, sigma_m: float,
+                    sigma_rad: float) -> dict[int, np.ndarray]:
+    """Per photo (by ``id``): W (2n, 2n) with ``W^T W`` the inverse of its corners' covariance,
+    ``sigma_px^2 I + J diag(sigma_t^2, sigma_r^2) J^T``: a flange error moves all of a photo's
+    corners together, so the photo counts as the pose it is, not as n independent corners."""
+    out = {}
+    for photo, J in zip(photos, jacobians):
+        D = np.diag([sigma_m ** 2] * 3 + [sigma_rad ** 2] * 3)
+        covariance = pixel_sigma ** 2 * np.eye(J.shape[0]) + J @ D @ J.T
+        out[id(photo)] = np.linalg.cholesky(np.linalg.inv(covariance)).T
+    return out
+
+
 def floor_px(jacobians: list[np.ndarray], pixel_sigma: float, sigma_m: float, sigma_rad: float) -> float:
     """The 2D RMS per corner that corner noise and flange error alone give a perfect model (px)."""
     total, count = 0.0, 0
@@ -456,17 +475,21 @@ class HandEyeCalibrator:
         method, start, scores = best_start(data, photos, G)
         self.progress("least squares")
         state, result, layout = refine(start, photos, G, self.fit_intrinsics, data.pixel_sigma)
-        errors = residuals(state, photos, G)
         jacobians = flange_jacobians(state, photos, data.base_T_flange, data.setup)
         if self.flange_sigma is not None:
             sigma_m, sigma_rad = self.flange_sigma
             source = "stated (--flange-sigma)"
         else:
-            sigma_m, sigma_rad = estimate_flange_sigma(errors, jacobians, result.jac, data.pixel_sigma)
+            sigma_m, sigma_rad = estimate_flange_sigma(residuals(state, photos, G), jacobians, result.jac,
+                                                       data.pixel_sigma)
             source = "estimated from the per-photo residual structure"
         floor = floor_px(jacobians, data.pixel_sigma, sigma_m, sigma_rad)
+        # Weighted by each photo's covariance, flange error included, the fit trusts a pose as much
+        # as the pose is worth rather than each of its corners as an independent measurement.
+        state, result, layout = self._weighted(state, photos, G, data, (sigma_m, sigma_rad))
+        errors = residuals(state, photos, G)
         self.progress("cross-validation")
-        cross = self._cross_validate(data, G, state)
+        cross = self._cross_validate(data, G, (sigma_m, sigma_rad))
         std = _standard_deviations(result, layout)
         intrinsics = _intrinsics_report(state, layout, result, std, data) if self.fit_intrinsics else {}
         summary = {
@@ -488,7 +511,16 @@ class HandEyeCalibrator:
         }
         return HandEyeCalibration(data.setup, state.X, state.Y, state.K, state.distortion, data.board, summary)
 
-    def _cross_validate(self, data: HandEyeData, G: np.ndarray, fitted: State) -> dict:
+    def _weighted(self, start: State, photos: list[Photo], G: np.ndarray, data: HandEyeData,
+                  flange_sigma: tuple[float, float]):
+        """The least-squares fit weighted by each photo's covariance (corner noise and flange error)."""
+        if not any(flange_sigma):
+            return refine(start, photos, G, self.fit_intrinsics, data.pixel_sigma)
+        jacobians = flange_jacobians(start, photos, data.base_T_flange, data.setup)
+        whitening = photo_whitening(photos, jacobians, data.pixel_sigma, *flange_sigma)
+        return refine(start, photos, G, self.fit_intrinsics, data.pixel_sigma, whitening=whitening)
+
+    def _cross_validate(self, data: HandEyeData, G: np.ndarray, flange_sigma: tuple[float, float]) -> dict:
         """The fit and the closed-form start, each redone without each fold's poses and judged on them."""
         photos = data.photos
         keys = sorted({p.key for p in photos})
@@ -505,6 +537,7 @@ class HandEyeCalibrator:
             except InputError:
                 continue
             state, _, _ = refine(start, train, G, self.fit_intrinsics, data.pixel_sigma)
+            state, _, _ = self._weighted(state, train, G, data, flange_sigma)
             errors = residuals(state, [photos[i] for i in test], G)
             nominal = residuals(start, [photos[i] for i in test], G)
             held_fit += errors
