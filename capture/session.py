@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from capture.camera_info import CameraInfo
+from capture.importers.flange_poses import read_flange_poses
 from rigs import urdf as urdf_io
 from rigs.documents import as_table
 from rigs.errors import InputError
@@ -497,8 +498,6 @@ def load_session(path: Path) -> Session:
 
 def _session_flange_poses(path: Path, name, pose_ids: list[str], manifest_path: Path) -> np.ndarray:
     """(N, 4, 4) flange poses of the session's pose rows from its flange-pose CSV (metres)."""
-    from capture.importers.flange_poses import read_flange_poses
-
     file = inside_folder(path, name, f"{manifest_path}: key 'robot.flange_poses'", "flange-pose file")
     poses = read_flange_poses(file, "m")
     index = poses.index()

@@ -109,8 +109,8 @@ def calibrate(
             if choice.model == "hand-eye":
                 _deliver_hand_eye(result, choice, out, force, json_output, require_pass)
                 return
-            model = choice.model
-        ready = fits.get(model) if choice.requested == "auto" and not holdout else None
+        model = choice.model
+        ready = fits.get(model) if choice.requested == "auto" and not holdout and not require_full else None
         with progress_bar("calibrating", None, unit="stages") as update:
             steps = []
             calibration = ready or Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,

@@ -22,21 +22,28 @@ of that photo's flange explains, beyond what the corner noise puts there.
 
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import yaml
+from scipy.optimize import least_squares, nnls
 
 from calib.fit.splits import describe_folds, fold_count, fold_rows
-from calib.sensors.board import MIN_CORNERS, BoardDetector, CharucoBoardSpec
+from calib.sensors.board import MIN_CORNERS, BoardDetector, CharucoBoardSpec, parse_board
 from calib.sensors.board_corners import session_board
 from calib.sensors.hand_eye import board_pose_pnp
 from calib.sensors.hand_eye_closed_form import SETUPS, all_methods, closed_form, mean_pose, moving_poses
+from capture.camera_info import CameraInfo
 from capture.session import Session, load_session
 from rigs.errors import InputError
+from rigs.files import atomic_write_text
+from rigs.kinematics import ChainModel
 from rigs.transforms import invert
+from rigs.verdicts import Verdict
 
 INTRINSIC_NAMES = ("fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2", "k3")
 MOUNTS = {"flange": "eye-to-hand", "world": "eye-in-hand"}
@@ -111,8 +118,6 @@ def session_flange_poses(session: Session, tip_link: str | None = None) -> np.nd
         return session.base_T_flange
     if not session.described:
         raise InputError(f"{session.path}: has neither flange poses nor a robot description to compute them from.")
-    from rigs.kinematics import ChainModel
-
     chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     return chain.base_T_tip_batch(session.q)
 
@@ -288,8 +293,6 @@ def refine(start: State, photos: list[Photo], G: np.ndarray, fit_intrinsics: boo
 
     ``whitening``: per photo (by ``id``) a (2n, 2n) matrix W with ``W @ r`` of unit covariance
     (:func:`photo_whitening`); None weighs every corner by the pixel noise alone."""
-    from scipy.optimize import least_squares
-
     layout = Layout(sorted({p.camera for p in photos}), fit_intrinsics)
 
     def function(theta: np.ndarray) -> np.ndarray:
@@ -374,8 +377,6 @@ def estimate_flange_sigma(errors: list[np.ndarray], jacobians: list[np.ndarray],
     photo's projector ``P``, its expected square is ``sigma_px^2 |P M|^2 + sigma_t^2 |P M J_t|^2 +
     sigma_r^2 |P M J_r|^2``: non-negative least squares over photos for the two flange variances.
     """
-    from scipy.optimize import nnls
-
     A = np.asarray(fit_jacobian, float)
     sizes = [J.shape[0] for J in jacobians]
     starts = np.concatenate([[0], np.cumsum(sizes)])
@@ -623,11 +624,6 @@ class HandEyeCalibration:
 
     def save(self, folder: Path) -> None:
         """calibration.yaml (frames and intrinsics), summary.json, cameras/<name>/camera_info.yaml, report.html."""
-        import yaml
-
-        from capture.camera_info import CameraInfo
-        from rigs.files import atomic_write_text
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(folder / "calibration.yaml", yaml.safe_dump(self.document(), sort_keys=False))
@@ -641,10 +637,6 @@ class HandEyeCalibration:
 
     @classmethod
     def load(cls, folder: Path) -> "HandEyeCalibration":
-        import yaml
-
-        from calib.sensors.board import parse_board
-
         folder = Path(folder)
         path = folder / "calibration.yaml"
         try:
@@ -680,10 +672,6 @@ def _plain(value):
 
 
 def _report_html(calibration: HandEyeCalibration) -> str:
-    import html
-
-    from rigs.verdicts import Verdict
-
     summary = calibration.summary
     verdict = summary.get("verdict")
     head = Verdict.from_dict(verdict).html() if verdict else ""
@@ -701,6 +689,4 @@ def _report_html(calibration: HandEyeCalibration) -> str:
 
 
 def yaml_text(document: dict) -> str:
-    import yaml
-
     return yaml.safe_dump(document, sort_keys=False)

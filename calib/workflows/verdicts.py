@@ -29,6 +29,7 @@ import numpy as np
 
 from calib.calibrator import data_hash
 from calib.sensors.tracker_points import tracker_sqrt_information
+from calib.workflows.hand_eye import PLAUSIBLE_FLANGE_M, PLAUSIBLE_FLANGE_RAD, TOLERANCE_FACTOR
 from capture.session import Session
 from rigs.errors import InputError
 from rigs.verdicts import Tolerance, Verdict, cannot_tell, combine, judge, with_note
@@ -216,8 +217,6 @@ def hand_eye_verdict(summary: dict) -> Verdict:
     larger than a controller's report carries, the residuals may be a model error as well as
     flange error, and the data cannot tell which: CANNOT TELL, with the reason.
     """
-    from calib.workflows.hand_eye import PLAUSIBLE_FLANGE_M, PLAUSIBLE_FLANGE_RAD, TOLERANCE_FACTOR
-
     floor = summary.get("floor_px")
     flange = summary.get("flange_sigma") or {}
     held = (summary.get("holdout") or {}).get("rms_px")
