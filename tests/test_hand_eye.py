@@ -198,3 +198,18 @@ def test_a_board_no_photo_shows_is_refused(recordings, tmp_path):
                     "--board", "charuco:5:4:0.03:0.022:4X4_50", "--out", out)
     assert "--board" in message and "p0000.png" in message
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_auto_compares_hand_eye_offsets_and_full_on_a_joint_session_with_board_photos(capture_session, tmp_path):
+    # The simulated xarm6 carries kinematic errors: holding its nominal arm (hand-eye) or fitting
+    # only zero offsets leaves error that cross-validation sees, so auto must deliver full.
+    session = capture_session("xarm6-cameras", 16, 3)
+    run = invoke("calibrate", session, "--out", tmp_path / "cal", "--deflection", "none", "--json")
+    assert run.exit_code == 0, run.output
+    summary = json.loads(run.output)
+    choice = summary["model_choice"]
+    assert choice["requested"] == "auto" and choice["model"] == "full"
+    assert set(choice["heldout_rms_px"]) == {"hand-eye", "offsets", "full"}
+    assert choice["heldout_rms_px"]["full"] < choice["heldout_rms_px"]["hand-eye"]
+    assert "hand-eye" in choice["reason"] and "offsets" in choice["reason"]
