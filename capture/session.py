@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from capture.camera_info import CameraInfo
+from capture.importers.flange_poses import read_flange_poses
 from rigs import urdf as urdf_io
 from rigs.documents import check_format
 from rigs.errors import InputError
@@ -109,6 +110,9 @@ class Session:
     tracker: TrackerPoints | None = None
     cameras: dict[str, SessionCamera] = field(default_factory=dict)
     tracker_poses: TrackerPoses | None = None
+    # The controller's reported flange pose per pose row (N, 4, 4) m, for sessions recorded without
+    # joint angles or a URDF (``robot.flange_poses`` names the file); None otherwise.
+    base_T_flange: np.ndarray | None = None
 
     @property
     def joint_efforts(self) -> np.ndarray | None:
@@ -319,7 +323,9 @@ def read_manifest(path: Path) -> dict:
     for key in ("base_link", "tip_link"):
         robot.get(key, "str", ... if described else None, nullable=not described)
     names = robot.get("joint_names", "names")
-    if not names or len(set(names)) != len(names):
+    # A session of reported flange poses (no joints, no description) has an empty chain.
+    flange_only = robot.get("flange_poses", "str", None, nullable=True) is not None and not described
+    if (not names and not flange_only) or len(set(names)) != len(names):
         raise InputError(f"{robot.where('joint_names')} should name each joint once, got {names!r}.")
     robot.get("payload_com", "vector", None, length=3)
     sensors = top.get("sensors", "table", None, nullable=True)
@@ -450,11 +456,13 @@ def load_session(path: Path) -> Session:
         raise InputError(f"{joints_path}: pose id {duplicate!r} appears twice.")
     if not pose_ids:
         raise InputError(f"{joints_path}: no poses (only a header).")
-    q_array = np.array(q, dtype=float).reshape(-1, len(joint_names))
+    q_array = np.array(q, dtype=float).reshape(len(pose_ids), len(joint_names))
     if limits is not None:
         check_joint_values(q_array, q_array, joint_names, limits.types, limits.lower, limits.upper,
                            [f"row {n}" for n in range(2, len(pose_ids) + 2)], joints_path, "rad", flag=None)
     session = Session(path, manifest, joint_names, pose_ids, q_array, np.array(payload, dtype=float), extra)
+    if robot.get("flange_poses") is not None:
+        session.base_T_flange = _session_flange_poses(path, robot["flange_poses"], pose_ids, manifest_path)
 
     largest_offset = max([float(np.linalg.norm(o)) for o in offsets], default=0.0)
     tracker_path = path / "tracker.csv"
@@ -484,6 +492,17 @@ def load_session(path: Path) -> Session:
             name, info, pose, float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"),
             None if sigma is None else float(sigma), no_depth, camera.get("frame_id"))
     return session
+
+
+def _session_flange_poses(path: Path, name, pose_ids: list[str], manifest_path: Path) -> np.ndarray:
+    """(N, 4, 4) flange poses of the session's pose rows from its flange-pose CSV (metres)."""
+    file = inside_folder(path, name, f"{manifest_path}: key 'robot.flange_poses'", "flange-pose file")
+    poses = read_flange_poses(file, "m")
+    index = poses.index()
+    missing = [pose for pose in pose_ids if pose not in index]
+    if missing:
+        raise InputError(f"{file}: pose {missing[0]!r} of joints.csv has no flange pose.")
+    return poses.base_T_flange[[index[pose] for pose in pose_ids]]
 
 
 def read_tracker_csv(path: Path, pose_rows: dict[str, int]) -> TrackerPoints:

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import (CalibrationModel, Deflection, Torques, check_positive, require_pass_option,
+from selfcal.options import (CalibrateModel, Deflection, HandEyeSetup, Torques, check_positive, require_pass_option,
                              ros_package_option)
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
@@ -26,7 +26,14 @@ def calibrate(
                                   "the held-out figures come from cross-validation by pose."),
     folds: Optional[int] = typer.Option(None, "--folds", help="Cross-validation folds with --holdout 0 (default: "
                                         "leave-one-pose-out below 40 poses, else 5)."),
-    model: CalibrationModel = typer.Option("full", "--model", help="full: placement errors and zero offsets; offsets: zero offsets only."),
+    model: CalibrateModel = typer.Option("auto", "--model", help="auto: the simplest of hand-eye, offsets and full "
+                                         "within 2 % of the lowest cross-validated error (board photos; full "
+                                         "otherwise); hand-eye: hold the arm, fit camera and board frames; full: "
+                                         "placement errors and zero offsets; offsets: zero offsets only."),
+    setup: Optional[HandEyeSetup] = typer.Option(None, "--setup", help="Hand-eye: eye-to-hand (board on the flange) or "
+                                                 "eye-in-hand (camera on the flange); default: as the session says."),
+    flange_sigma: Optional[str] = typer.Option(None, "--flange-sigma", help="Hand-eye: the flange poses' own error, "
+                                               "MM,DEG per axis (e.g. 0.2,0.02); default: estimated from the residuals."),
     seed: int = typer.Option(0, "--seed", help="Seed of the hold-out draw and the folds."),
     outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Flag measurements beyond this many robust standard deviations."),
     tip_link: Optional[str] = typer.Option(None, "--tip-link", help="Tip link to use instead of the sessions' own."),
@@ -72,9 +79,45 @@ def calibrate(
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
         loaded = [load_session(path) for path in sessions]
+        from calib.workflows.model_choice import requested_model
+
+        choice = requested_model(loaded, model)
+        fits = {}
+        if choice is None or choice.model == "hand-eye":
+            from calib.workflows.hand_eye import HandEyeCalibrator
+
+            hand_eye = HandEyeCalibrator(setup=setup, fit_intrinsics=fit_intrinsics, flange_sigma=_flange_sigma(flange_sigma),
+                                         folds=folds, seed=seed, pixel_sigma=pixel_sigma, tip_link=tip_link)
+        if choice is not None and choice.model == "hand-eye":
+            if holdout:
+                raise InputError("--holdout: a hand-eye calibration's held-out figures come from cross-validation "
+                                 "over poses; leave --holdout out.")
+            with progress_bar("calibrating", None, unit="stages"):
+                result = hand_eye.fit(loaded)
+            _deliver_hand_eye(result, choice, out, force, json_output, require_pass)
+            return
+        if choice is None:
+            # auto on board photos: every candidate on the same folds, the simplest good one kept.
+            from calib.workflows.model_choice import choose
+
+            with progress_bar("calibrating", None, unit="stages"):
+                result = hand_eye.fit(loaded)
+            for kind in ("offsets", "full"):
+                fits[kind] = Calibrator(model=kind, deflection=deflection, holdout=0.0, folds=folds, seed=seed,
+                                        outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
+                                        torques=torques, flip_torque_sign=flip_torque_sign,
+                                        fit_intrinsics=fit_intrinsics).fit(loaded)
+            heldout = {"hand-eye": (result.summary.get("holdout") or {}).get("rms_px")}
+            heldout.update({kind: (fit.summary["residuals"].get("holdout") or {}).get("rms_px") for kind, fit in fits.items()})
+            choice = choose(heldout)
+            if choice.model == "hand-eye":
+                _deliver_hand_eye(result, choice, out, force, json_output, require_pass)
+                return
+        model = choice.model
+        ready = fits.get(model) if choice.requested == "auto" and not holdout and not require_full else None
         with progress_bar("calibrating", None, unit="stages") as update:
             steps = []
-            calibration = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
+            calibration = ready or Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
                                      outlier_threshold=outlier_sigma, tip_link=tip_link, pixel_sigma=pixel_sigma,
                                      require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
                                      fit_intrinsics=fit_intrinsics,
@@ -85,17 +128,93 @@ def calibrate(
 
         verdict = calibration_verdict(calibration.summary, loaded, tolerance_mm, calibration.pixel_sigma)
         calibration.summary["verdict"] = verdict.as_dict()  # report.html opens with it
+        calibration.summary["model_choice"] = choice.as_dict()
         with output_folder(out, force) as folder:
             calibration.save(folder)
             if ros_package is not None:
                 urdf_io.use_package_uris(folder / "robot.urdf", ros_package)
         summary = {"verdict": verdict.as_dict()} | calibration_summary(calibration, out)
+        summary["model_choice"] = choice.as_dict()
         if json_output:
             print_json(summary)
         else:
             say_verdict(verdict)
+            typer.echo(f"model {choice.model}: {choice.reason}")
             typer.echo(summary_line(summary))
     exit_for(verdict, require_pass)
+
+
+def _flange_sigma(text: str | None) -> tuple[float, float] | None:
+    """``--flange-sigma MM,DEG`` -> (m, rad)."""
+    if text is None:
+        return None
+    import math
+
+    from rigs.errors import InputError
+
+    try:
+        mm, deg = (float(v) for v in text.split(","))
+    except ValueError:
+        raise InputError(f"--flange-sigma {text!r}: expected MM,DEG (the flange poses' error per axis, e.g. 0.2,0.02).") from None
+    if not (mm >= 0 and deg >= 0 and math.isfinite(mm) and math.isfinite(deg)):
+        raise InputError(f"--flange-sigma {text!r}: both values must be finite and not negative.")
+    return mm * 1e-3, math.radians(deg)
+
+
+def _deliver_hand_eye(result, choice, out: Path, force: bool, json_output: bool, require_pass: bool) -> None:
+    """Judge, save and print a hand-eye calibration."""
+    from calib.workflows.verdicts import hand_eye_verdict
+    from rigs.files import output_folder
+
+    verdict = hand_eye_verdict(result.summary)
+    result.summary["verdict"] = verdict.as_dict()
+    result.summary["model_choice"] = choice.as_dict()
+    with output_folder(out, force) as folder:
+        result.save(folder)
+    summary = {"verdict": verdict.as_dict(), "calibration": str(out), **result.summary,
+               "calibration_document": result.document()}
+    if json_output:
+        print_json(summary)
+    else:
+        say_verdict(verdict)
+        typer.echo(f"model hand-eye: {choice.reason}")
+        typer.echo(hand_eye_lines(result))
+    exit_for(verdict, require_pass)
+
+
+def hand_eye_lines(result) -> str:
+    """The text report of a hand-eye calibration: frames, figures, photos, intrinsics."""
+    import numpy as np
+
+    s = result.summary
+    fit, held, nominal = s["fit"], s.get("holdout") or {}, s.get("holdout_nominal") or {}
+    flange = s["flange_sigma"]
+    lines = [f"{s['setup']}: fit RMS {fit['rms_px']:.3f} px over {fit['corners']} corners of {fit['photos']} photos"
+             + (f"; cross-validated RMS {held['rms_px']:.3f} px (best closed-form start, {s['closed_form']['best']}, "
+                f"cross-validated the same way: {nominal['rms_px']:.3f} px)" if held.get("rms_px") is not None else ""),
+             f"  held-out figures: {s['validation']['description']}",
+             f"  floor {s['floor_px']:.3f} px: corner noise {s['pixel_sigma']:.3f} px, flange error {flange['mm']:.3g} mm / "
+             f"{flange['deg']:.3g} deg per axis ({flange['source']})",
+             "  closed-form methods (RMS px on every photo): " + ", ".join(
+                 f"{m} {v:.3f}" for m, v in s["closed_form"]["methods_rms_px"].items())]
+    camera_what = "base_T_camera" if result.setup == "eye-to-hand" else "flange_T_camera"
+    for name in result.X:
+        pose = result.camera_pose(name)
+        lines.append(f"  camera {name} {camera_what}: xyz {np.round(pose[:3, 3], 5).tolist()} m")
+        entry = (s.get("intrinsics") or {}).get(name)
+        if entry:
+            values = entry["parameters"]
+            lines.append("    intrinsics: " + ", ".join(
+                f"{axis}={values[axis]['value']:.5g}" + ("" if values[axis]["determined"] else " (NOT determined)")
+                for axis in values))
+    board_what = "flange_T_board" if result.setup == "eye-to-hand" else "base_T_board"
+    lines.append(f"  board {board_what}: xyz {np.round(result.Y[:3, 3], 5).tolist()} m")
+    lines.append("  photos (corners, fit / held-out RMS px): " + "; ".join(
+        f"{p['pose']} {p['corners']}, {p['rms_px']:.2f}/" + ("-" if p["holdout_rms_px"] is None else f"{p['holdout_rms_px']:.2f}")
+        for p in s["photos"]))
+    for item in s.get("left_out", []):
+        lines.append(f"  left out: {item['photo']}: {item['reason']}")
+    return "\n".join(lines)
 
 
 def calibration_summary(calibration, out: Path) -> dict:

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import AngleUnit, CameraPoses, FrameConvention, LengthUnit, Match, Rotation
+from selfcal.options import AngleUnit, CameraPoses, FrameConvention, HandEyeSetup, LengthUnit, Match, Rotation
 from selfcal.ui import print_json, progress_bar, user_errors
 
 import_app = typer.Typer(no_args_is_help=True, help="Import real measurement files into a session folder.")
@@ -220,24 +220,74 @@ def _image_topics(bag: Path) -> list[str]:
         return sorted({c.topic for c in reader.connections if c.msgtype in (IMAGE, COMPRESSED)})
 
 
+FLANGE_POSES = typer.Option(None, "--flange-poses", help="The robot's reported flange pose per photo, in place of "
+                            "--urdf and joints: CSV pose,x,y,z,qx,qy,qz,qw; CSV pose,m00,...,m33 (row-major 4x4); or a "
+                            "folder of <pose>.yaml with keys x, y, z, qx, qy, qz, qw. Lengths in --length-unit (default m).")
+SETUP = typer.Option("eye-to-hand", "--setup", help="With --flange-poses: eye-to-hand (board on the flange, cameras "
+                     "standing still) or eye-in-hand (cameras on the flange, board standing still).")
+
+
 @import_app.command("images")
 def import_images(
-    folder: Path = typer.Argument(..., help="Image folder: joints.csv and cameras/<name>/ (camera_info.yaml, <pose>_depth.png, <pose>_rgb.png, pose.yaml)."),
-    urdf: Path = URDF, base_link: str = BASE, tip_link: str = TIP, out: Path = OUT,
+    folder: Path = typer.Argument(..., help="Image folder: joints.csv and cameras/<name>/ (camera_info.yaml, <pose>_depth.png, <pose>_rgb.png, pose.yaml); with --flange-poses also camera_info.yaml and <pose>.png|jpg photos."),
+    urdf: Optional[Path] = typer.Option(None, "--urdf", help="Robot description (URDF); not with --flange-poses."),
+    base_link: Optional[str] = typer.Option(None, "--base-link", help="Link the chain starts at (the robot base)."),
+    tip_link: Optional[str] = typer.Option(None, "--tip-link", help="Link the chain ends at (the flange)."),
+    out: Path = OUT,
     angle_unit: AngleUnit = typer.Option("deg", "--angle-unit", help="Unit of joint angles in joints.csv: deg or rad."),
-    length_unit: LengthUnit = typer.Option("mm", "--length-unit", help="Unit of prismatic joints in joints.csv: mm, m, cm or in."),
+    length_unit: Optional[LengthUnit] = typer.Option(None, "--length-unit", help="Unit of prismatic joints in joints.csv (default mm), or of the flange positions with --flange-poses (default m): mm, m, cm or in."),
     depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: CameraPoses = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
     depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
+    flange_poses: Optional[Path] = FLANGE_POSES, setup: HandEyeSetup = SETUP,
     package_dir: List[Path] = PACKAGE, force: bool = FORCE, json_output: bool = JSON,
 ) -> None:
-    """A folder of depth and colour images taken at the poses of a joints CSV -> a camera session."""
+    """A folder of images taken at the poses of a joints CSV (or at reported flange poses) -> a camera session."""
     with user_errors():
+        from rigs.errors import InputError
+
+        if flange_poses is not None:
+            from capture.importers.flange_images import import_flange_photos
+
+            given = [flag for flag, value in (("--urdf", urdf), ("--base-link", base_link), ("--tip-link", tip_link))
+                     if value is not None]
+            if given:
+                raise InputError(f"{given[0]}: a flange-pose import needs no robot description (the flange poses "
+                                 f"replace the joints and the URDF); leave {given[0]} out or --flange-poses out.")
+            entry = _board_entry(board)
+            count_corners, name = None, ""
+            if entry is not None:
+                from calib.sensors.board import BoardDetector, parse_board
+
+                spec = parse_board(board)
+                detector = BoardDetector(spec)
+                count_corners, name = (lambda image: detector.detect(image).count), spec.describe()
+            with progress_bar("importing photos", None, unit="photos") as update:
+                summary = import_flange_photos(folder, flange_poses, entry, out, length_unit or "m",
+                                               setup, force, update, count_corners, name)
+            _flange_report(summary, json_output)
+            return
+        missing = [flag for flag, value in (("--urdf", urdf), ("--base-link", base_link), ("--tip-link", tip_link))
+                   if value is None]
+        if missing:
+            raise InputError(f"{missing[0]} is required: the images come with joint angles (joints.csv) and the "
+                             f"robot's description, or give --flange-poses with the robot's reported flange poses.")
         from capture.importers.camera_import import CameraOptions
         from capture.importers.image_folder import import_image_folder
 
-        robot = _robot(urdf, base_link, tip_link, package_dir, None, length_unit)
+        robot = _robot(urdf, base_link, tip_link, package_dir, None, length_unit or "mm")
         options = CameraOptions(depth_scale, camera_poses=camera_poses, mount_plane_z=_mount_plane(mount_plane),
                                 depth_sigma_at_1m=depth_noise, board=_board_entry(board))
         with progress_bar("importing images", None, unit="images") as update:
-            summary = import_image_folder(robot, folder, options, out, angle_unit, length_unit, force, update)
+            summary = import_image_folder(robot, folder, options, out, angle_unit, length_unit or "mm", force, update)
         _camera_report(summary, json_output)
+
+
+def _flange_report(summary: dict, json_output: bool) -> None:
+    if json_output:
+        print_json(summary)
+        return
+    flange = summary["flange_poses"]
+    typer.echo(f"{summary['session']}: {summary['photos']} photos at {summary['poses']} flange poses "
+               f"({summary['setup']}; {flange['given']} poses in {flange['file']}, read in {flange['length_unit']}"
+               + (f", {flange['without_photo']} without a photo left out" if flange["without_photo"] else "")
+               + f") in {summary['seconds']:.1f} s; calibrate with `selfcal calibrate {summary['session']} --model hand-eye`")

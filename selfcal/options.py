@@ -25,6 +25,9 @@ def robot_from_options(rig: Optional[str], urdf: Optional[Path], base_link: Opti
 # loads nothing heavy; tests/test_command_line.py checks each against the room that owns it.
 Deflection = Literal["auto", "none", "compliance", "learned", "both"]
 CalibrationModel = Literal["full", "offsets"]
+# calibrate also fits a model that holds the arm (hand-eye) and chooses among the three by cross-validation.
+CalibrateModel = Literal["auto", "hand-eye", "full", "offsets"]
+HandEyeSetup = Literal["eye-to-hand", "eye-in-hand"]
 SelfModelKind = Literal["structured", "free"]
 Placements = Literal["auto", "fit", "hold"]
 AngleUnit = Literal["deg", "rad"]

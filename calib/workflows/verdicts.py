@@ -29,6 +29,7 @@ import numpy as np
 
 from calib.calibrator import data_hash
 from calib.sensors.tracker_points import tracker_sqrt_information
+from calib.workflows.hand_eye import PLAUSIBLE_FLANGE_M, PLAUSIBLE_FLANGE_RAD, TOLERANCE_FACTOR
 from capture.session import Session
 from rigs.errors import InputError
 from rigs.verdicts import Tolerance, Verdict, cannot_tell, combine, judge, with_note
@@ -205,3 +206,33 @@ def audit_verdict(result: dict, calibration_summary: dict | None, ap_tolerance_m
         checks.append(judge(f"largest RP ({worst_rp['pose']})", worst_rp["RP_mm"],
                             _tolerance(rp_tolerance_mm, "mm", None, "", 1.0, "--rp-tolerance-mm"), floor, floor_what))
     return combine(checks)
+
+
+def hand_eye_verdict(summary: dict) -> Verdict:
+    """The verdict of a hand-eye calibration: its cross-validated RMS against twice the data's floor.
+
+    The floor is what a perfect model would still show: the corners' noise (per-photo PnP) and the
+    flange poses' own error (stated, or estimated from the residuals' structure) carried into the
+    photos. A fit at that floor passes. Where the flange error had to be estimated and comes out
+    larger than a controller's report carries, the residuals may be a model error as well as
+    flange error, and the data cannot tell which: CANNOT TELL, with the reason.
+    """
+    floor = summary.get("floor_px")
+    flange = summary.get("flange_sigma") or {}
+    held = (summary.get("holdout") or {}).get("rms_px")
+    what = "cross-validated RMS reprojection error on poses left out of each fold"
+    if floor is None:
+        return cannot_tell("no estimate of the corners' noise to derive a tolerance from")
+    floor_what = (f"the data's floor: the corners' noise ({summary['pixel_sigma']:.3g} px a coordinate, per-photo PnP) "
+                  f"and the flange poses' own error ({flange['mm']:.3g} mm, {flange['deg']:.3g} deg a axis, "
+                  f"{flange['source']})")
+    tolerance = Tolerance(TOLERANCE_FACTOR * floor, "px", f"default: {TOLERANCE_FACTOR:g} x {floor_what} = {floor:.3g} px")
+    if flange.get("source", "").startswith("estimated") and (flange["m"] > PLAUSIBLE_FLANGE_M or
+                                                              flange["rad"] > PLAUSIBLE_FLANGE_RAD):
+        return cannot_tell(f"the residuals would need flange poses in error by {flange['mm']:.3g} mm and "
+                           f"{flange['deg']:.3g} deg a axis to be noise, more than a controller reports "
+                           f"({1e3 * PLAUSIBLE_FLANGE_M:g} mm, {np.degrees(PLAUSIBLE_FLANGE_RAD):g} deg); either the "
+                           f"poses are that poor or the model misses something; state --flange-sigma to judge",
+                           tolerance, held)
+    return judge(what, held, tolerance, floor, "the data's floor",
+                 missing="too few poses to leave any out, so nothing measures the error on new poses")
