@@ -75,7 +75,7 @@ class LabelSettings:
     shell: float = 0.012  # m of occupied shell behind the clearance (shell_samples per hit ray)
     workspace_margin: float = 0.03  # m added around the measured surface's bounds
     # What a 0 pixel means (rigs.no_return): None as each camera says; "auto", "free" or "unknown"
-    # for all cameras; or {camera: mode} (cameras not named: as they say).
+    # for all cameras; or {camera: mode} (key "*": every camera not named; else as they say).
     no_depth: str | dict | None = None
     edge_pixels: str = "drop"  # "drop": edge pixels label nothing occupied (module docstring); "keep": as any
     edge_jump: float = 0.03  # m: a neighbour this much nearer or farther makes a pixel an edge pixel ...
@@ -185,7 +185,7 @@ def no_depth_mode(name: str, camera, settings: LabelSettings) -> str:
     """What camera ``name``'s zeros mean: the settings' word for it (or for all), else the camera's."""
     wanted = settings.no_depth
     if isinstance(wanted, dict):
-        wanted = wanted.get(name)
+        wanted = wanted.get(name, wanted.get("*"))  # "*": every camera not named
     return wanted or camera.no_depth or "unknown"
 
 
@@ -283,7 +283,7 @@ def check_no_depth(settings: LabelSettings, sessions: list[Session]) -> None:
             raise InputError(f"--no-depth must be one of {', '.join(NO_DEPTH_MODES)}, got {mode!r}.")
     if isinstance(wanted, dict):
         names = {name for session in sessions for name in session.cameras}
-        unknown = sorted(set(wanted) - names)
+        unknown = sorted(set(wanted) - names - {"*"})
         if unknown:
             raise InputError(f"--no-depth {unknown[0]}=...: the sessions have no camera {unknown[0]!r} "
                              f"(they have {', '.join(sorted(names))}).")
@@ -299,7 +299,8 @@ def no_depth_summary(sessions: list[Session], settings: LabelSettings) -> dict[s
             if name in out:
                 continue
             mode = no_depth_mode(name, camera, settings)
-            stated = settings.no_depth.get(name) if isinstance(settings.no_depth, dict) else settings.no_depth
+            wanted = settings.no_depth
+            stated = wanted.get(name, wanted.get("*")) if isinstance(wanted, dict) else wanted
             out[name] = {"mode": mode, "source": "--no-depth" if stated else "session",
                          "far_range_m": None if mode == "unknown" else round(far_range(session, name, cache), 4)}
     return out
