@@ -353,6 +353,16 @@ def train(
                     typer.echo(line)
 
 
+def unsupported_line(cm3: dict | None) -> str:
+    """What ``check`` and ``eval`` say of learned matter no depth reading supported."""
+    if cm3 is None:
+        return "learned matter no depth reading supported: not checked (the training sessions cannot be read)"
+    total = sum(cm3.values())
+    return (f"learned matter no depth reading supported (matter only because never seen free): {total:.0f} cm3"
+            + (" (" + ", ".join(f"{link} {value:.0f}" for link, value in cm3.items() if value > 0) + ")" if total else "")
+            + ("; shells beside the arm where zeros were taken as unknown? see --no-depth" if total > 50 else ""))
+
+
 @selfmodel_app.command("eval")
 def evaluate(
     model: Path = typer.Argument(..., help="Model folder."),
@@ -392,6 +402,11 @@ def evaluate(
         with progress_bar("evaluating", len(pose_ids or loaded.pose_ids), unit="poses") as update:
             figures = evaluate_model(loaded_model, loaded, np.random.default_rng(seed), pose_ids, voxel / 1000,
                                      progress=update)
+        if loaded_model.kind == "structured":
+            from selfmodel.seen_through import training_sessions, unsupported_matter
+
+            trained_on = training_sessions(getattr(loaded_model, "folder", None))[0]
+            figures["unsupported_matter_cm3"] = unsupported_matter(loaded_model.to("cpu"), trained_on) if trained_on else None
         verdict = eval_verdict(figures, voxel, tolerance_mm, false_free_max)
         if json_output:
             print_json({"verdict": verdict.as_dict()} | figures)
@@ -406,6 +421,8 @@ def evaluate(
                            f"(x{figures['baked_queries_per_s'] / figures['queries_per_s']:.1f} the network), disagreeing "
                            f"with the network on {100 * figures['baked_disagreement_workspace']:.2f} % of workspace points "
                            f"and {100 * figures['baked_disagreement_arm_box']:.2f} % of points around the arm")
+            if "unsupported_matter_cm3" in figures:
+                typer.echo(unsupported_line(figures["unsupported_matter_cm3"]))
     exit_for(verdict, require_pass)
 
 
@@ -439,6 +456,7 @@ def check(
                        + ("described surface the cameras saw through: read from the training sessions' depth images"
                           if result.seen_through_checked else "described surface the cameras saw through: not checked "
                           "(the training sessions are not where the model folder names them, or have no camera poses)"))
+            typer.echo(unsupported_line(result.unsupported_cm3))
             for row in result.rows:
                 sd = "" if row.deviation_sd_mm is None else f" +- {row.deviation_sd_mm:4.1f}"
                 bend = "" if not row.joint else (f"  [{row.joint}: moves what follows {row.joint_mm:.1f} mm, turned "

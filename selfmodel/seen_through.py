@@ -139,3 +139,45 @@ def training_sessions(folder: Path | None) -> tuple[list | None, str]:
     if any(camera.base_T_camera is None for session in sessions for camera in session.cameras.values()):
         return None, "the training sessions' cameras have no poses of their own (the model was trained with --cameras)"
     return sessions, ""
+
+
+def unsupported_matter(model, sessions: list, pitch: float = 0.01, max_views: int = 60,
+                       tolerance: float = 0.01) -> dict[str, float]:
+    """Link -> cm3 of the structured ``model``'s learned matter that no depth reading ever supported.
+
+    The link's matter is its network's occupancy above one half on a ``pitch`` m grid over its
+    domain (link frame). A grid point is supported when, at some training pose (up to
+    ``max_views``, evenly spread; posed with the model's own kinematics), some camera read a surface
+    at it or in front of it (a reading > 0 no more than ``tolerance`` m beyond it): a reading met it
+    or hides it. What is left is matter only because no camera ever saw it free: where a camera's
+    zeros were taken as unknown around an empty background, the shells beside the arm."""
+    points = {}
+    for link in model.link_names:
+        lo, hi = model.link_bounds(link)
+        axes = [np.arange(a + pitch / 2, b, pitch) for a, b in zip(lo, hi)]
+        grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
+        points[link] = grid[model.link_occupancy(link, grid) > 0.5]
+    rows = [(session, row) for session in sessions for row in range(len(session.pose_ids))]
+    chosen = np.unique(np.linspace(0, len(rows) - 1, min(max_views, len(rows))).round().astype(int)) if rows else []
+    supported = {link: np.zeros(len(p), dtype=bool) for link, p in points.items()}
+    for index in chosen:
+        session, row = rows[index]
+        poses = model.base_T_links(session.q[row])[0]
+        pose_id = session.pose_ids[row]
+        for name, camera in session.cameras.items():
+            if camera.base_T_camera is None or not session.has_image(name, pose_id, "depth"):
+                continue
+            depth = session.image(name, pose_id, "depth")
+            height, width = depth.shape
+            camera_T_base = np.linalg.inv(camera.base_T_camera)
+            for i, link in enumerate(model.link_names):
+                if not len(points[link]):
+                    continue
+                transform = camera_T_base @ poses[i]
+                p = points[link] @ transform[:3, :3].T + transform[:3, 3]
+                found, u, v = pixels(p, camera.info.K, width, height)
+                reading = depth[v, u]
+                ok = (reading > 0) & (reading <= p[found, 2] + tolerance)
+                supported[link][found[ok]] = True
+    voxel_cm3 = (pitch * 100) ** 3
+    return {link: round(float(np.sum(~supported[link]) * voxel_cm3), 1) for link in model.link_names}

@@ -255,3 +255,20 @@ def test_each_no_depth_mode_reads_the_empty_background_as_it_says(mode):
     holed[23:25, 29:31] = 0
     reading = read_depth(holed, camera, LabelSettings(), None, mode=mode, far=3.0)
     assert reading.zero_free[23:25, 29:31].all() == (mode == "free")
+
+
+@pytest.mark.slow
+def test_check_reports_learned_matter_no_reading_supported(fin_session):
+    """Trained with the empty background read as unknown, the model fills space beside the arm that
+    no reading supports; with auto far less of it. Short trainings: the shells come from the prior,
+    which the first steps already learn."""
+    from selfmodel.seen_through import unsupported_matter
+    from selfmodel.training import SelfModelTrainer
+
+    cm3 = {}
+    for mode in ("unknown", "auto"):
+        trainer = SelfModelTrainer(steps=150, seed=0, batch=2048, prior_batch=512, threads=1,
+                                   labels=LabelSettings(hit_rays_per_image=300, no_depth=mode))
+        model = trainer.fit([fin_session]).model
+        cm3[mode] = sum(unsupported_matter(model, [fin_session], max_views=15).values())
+    assert cm3["unknown"] > 3 * cm3["auto"] + 20, cm3
