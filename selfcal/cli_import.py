@@ -140,11 +140,11 @@ def _mount_plane(text: str) -> float | None:
 def _camera_report(summary: dict, json_output: bool) -> None:
     from selfcal.ui import err_console
 
-    for warning in summary.get("warnings", []):
-        err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
-    if json_output:
+    if json_output:  # the warnings are in the summary
         print_json(summary)
         return
+    for warning in summary.get("warnings", []):
+        err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     typer.echo(f"{summary['session']}: {summary['poses']} poses in {summary['seconds']:.1f} s")
     for name, camera in summary["cameras"].items():
         dropped = ", ".join(f"{n} {reason}" for reason, n in camera["dropped"].items()) or "none"

@@ -233,7 +233,10 @@ def test_the_import_says_how_much_of_each_image_reads_nothing_and_what_it_takes_
         assert camera["far_range_m"] <= clip and "largest reading" in camera["far_range_source"]
     warnings = summary["warnings"]
     assert len(warnings) == len(session.cameras) and all("--no-depth" in w for w in warnings)
-    assert "warning:" in run.stderr and "reads nothing" in run.stderr
+    # Without --json the warning goes to the terminal, with the count per camera.
+    run = invoke("import", "images", str(folder), *robot_args(session), "--out", str(tmp_path / "plain"))
+    assert run.exit_code == 0 and "warning:" in run.stderr and "reads nothing" in run.stderr, run.output
+    assert "no reading:" in run.stdout and "no return connected to the border" in run.stdout
     # Unknown for all but one camera, stated far range: recorded as said, and the warning points at auto.
     out = tmp_path / "unknown"
     run = invoke("import", "images", str(folder), *robot_args(session), "--out", str(out), "--json",

@@ -212,8 +212,8 @@ class ZeroCounter:
 MEANINGS = {"auto": "free space up to the far range where they reach the image border or cover a large region, "
                     "unknown where they are small holes",
             "free": "free space up to the far range, every one",
-            "unknown": "unknown: space no camera saw free becomes matter, so the self-model grows shells beside "
-                       "the arm"}
+            "unknown": "vouching for nothing: space no camera saw free becomes matter, so the self-model grows "
+                       "shells beside the arm"}
 
 
 def no_reading_warning(camera: ImportedCamera) -> str | None:
@@ -222,7 +222,8 @@ def no_reading_warning(camera: ImportedCamera) -> str | None:
     zeros = camera.zeros.summary() if camera.zeros is not None else {"images": 0}
     if not zeros["images"] or zeros["no_reading"] <= MOSTLY_EMPTY:
         return None
-    far = f" ({camera.far_range_m:.2f} m, {camera.far_range_source})" if camera.far_range_m else ""
+    far = (f" ({camera.far_range_m:.2f} m, {camera.far_range_source})"
+           if camera.far_range_m and camera.no_depth != "unknown" else "")
     advice = ("if nothing stands behind the arm within the camera's range (a large hall, a clipping distance, depth "
               "masked to the arm), use --no-depth auto" if camera.no_depth == "unknown" else
               "if a surface close behind the arm reads nothing (a black backdrop), its zeros are holes: use "
