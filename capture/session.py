@@ -45,7 +45,7 @@ def pose_id(index: int) -> str:
     return f"p{index:0{POSE_ID_WIDTH}d}"
 
 
-NO_DEPTH = ("free", "unknown")
+NO_DEPTH = ("free", "unknown", "auto")  # rigs.no_return says what each means
 DEFAULT_DEPTH_NOISE = 0.002  # relative sigma assumed when a session states nothing about its cameras' noise
 
 
@@ -54,7 +54,10 @@ class SessionCamera:
     """A camera of a session: intrinsics, pose of its optical frame in the base frame (or None).
 
     ``no_depth`` says what a depth pixel of 0 means: ``unknown`` (a hole, a shadow, out of range:
-    what real cameras give) or ``free`` (an ideal simulated camera saw nothing there).
+    what real cameras give), ``free`` (an ideal simulated camera saw nothing there) or ``auto``
+    (zero regions reaching the image border or larger than a stated size are nothing in range,
+    small ones holes; see rigs.no_return). ``far_range_m``: how far a zero that means nothing in
+    range vouches free space (None: not stated; the labels then take the largest reading).
     """
 
     name: str
@@ -65,6 +68,7 @@ class SessionCamera:
     depth_sigma_at_1m: float | None = None  # sigma_z = this * z^2 (m), a stereo camera's law, when known
     no_depth: str = "unknown"
     frame_id: str | None = None  # the optical frame's name in the recording (ROS header.frame_id)
+    far_range_m: float | None = None  # m along the optical axis: the camera's far range, when stated
 
     def depth_sigma(self, depth: np.ndarray) -> np.ndarray:
         """Standard deviation (m) of a depth reading of ``depth`` m (any shape)."""
@@ -361,6 +365,9 @@ def read_manifest(path: Path) -> dict:
             no_depth = camera.get("no_depth", "str", None, nullable=True)
             if no_depth is not None and no_depth not in NO_DEPTH:
                 raise InputError(f"{camera.where('no_depth')} should be one of {', '.join(NO_DEPTH)}, got {no_depth!r}.")
+            far = camera.get("far_range_m", "number", None, nullable=True)
+            if far is not None and not far > 0:
+                raise InputError(f"{camera.where('far_range_m')} should be positive, got {far!r}.")
             camera.get("frame_id", "str", None, nullable=True)
         board = sensors.get("board", "table", None, nullable=True)
         if board is not None:
@@ -490,7 +497,8 @@ def load_session(path: Path) -> Session:
         sigma = camera.get("depth_sigma_at_1m")
         session.cameras[name] = SessionCamera(
             name, info, pose, float(camera.get("depth_scale", 0.001)), camera.get("depth_noise"),
-            None if sigma is None else float(sigma), no_depth, camera.get("frame_id"))
+            None if sigma is None else float(sigma), no_depth, camera.get("frame_id"),
+            None if camera.get("far_range_m") is None else float(camera["far_range_m"]))
     return session
 
 

@@ -58,6 +58,8 @@ def _manifest(rig: Rig, joint_names: list[str], seed: int, poses: int, payload_k
             "depth_noise": camera.depth_noise if camera.depth_model.kind == "gaussian" else None,
             "depth_sigma_at_1m": camera.depth_model.sigma_at_1m(float(camera.K[0, 0])),
             "no_depth": camera.depth_model.no_depth,
+            # Readings beyond the model's range read 0: a zero that means nothing in range means nothing this near.
+            "far_range_m": float(camera.depth_model.max_range_m or camera.far),
             "depth_model": camera.depth_model.describe(float(camera.K[0, 0])),
         }
     if rig.board is not None:

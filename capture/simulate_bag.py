@@ -165,9 +165,13 @@ def _smooth(fraction: float) -> float:
 
 
 def record_bag(rig: Rig, q_poses: np.ndarray, seed: int, out: Path, plan: BagPlan | None = None,
-               storage: str = "sqlite3", payload_kg: float = 0.0, progress=None) -> dict:
+               storage: str = "sqlite3", payload_kg: float = 0.0, progress=None, renderer=None) -> dict:
     """Write the bag (module docstring) for commanded poses ``q_poses`` (P, dof) rad; returns the
-    timeline: {"stands": [(start, end)] s, "q_reached": (P, dof), "topics": {...}}."""
+    timeline: {"stands": [(start, end)] s, "q_reached": (P, dof), "topics": {...}}.
+
+    ``renderer(camera, q_reached)``: another renderer of the true scene than the simulator's (an
+    object with ``depth`` (H, W) m, 0 where nothing was hit, and ``rgb`` (H, W, 3) uint8), so that a
+    bag can be written by another path than the one the native sessions come from."""
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     from rigs import urdf as urdf_io
@@ -194,14 +198,14 @@ def record_bag(rig: Rig, q_poses: np.ndarray, seed: int, out: Path, plan: BagPla
         with Simulator(rig, arm, true_urdf) as sim:
             timeline = _write(sim, rig, np.asarray(q_poses, dtype=float), seed, out, plan, encodings, messages,
                               typestore, StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3,
-                              Writer, payload_kg, progress)
+                              Writer, payload_kg, progress, renderer)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return timeline
 
 
 def _write(sim, rig, q_poses, seed, out, plan, encodings, messages, typestore, plugin, Writer, payload_kg,
-           progress) -> dict:
+           progress, renderer=None) -> dict:
     count, dof = q_poses.shape
     base = rig.robot.base_link
     q_reached = np.empty_like(q_poses)
@@ -226,6 +230,7 @@ def _write(sim, rig, q_poses, seed, out, plan, encodings, messages, typestore, p
         return (q_poses[k] + s * (q_poses[k + 1] - q_poses[k]), q_reached[k] + s * (q_reached[k + 1] - q_reached[k]),
                 None)
 
+    render = renderer or sim.render_true
     joint_names = [*sim.chain.joint_names, "gripper_finger_joint"]
     noise_rng = np.random.default_rng([seed, 0x5EED])
     events = []  # (time, kind, payload)
@@ -278,10 +283,10 @@ def _write(sim, rig, q_poses, seed, out, plan, encodings, messages, typestore, p
                 key = (payload, stand)
                 if key not in clean_cache:
                     clean_cache = {k: v for k, v in clean_cache.items() if k[1] == stand}
-                    clean_cache[key] = sim.render_true(camera, q_true)
+                    clean_cache[key] = render(camera, q_true)
                 clean = clean_cache[key]
             else:
-                clean = sim.render_true(camera, q_true)
+                clean = render(camera, q_true)
             rng = np.random.default_rng([seed, int(round((t - START) * 1e6)), payload, 0xBA6])
             depth = camera.depth_model.measure(clean.depth, clean.rgb, camera.K, camera.near, camera.far, rng)
             frame = f"{camera.name}_link" if encoding.body_frame else f"{camera.name}_color_optical_frame"

@@ -7,7 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import AngleUnit, CameraPoses, FrameConvention, HandEyeSetup, LengthUnit, Match, Rotation
+from rigs.no_return import DEFAULT_NO_DEPTH
+from selfcal.options import (NO_DEPTH_HELP, AngleUnit, CameraPoses, FrameConvention, HandEyeSetup, LengthUnit, Match, Rotation,
+                             parse_no_depth)
 from selfcal.ui import print_json, progress_bar, user_errors
 
 import_app = typer.Typer(no_args_is_help=True, help="Import real measurement files into a session folder.")
@@ -142,9 +144,13 @@ def _mount_plane(text: str) -> float | None:
 
 
 def _camera_report(summary: dict, json_output: bool) -> None:
-    if json_output:
+    from selfcal.ui import err_console
+
+    if json_output:  # the warnings are in the summary
         print_json(summary)
         return
+    for warning in summary.get("warnings", []):
+        err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     typer.echo(f"{summary['session']}: {summary['poses']} poses in {summary['seconds']:.1f} s")
     for name, camera in summary["cameras"].items():
         dropped = ", ".join(f"{n} {reason}" for reason, n in camera["dropped"].items()) or "none"
@@ -152,12 +158,21 @@ def _camera_report(summary: dict, json_output: bool) -> None:
         typer.echo(f"  {name}: {camera['kept']} of {camera['frames']} frames kept (dropped: {dropped}); pose "
                    f"{'from ' + camera['pose_source'] if camera['pose'] else 'unknown (' + camera['pose_source'] + '): calibrate from the board'}"
                    + (f"; depth noise {1000 * noise:.2f} mm at 1 m" if noise else ""))
+        zeros = camera.get("no_reading") or {}
+        if zeros.get("images"):
+            far = camera.get("far_range_m")
+            typer.echo(f"    no reading: {100 * zeros['no_reading']:.1f} % of the pixels ({100 * zeros['border']:.1f} % "
+                       f"no return connected to the border, {100 * zeros['large']:.1f} % large regions, "
+                       f"{100 * zeros['hole']:.1f} % holes); zeros taken as {camera['no_depth']}"
+                       + (f", far range {far:.2f} m ({camera['far_range_source']})" if far and camera["no_depth"] != "unknown" else ""))
 
 
 DEPTH_SCALE = typer.Option(None, "--depth-scale", help="Metres per unit of 16-bit depth images (default 0.001: millimetres, as RealSense and most drivers).")
 CAMERA_POSES = typer.Option("auto", "--camera-poses", help="auto: camera poses from /tf_static (image folders: pose.yaml) where given, else unknown for a board calibration; tf: required; none: leave them unknown.")
 MOUNT_PLANE = typer.Option("0", "--mount-plane", help="Height in mm (base frame) of the surface the arm stands on: depth below it is not the arm; 'none' if the arm hangs free.")
 DEPTH_NOISE = typer.Option(None, "--depth-noise", help="Depth noise sigma in m at 1 m (sigma = this * z^2, the stereo law); default: measured from still frames (bags).")
+NO_DEPTH = typer.Option([], "--no-depth", help=NO_DEPTH_HELP)
+FAR_RANGE = typer.Option(None, "--far-range", help="The cameras' far range in m: how far a 0 that means nothing in range is free space (default: the largest reading each camera gave; state a driver's clipping distance here).")
 BOARD = typer.Option(None, "--board", help="The ChArUco board on the flange, charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY: lets `selfcal calibrate` find the camera poses.")
 
 
@@ -179,6 +194,7 @@ def import_rosbag(
     frame_convention: FrameConvention = typer.Option("auto", "--frame-convention", help="auto (by name: *optical* frames are optical), optical or body (x forward, y left, z up): what the images' frame_id is."),
     depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: CameraPoses = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
     depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
+    no_depth: List[str] = NO_DEPTH, far_range: Optional[float] = FAR_RANGE,
     package_dir: List[Path] = PACKAGE, target: List[str] = TARGET, payload_com: Optional[str] = PAYLOAD_COM,
     force: bool = FORCE, json_output: bool = JSON,
 ) -> None:
@@ -190,7 +206,7 @@ def import_rosbag(
 
             options = CameraOptions(depth_scale, still, still_window, tolerance, pair_tolerance, camera_poses,
                                     frame_convention, _mount_plane(mount_plane), depth_noise, _board_entry(board),
-                                    list(camera) or None)
+                                    list(camera) or None, parse_no_depth(no_depth) or DEFAULT_NO_DEPTH, far_range)
             with progress_bar("importing images", None, unit="images") as update:
                 summary = import_rosbag_cameras(robot, bag, topic, options, out, payload, force, update)
             _camera_report(summary, json_output)
@@ -239,6 +255,7 @@ def import_images(
     depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: CameraPoses = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
     depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
     flange_poses: Optional[Path] = FLANGE_POSES, setup: HandEyeSetup = SETUP,
+    no_depth: List[str] = NO_DEPTH, far_range: Optional[float] = FAR_RANGE,
     package_dir: List[Path] = PACKAGE, force: bool = FORCE, json_output: bool = JSON,
 ) -> None:
     """A folder of images taken at the poses of a joints CSV (or at reported flange poses) -> a camera session."""
@@ -276,7 +293,8 @@ def import_images(
 
         robot = _robot(urdf, base_link, tip_link, package_dir, None, length_unit or "mm")
         options = CameraOptions(depth_scale, camera_poses=camera_poses, mount_plane_z=_mount_plane(mount_plane),
-                                depth_sigma_at_1m=depth_noise, board=_board_entry(board))
+                                depth_sigma_at_1m=depth_noise, board=_board_entry(board),
+                                no_depth=parse_no_depth(no_depth) or DEFAULT_NO_DEPTH, far_range_m=far_range)
         with progress_bar("importing images", None, unit="images") as update:
             summary = import_image_folder(robot, folder, options, out, angle_unit, length_unit or "mm", force, update)
         _camera_report(summary, json_output)

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import Placements, SelfModelKind, check_positive, require_pass_option
+from selfcal.options import NO_DEPTH_HELP, Placements, SelfModelKind, check_positive, parse_no_depth, require_pass_option
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 selfmodel_app = typer.Typer(help="Learn the arm's shape from depth images, evaluate it, check it against a URDF.",
@@ -225,6 +225,7 @@ def train(
     no_urdf: bool = typer.Option(False, "--no-urdf", help="Read no description: discover the chain from the first "
                                  "session's joint sweeps (`selfcal plan --sweeps`) and train on it."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted training of the same --out."),
+    no_depth: List[str] = typer.Option([], "--no-depth", help=NO_DEPTH_HELP + " Default: as each session's camera says (an import records auto unless told otherwise)."),
     json_output: bool = typer.Option(False, "--json", help="Print a machine-readable summary."),
 ) -> None:
     """Train a self-model: occupancy queried by (point, joint angles), learned from depth alone."""
@@ -253,18 +254,23 @@ def train(
         # After the URDF is known to exist: a calibration beside it is read for its standard deviations.
         held, placed, calibration = placements_held(placements, urdf, no_urdf, previous)
         known = calibrated_placement_std(calibration) if calibration is not None else None
+        from selfmodel.depth_labels import LabelSettings
+
         trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
                                    hold=parse_holds(hold), device=device,
-                                   placement=PlacementSettings(hold=held, held_std=known), **extra)
+                                   placement=PlacementSettings(hold=held, held_std=known),
+                                   labels=LabelSettings(no_depth=parse_no_depth(no_depth)), **extra)
         before = load_model(previous) if previous is not None else None
         loaded = [load_session(path) for path in sessions]
         if cameras is not None:
             poses, intrinsics = camera_poses_from_calibration(cameras)
             loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml"), intrinsics)
                       for session in loaded]
-        from selfmodel.depth_labels import check_depth_sessions
+        from selfmodel.depth_labels import check_depth_sessions, check_no_depth, no_depth_summary
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
+        check_no_depth(trainer.labels, loaded)
+        zeros = no_depth_summary(loaded, trainer.labels)
         import contextlib
 
         with contextlib.ExitStack() as scratch_folder:
@@ -282,7 +288,8 @@ def train(
             run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
                    "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
                    "cameras": None if cameras is None else str(cameras), "placements": "held" if held else "fitted",
-                   **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
+                   **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {}),
+                   "no_depth": zeros}
             with _training_folder(out, run, resume) as (partial, continues):
                 with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
                     result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update,
@@ -309,7 +316,7 @@ def train(
                         discovered.save(folder / "discovered_chain.json")
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
-                   "configurations": result.configurations}
+                   "configurations": result.configurations, "no_depth": zeros}
         if result.corrections is not None:
             summary["joint_placement"] = {**result.corrections.to_json(), "how": placed}
         if changes is not None:
@@ -325,6 +332,9 @@ def train(
         else:
             typer.echo(f"{out}: {kind} self-model, {result.steps} steps in {result.seconds / 60:.1f} min on "
                        f"{result.labelled_points} labelled points from {result.configurations} poses")
+            typer.echo("pixels with no reading: " + "; ".join(
+                f"{name} {z['mode']}" + (f" (free up to {z['far_range_m']:.2f} m)" if z["far_range_m"] else "")
+                + (", --no-depth" if z["source"] == "--no-depth" else "") for name, z in zeros.items()))
             if discovered is not None:
                 refined = (discovered.source.get("refinement") or {}).get("poses", 0)
                 typer.echo(f"chain discovered from the sweeps{f', axes refined over {refined} random poses' if refined else ''}:")
@@ -341,6 +351,16 @@ def train(
 
                 for line in change_lines(changes):
                     typer.echo(line)
+
+
+def unsupported_line(cm3: dict | None) -> str:
+    """What ``check`` and ``eval`` say of learned matter no depth reading supported."""
+    if cm3 is None:
+        return "learned matter no depth reading supported: not checked (the training sessions cannot be read)"
+    total = sum(cm3.values())
+    return (f"learned matter no depth reading supported (matter only because never seen free): {total:.0f} cm3"
+            + (" (" + ", ".join(f"{link} {value:.0f}" for link, value in cm3.items() if value > 0) + ")" if total else "")
+            + ("; shells beside the arm where zeros were taken as unknown? see --no-depth" if total > 50 else ""))
 
 
 @selfmodel_app.command("eval")
@@ -382,6 +402,11 @@ def evaluate(
         with progress_bar("evaluating", len(pose_ids or loaded.pose_ids), unit="poses") as update:
             figures = evaluate_model(loaded_model, loaded, np.random.default_rng(seed), pose_ids, voxel / 1000,
                                      progress=update)
+        if loaded_model.kind == "structured":
+            from selfmodel.seen_through import training_sessions, unsupported_matter
+
+            trained_on = training_sessions(getattr(loaded_model, "folder", None))[0]
+            figures["unsupported_matter_cm3"] = unsupported_matter(loaded_model.to("cpu"), trained_on) if trained_on else None
         verdict = eval_verdict(figures, voxel, tolerance_mm, false_free_max)
         if json_output:
             print_json({"verdict": verdict.as_dict()} | figures)
@@ -396,6 +421,8 @@ def evaluate(
                            f"(x{figures['baked_queries_per_s'] / figures['queries_per_s']:.1f} the network), disagreeing "
                            f"with the network on {100 * figures['baked_disagreement_workspace']:.2f} % of workspace points "
                            f"and {100 * figures['baked_disagreement_arm_box']:.2f} % of points around the arm")
+            if "unsupported_matter_cm3" in figures:
+                typer.echo(unsupported_line(figures["unsupported_matter_cm3"]))
     exit_for(verdict, require_pass)
 
 
@@ -429,6 +456,7 @@ def check(
                        + ("described surface the cameras saw through: read from the training sessions' depth images"
                           if result.seen_through_checked else "described surface the cameras saw through: not checked "
                           "(the training sessions are not where the model folder names them, or have no camera poses)"))
+            typer.echo(unsupported_line(result.unsupported_cm3))
             for row in result.rows:
                 sd = "" if row.deviation_sd_mm is None else f" +- {row.deviation_sd_mm:4.1f}"
                 bend = "" if not row.joint else (f"  [{row.joint}: moves what follows {row.joint_mm:.1f} mm, turned "

@@ -60,3 +60,35 @@ def check_positive(**values: float | None) -> None:
     for name, value in values.items():
         if value is not None and not value > 0:
             raise InputError(f"--{name.replace('_', '-')} must be positive, got {value}.")
+
+
+NO_DEPTH_HELP = ("What a depth pixel of 0 means, for every camera (MODE) or one (CAMERA=MODE; repeatable): auto "
+                 "(default) no-return regions reaching the image border or larger than 1 % of it are free space up to "
+                 "the camera's far range, small holes unknown; free: every 0 is free space up to the far range; "
+                 "unknown: a 0 vouches for nothing (space no camera saw free becomes matter).")
+
+
+def parse_no_depth(values: list[str]) -> str | dict | None:
+    """``--no-depth`` values -> None (not given), one mode for all cameras, or {camera: mode}
+    (a bare MODE among CAMERA=MODE items is every camera not named)."""
+    from rigs.errors import InputError
+    from rigs.no_return import check_mode
+
+    if not values:
+        return None
+    every, named = None, {}
+    for value in values:
+        camera, _, mode = value.rpartition("=")
+        check_mode(mode.strip(), f"--no-depth {value}")
+        if camera:
+            named[camera.strip()] = mode.strip()
+        elif every is not None and every != mode.strip():
+            raise InputError(f"--no-depth: two modes for every camera ({every} and {mode.strip()}); name the camera "
+                             f"with CAMERA=MODE.")
+        else:
+            every = mode.strip()
+    if not named:
+        return every
+    if every is not None:
+        named["*"] = every
+    return named

@@ -101,12 +101,16 @@ class DamageCheck:
     points: int  # measured points used
     placement_fitted: bool  # the model carries a placement fit with standard deviations
     seen_through_checked: bool = False  # the training sessions' depth images were read for missing matter
+    # Link -> cm3 of learned matter no depth reading ever supported (seen_through.unsupported_matter);
+    # None where the training sessions could not be read.
+    unsupported_cm3: dict | None = None
 
     def as_dict(self) -> dict:
         from dataclasses import asdict
 
         return {"noise_mm": self.noise_mm, "bin_se_mm": self.bin_se_mm, "points": self.points,
                 "placement_fitted": self.placement_fitted, "seen_through_checked": self.seen_through_checked,
+                "unsupported_matter_cm3": self.unsupported_cm3,
                 "links": [asdict(row) for row in self.rows]}
 
 
@@ -398,5 +402,10 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
         row.deviation_mm, row.deviation_sd_mm, row.kind, row.where_link = value, sd, kind, list(where)
         rows.append(row)
     rows.sort(key=lambda row: -(row.deviation_mm - 2 * (row.deviation_sd_mm or 0.0)))
+    unsupported = None
+    if sessions:
+        from selfmodel.seen_through import unsupported_matter
+
+        unsupported = unsupported_matter(model, sessions)
     return DamageCheck(rows, noise * 1000, float(np.median(typical) * 1000) if typical else float("nan"),
-                       int(len(points)), std is not None, bool(through))
+                       int(len(points)), std is not None, bool(through), unsupported)

@@ -22,14 +22,22 @@ Along a ray that hit the arm at measured depth d (noise sigma from the camera's 
 
 Real depth images are not that clean, and the labels say only what a pixel can vouch for:
 
-- a pixel with no reading (0) is unknown: a hole, a stereo shadow, a dark or shiny surface, or
-  nothing in range. Only a camera whose session says its zeros are free (``no_depth: free``, the
-  simulator's ideal cameras in empty space) makes such a ray free across the workspace;
+- a pixel with no reading (0) is a hole (a stereo shadow, a dark or shiny surface, a grazing
+  angle: unknown behind it) or nothing in range (free up to the camera's far range). Each camera's
+  ``no_depth`` (the session's, or the trainer's per camera) says which (rigs.no_return): ``unknown``
+  every zero vouches for nothing; ``free`` every zero is free up to the far range (the simulator's
+  ideal cameras in empty space); ``auto`` zero regions that reach the image border or are larger
+  than a stated share of the image are free up to the far range, small holes unknown, and a zero
+  within a few pixels of a reading is free only in front of that reading (it may be a grazing hole
+  on the silhouette: no free ray through the rim). Space that no camera ever saw free becomes
+  matter (selfmodel.training), so treating an empty background as unknown grows shells;
 - a pixel on a depth edge whose depth lies between a nearer and a farther neighbour, each more
   than ``edge_jump`` (or ``edge_sigmas`` sigma) away, may be a flying pixel mixing foreground and
   background: it labels nothing occupied, and its ray is free only up to the nearest depth among
   its neighbours (less the band). The foreground's and the background's own pixels along the
-  edge are kept;
+  edge are kept. Where the background gives no reading, a pixel with a nearer neighbour a jump
+  away and a neighbour with no reading is such a pixel too: it reads behind the silhouette, blended
+  with a background the image does not hold;
 - a hit that cannot be the arm is background (a table, a wall): free up to it, nothing occupied.
   It cannot be the arm when it lies below the session's mount plane (the surface the base stands
   on, plus the band) or, given an ``arm_region``, outside every link's domain at that pose.
@@ -46,8 +54,9 @@ import numpy as np
 
 from capture.session import Session
 from rigs.errors import InputError
+from rigs.no_return import NO_DEPTH_MODES, RIM_PX, no_return_reach, no_return_regions
 
-FAR = 100.0  # m: how far a ray that hit nothing counts as free (clipped to each link's domain)
+FAR = 100.0  # m: the far range of a simulated session's ideal cameras that did not state theirs
 TABLE_SIGMAS = 4.0  # a reading this many (vertical) noise sigmas above the mount plane is still the table
 
 
@@ -65,7 +74,9 @@ class LabelSettings:
     side_sigmas: float = 1.5  # half-width of the band labelled by side, in noise sigmas (at least band_min)
     shell: float = 0.012  # m of occupied shell behind the clearance (shell_samples per hit ray)
     workspace_margin: float = 0.03  # m added around the measured surface's bounds
-    no_depth: str | None = None  # what a 0 pixel means: None as each camera says; "free" or "unknown" for all
+    # What a 0 pixel means (rigs.no_return): None as each camera says; "auto", "free" or "unknown"
+    # for all cameras; or {camera: mode} (key "*": every camera not named; else as they say).
+    no_depth: str | dict | None = None
     edge_pixels: str = "drop"  # "drop": edge pixels label nothing occupied (module docstring); "keep": as any
     edge_jump: float = 0.03  # m: a neighbour this much nearer or farther makes a pixel an edge pixel ...
     edge_sigmas: float = 4.0  # ... or this many noise sigmas, whichever is larger
@@ -160,35 +171,86 @@ def check_depth_sessions(sessions: list[Session]) -> None:
 @dataclass
 class Reading:
     """What one depth image vouches for, per pixel (H, W): ``edge`` (a possible flying pixel),
-    ``table`` (a reading of the mount plane), and ``free_end``: the depth (m along the optical
-    axis) up to which the pixel's ray is free (band subtracted; 0 where nothing is known)."""
+    ``table`` (a reading of the mount plane), ``zero_free`` (a pixel with no reading that means
+    nothing in range), and ``free_end``: the depth (m along the optical axis) up to which the
+    pixel's ray is free (band subtracted; 0 where nothing is known)."""
 
     edge: np.ndarray
     table: np.ndarray
     free_end: np.ndarray
+    zero_free: np.ndarray | None = None
+
+
+def no_depth_mode(name: str, camera, settings: LabelSettings) -> str:
+    """What camera ``name``'s zeros mean: the settings' word for it (or for all), else the camera's."""
+    wanted = settings.no_depth
+    if isinstance(wanted, dict):
+        wanted = wanted.get(name, wanted.get("*"))  # "*": every camera not named
+    return wanted or camera.no_depth or "unknown"
+
+
+def far_range(session: Session, name: str, cache: dict | None = None) -> float:
+    """How far (m along the optical axis) a zero of camera ``name`` that means nothing in range
+    vouches free space: the session's ``far_range_m``; for a simulated session that states none,
+    FAR (its ideal cameras saw empty space); else the largest reading in the session's images of
+    that camera (nothing nearer than the farthest reading it ever gave can have been out of range)."""
+    camera = session.cameras[name]
+    if camera.far_range_m is not None:
+        return float(camera.far_range_m)
+    if (session.manifest.get("source") or {}).get("kind") == "simulated":
+        return FAR
+    key = (str(session.path), name)
+    if cache is not None and key in cache:
+        return cache[key]
+    largest = 0.0
+    for pose in session.pose_ids:
+        if session.has_image(name, pose, "depth"):
+            largest = max(largest, float(np.max(session.image(name, pose, "depth"), initial=0.0)))
+    if cache is not None:
+        cache[key] = largest
+    return largest
 
 
 def read_depth(depth: np.ndarray, camera, settings: LabelSettings, mount: float | None,
-               arm: Callable[[np.ndarray], np.ndarray] | None = None) -> Reading:
+               arm: Callable[[np.ndarray], np.ndarray] | None = None, mode: str | None = None,
+               far: float = FAR) -> Reading:
     """The module docstring's rules for one image (H, W) m of ``camera`` (a SessionCamera).
 
     ``arm``: base-frame points (n, 3) -> (n,) whether the arm can be there at this pose. A reading
     near the mount plane there is the arm's own (the base stands on the plane: the lowest
-    centimetres of its sides read as high as the plane's noise band), not the plane's."""
+    centimetres of its sides read as high as the plane's noise band), not the plane's.
+    ``mode``: what the image's zeros mean (rigs.no_return; None: the camera's ``no_depth``), and
+    ``far`` (m) how far a zero that means nothing in range vouches free space."""
     from rigs.depth_model import neighbourhood_range
+    from scipy import ndimage
 
+    mode = mode or getattr(camera, "no_depth", None) or "unknown"
     valid = depth > 0
     sigma = camera.depth_sigma(depth)
     low, high = neighbourhood_range(depth)
     threshold = np.maximum(settings.edge_jump, settings.edge_sigmas * sigma)
     # Between a nearer and a farther neighbour, both a jump away: the foreground's and the
-    # background's own pixels along an edge stay, the mixed ones between them go.
-    edge = valid & (depth - low > threshold) & (high - depth > threshold)
+    # background's own pixels along an edge stay, the mixed ones between them go. Where the
+    # background reads nothing, a neighbour with no reading stands for the farther one: a pixel a
+    # jump behind its nearer neighbour beside an empty one is blended with a background the image
+    # does not hold (on a hole in a real background it costs one pixel of labels, nothing else).
+    beside_empty = ndimage.maximum_filter(~valid, size=3, mode="nearest")
+    edge = valid & (depth - low > threshold) & ((high - depth > threshold) | beside_empty)
     if settings.edge_pixels == "keep":
         edge = np.zeros_like(valid)
     reach = np.where(edge, low, depth)
     free_end = np.where(valid, reach - np.maximum(settings.band_sigmas * camera.depth_sigma(reach), settings.band_min),
                         0.0)
+    zero_free = np.zeros_like(valid)
+    if mode != "unknown" and not valid.all():
+        zero_free = no_return_regions(depth).free(mode)
+        # On the rim, free only in front of the nearest reading less its band (as a flying pixel's ray).
+        nearest = ndimage.minimum_filter(np.where(valid, depth, np.inf), size=2 * RIM_PX + 1, mode="nearest")
+        nearest = np.where(np.isfinite(nearest), nearest, 0.0)
+        margin = np.maximum(settings.band_sigmas * camera.depth_sigma(nearest), settings.band_min)
+        ends = no_return_reach(depth, zero_free, far, RIM_PX if mode == "auto" else None, margin)
+        zero_free &= ends > 0
+        free_end = np.where(zero_free, ends, free_end)
     table = np.zeros_like(valid)
     if mount is not None:
         # A reading of the surface the arm stands on is the plane itself: free down to the plane.
@@ -207,11 +269,41 @@ def read_depth(depth: np.ndarray, camera, settings: LabelSettings, mount: float 
         with np.errstate(divide="ignore", invalid="ignore"):
             plane = (mount - origin_z) / down
         free_end = np.where(table, plane, free_end)
-    return Reading(edge, table, np.maximum(free_end, 0.0))
+    return Reading(edge, table, np.maximum(free_end, 0.0), zero_free)
 
 
-def _zeros_free(camera, settings: LabelSettings) -> bool:
-    return (settings.no_depth or camera.no_depth) == "free"
+def check_no_depth(settings: LabelSettings, sessions: list[Session]) -> None:
+    """The settings' no-depth word is a mode, and names only cameras the sessions have."""
+    wanted = settings.no_depth
+    if wanted is None:
+        return
+    modes = wanted.values() if isinstance(wanted, dict) else [wanted]
+    for mode in modes:
+        if mode not in NO_DEPTH_MODES:
+            raise InputError(f"--no-depth must be one of {', '.join(NO_DEPTH_MODES)}, got {mode!r}.")
+    if isinstance(wanted, dict):
+        names = {name for session in sessions for name in session.cameras}
+        unknown = sorted(set(wanted) - names - {"*"})
+        if unknown:
+            raise InputError(f"--no-depth {unknown[0]}=...: the sessions have no camera {unknown[0]!r} "
+                             f"(they have {', '.join(sorted(names))}).")
+
+
+def no_depth_summary(sessions: list[Session], settings: LabelSettings) -> dict[str, dict]:
+    """Per camera: what its zeros meant in training (``mode``), who said so, and the far range (m)
+    up to which a zero that means nothing in range was free."""
+    out: dict[str, dict] = {}
+    cache: dict = {}
+    for session in sessions:
+        for name, camera in session.cameras.items():
+            if name in out:
+                continue
+            mode = no_depth_mode(name, camera, settings)
+            wanted = settings.no_depth
+            stated = wanted.get(name, wanted.get("*")) if isinstance(wanted, dict) else wanted
+            out[name] = {"mode": mode, "source": "--no-depth" if stated else "session",
+                         "far_range_m": None if mode == "unknown" else round(far_range(session, name, cache), 4)}
+    return out
 
 
 def _ray_box(origin: np.ndarray, directions: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -240,8 +332,8 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
     None: any reading above the mount plane.
     """
     check_depth_sessions(sessions)
-    if settings.no_depth not in (None, "free", "unknown"):
-        raise InputError(f"no_depth must be 'free' or 'unknown', got {settings.no_depth!r}.")
+    check_no_depth(settings, sessions)
+    far_cache: dict = {}
     if settings.edge_pixels not in ("drop", "keep"):
         raise InputError(f"edge_pixels must be 'drop' or 'keep', got {settings.edge_pixels!r}.")
     rays = []  # per image: config, origin (3,), directions (n, 3) base frame, depth (n,), sigma (n,), free depth, arm
@@ -257,7 +349,9 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
             images = {name: session.image(name, pose, "depth") for name in session.cameras
                       if session.has_image(name, pose, "depth")}
             arm = None if arm_region is None else (lambda points, config=config: arm_region.contains(points, config))
-            readings = {name: read_depth(depth, session.cameras[name], settings, mount, arm)
+            readings = {name: read_depth(depth, session.cameras[name], settings, mount, arm,
+                                         no_depth_mode(name, session.cameras[name], settings),
+                                         far_range(session, name, far_cache))
                         for name, depth in images.items()}
             for name, camera in session.cameras.items():
                 if name not in images:
@@ -283,7 +377,7 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
                 is_arm[index] = True
                 arm_pixels = np.flatnonzero(is_arm)
                 other_pixels = np.flatnonzero(valid & ~is_arm)
-                miss = np.flatnonzero(~valid) if _zeros_free(camera, settings) else np.zeros(0, dtype=int)
+                miss = np.flatnonzero(reading.zero_free.ravel())
                 picks = [rng.choice(pool, min(count, pool.size), replace=False) if pool.size else pool
                          for pool, count in ((arm_pixels, settings.hit_rays_per_image),
                                              (other_pixels, settings.background_rays_per_image),
@@ -319,8 +413,9 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
         hit = d > 0
         band = np.maximum(settings.band_sigmas * sigma, settings.band_min)
         # A ray is seen free from the camera to the band, outside the workspace too (a missed ray
-        # all the way): a link frame's point may lie outside the workspace at some configurations.
-        end = np.where(hit, free_end, FAR)
+        # up to the far range, or to the rim's reading): a link frame's point may lie outside the
+        # workspace at some configurations.
+        end = free_end
         seen = end > 0
         free_rays["config"].append(np.full(int(seen.sum()), config, dtype=np.int32))
         free_rays["origin"].append(np.broadcast_to(origin, (int(seen.sum()), 3)))
@@ -351,9 +446,11 @@ def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: n
         other = hit & ~arm & (free_end > 0)
         t = free_end[other, None] - band[other, None] * rng.uniform(0.0, 1.0, (int(other.sum()), settings.band_samples // 2))
         samples_t.append((np.flatnonzero(other), t, np.zeros_like(t, dtype=np.float32)))
-        # Rays that hit nothing, from cameras whose zeros are free: free across the workspace.
-        miss = ~hit & (exit_ > entry)
-        t = entry[miss, None] + (exit_ - entry)[miss, None] * rng.uniform(0.0, 1.0, (int(miss.sum()), settings.miss_samples))
+        # Rays that read nothing where that means nothing in range: free across the workspace, up
+        # to the far range (on the rim: up to the nearest reading).
+        stop = np.minimum(exit_, free_end)
+        miss = ~hit & (stop > entry)
+        t = entry[miss, None] + (stop - entry)[miss, None] * rng.uniform(0.0, 1.0, (int(miss.sum()), settings.miss_samples))
         samples_t.append((np.flatnonzero(miss), t, np.zeros_like(t, dtype=np.float32)))
         for index, t, label in samples_t:
             xyz = origin + t[..., None] * directions[index][:, None, :]
@@ -416,13 +513,15 @@ def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidate
     ``base_T_links`` (C, L, 4, 4) poses the links at the sessions' configurations (in the order of
     their poses); ``candidates[l]`` (n, 3) are points in link l's frame. A point is seen free by a
     camera when it projects into the image in front of the measured depth (less the label band; on
-    a depth edge, of the nearest neighbour's), or onto a pixel that saw nothing when the camera's
-    zeros are free (a pixel with no reading vouches for nothing otherwise); and below the session's
+    a depth edge, of the nearest neighbour's), or in front of the far range on a pixel whose zero
+    means nothing in range (the camera's no-depth mode, rigs.no_return; a hole vouches for
+    nothing); and below the session's
     mount plane. Returns two lists of boolean masks (n,), one per link: never
     seen free, and seen free with ``clear_margin`` m to spare (certainly not part of the link).
     """
     never = [np.ones(len(points), dtype=bool) for points in candidates]
     clear = [np.zeros(len(points), dtype=bool) for points in candidates]
+    far_cache: dict = {}
     config = 0
     for session in sessions:
         mount = session.mount_plane_z
@@ -440,9 +539,9 @@ def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidate
                 depth = session.image(name, pose, "depth")
                 height, width = depth.shape
                 arm = None if arm_region is None else (lambda points, config=config: arm_region.contains(points, config))
-                reading = read_depth(depth, camera, settings, mount, arm)
+                reading = read_depth(depth, camera, settings, mount, arm, no_depth_mode(name, camera, settings),
+                                     far_range(session, name, far_cache))
                 free_end = reading.free_end
-                zeros_free = _zeros_free(camera, settings)
                 camera_T_base = np.linalg.inv(camera.base_T_camera)
                 K = camera.info.K
                 for link, points in enumerate(candidates):
@@ -453,13 +552,11 @@ def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidate
                     u = np.rint(K[0, 0] * local[:, 0] / np.where(front, z, 1) + K[0, 2]).astype(int)
                     v = np.rint(K[1, 1] * local[:, 1] / np.where(front, z, 1) + K[1, 2]).astype(int)
                     inside = front & (u >= 0) & (u < width) & (v >= 0) & (v < height)
+                    # A zero that means nothing in range vouches up to the far range (free_end holds it).
                     reach = np.zeros(len(points))
                     reach[inside] = free_end[v[inside], u[inside]]
-                    measured = np.zeros(len(points))
-                    measured[inside] = depth[v[inside], u[inside]]
-                    empty = (measured <= 0) if zeros_free else np.zeros(len(points), dtype=bool)
-                    free = inside & (empty | (z < reach))
-                    clearly = inside & (empty | (z < reach - clear_margin))
+                    free = inside & (z < reach)
+                    clearly = inside & (z < reach - clear_margin)
                     if mount is not None:
                         # A pixel that sees the table sees its whole cone free down to the plane
                         # (a pixel's own ray is only one line of that cone).

@@ -87,7 +87,10 @@ def test_a_bag_imports_to_the_native_poses_cameras_and_images(imported, native, 
     for name, camera in ours.cameras.items():
         # From /tf_static, the body-frame camera rotated to its optical frame.
         np.testing.assert_allclose(camera.base_T_camera, theirs.cameras[name].base_T_camera, atol=1e-9)
-        assert camera.no_depth == "unknown"
+        assert camera.no_depth == "auto"  # the default: no-return regions free, small holes unknown
+        assert 0 < camera.far_range_m < 10  # the largest reading of a camera in a room
+        zeros = summary["cameras"][name]["no_reading"]
+        assert zeros["images"] == len(theirs.pose_ids) and zeros["no_reading"] < 0.5
         counts = summary["cameras"][name]
         assert counts["kept"] == len(theirs.pose_ids)
         assert counts["frames"] == counts["kept"] + sum(counts["dropped"].values())
@@ -159,8 +162,9 @@ def test_an_imported_bag_trains_a_self_model_as_good_as_the_native_session(impor
 
 # -- image folders ---------------------------------------------------------------------------------
 
-def write_folder(session, folder: Path, with_pose: str | None = "front") -> None:
-    """A lab's folder: joints in degrees, depth PNGs in mm, colour as JPEG, camera_info.yaml, one pose.yaml."""
+def write_folder(session, folder: Path, with_pose: str | None = "front", clip: float | None = None) -> None:
+    """A lab's folder: joints in degrees, depth PNGs in mm, colour as JPEG, camera_info.yaml, one pose.yaml;
+    with ``clip`` (m), depth beyond it reads 0 (a driver's clipping distance)."""
     from rigs.transforms import quat_xyzw
 
     folder.mkdir()
@@ -174,6 +178,8 @@ def write_folder(session, folder: Path, with_pose: str | None = "front") -> None
         shutil.copy(session.path / "cameras" / name / "camera_info.yaml", target / "camera_info.yaml")
         for pose in session.pose_ids:
             depth = session.image(name, pose, "depth")
+            if clip is not None:
+                depth = np.where(depth > clip, 0.0, depth)
             cv2.imwrite(str(target / f"{pose}_depth.png"), np.round(depth * 1000).astype(np.uint16))
             cv2.imwrite(str(target / f"{pose}_rgb.jpg"), session.image(name, pose, "rgb")[..., ::-1])
         if name == with_pose:
@@ -205,6 +211,49 @@ def test_an_image_folder_imports_with_its_poses_and_without(native, tmp_path):
     run = invoke("selfmodel", "train", str(out), "--out", str(tmp_path / "model"), "--steps", "2")
     assert run.exit_code == 2 and "selfcal calibrate" in run.output and "--cameras" in run.output
     assert not (tmp_path / "model.partial").exists()
+
+
+def test_the_import_says_how_much_of_each_image_reads_nothing_and_what_it_takes_that_to_mean(native, tmp_path):
+    """The room behind the arm clipped away, as a driver's clipping distance does: most of every
+    image reads nothing. The import says so per camera, split into no-return regions connected to
+    the border and holes, warns naming --no-depth, and records the meaning per camera."""
+    session = load_session(native)
+    clip = 1.6
+    folder = tmp_path / "lab"
+    write_folder(session, folder, with_pose=None, clip=clip)
+    out = tmp_path / "session"
+    run = invoke("import", "images", str(folder), *robot_args(session), "--out", str(out), "--json")
+    assert run.exit_code == 0, (run.output, run.exception)
+    summary = json.loads(run.stdout)
+    imported = load_session(out)
+    for name, camera in summary["cameras"].items():
+        zeros = camera["no_reading"]
+        assert zeros["no_reading"] > 0.5 and zeros["border"] > 0.9 * zeros["no_reading"], zeros
+        assert camera["no_depth"] == "auto" and imported.cameras[name].no_depth == "auto"
+        assert camera["far_range_m"] <= clip and "largest reading" in camera["far_range_source"]
+    warnings = summary["warnings"]
+    assert len(warnings) == len(session.cameras) and all("--no-depth" in w for w in warnings)
+    # Without --json the warning goes to the terminal, with the count per camera.
+    run = invoke("import", "images", str(folder), *robot_args(session), "--out", str(tmp_path / "plain"))
+    assert run.exit_code == 0 and "warning:" in run.stderr and "reads nothing" in run.stderr, run.output
+    assert "no reading:" in run.stdout and "no return connected to the border" in run.stdout
+    # Unknown for all but one camera, stated far range: recorded as said, and the warning points at auto.
+    out = tmp_path / "unknown"
+    run = invoke("import", "images", str(folder), *robot_args(session), "--out", str(out), "--json",
+                 "--no-depth", "unknown", "--no-depth", "front=free", "--far-range", "1.6")
+    assert run.exit_code == 0, (run.output, run.exception)
+    imported = load_session(out)
+    assert imported.cameras["front"].no_depth == "free" and imported.cameras["left"].no_depth == "unknown"
+    assert all(camera.far_range_m == 1.6 for camera in imported.cameras.values())
+    assert "--no-depth auto" in " ".join(json.loads(run.stdout)["warnings"])
+    # The room as recorded: no warning.
+    write_folder(session, tmp_path / "room", with_pose=None)
+    run = invoke("import", "images", str(tmp_path / "room"), *robot_args(session), "--out", str(tmp_path / "r"), "--json")
+    assert run.exit_code == 0 and json.loads(run.stdout)["warnings"] == []
+    # A camera --no-depth names that the folder lacks, or a mode that is none: one sentence, exit 2.
+    for bad, said in ((["--no-depth", "top=free"], "no camera 'top'"), (["--no-depth", "empty"], "must be one of")):
+        text = fails("import", "images", str(folder), *robot_args(session), "--out", str(tmp_path / "bad"), *bad)
+        assert said in text and not (tmp_path / "bad").exists()
 
 
 # -- refused, with one sentence and exit 2 ---------------------------------------------------------

@@ -117,3 +117,158 @@ def test_readings_at_the_mount_plane_are_the_plane_except_where_the_arm_can_be()
     assert np.all(reading.free_end[at_arm] < depth[at_arm])
     np.testing.assert_allclose(reading.free_end[elsewhere], plain.free_end[elsewhere])
     assert np.all(plain.free_end[at_arm] > depth[at_arm])
+
+
+# -- what a pixel with no reading means --------------------------------------------------------------
+
+def _shells(session, mode: str, per_link: int = 3000) -> tuple[float, float]:
+    """Under ``--no-depth mode``, of the candidates in the links' domain boxes: the share never seen
+    free yet more than 2 cm from the true arm (a shell), and the share of those inside the true arm
+    still never seen free (the body's matter the prior keeps)."""
+    from selfmodel.chain import ChainSpec, link_poses_numpy
+    from selfmodel.depth_labels import never_seen_free
+    from selfmodel.metrics import PosedTruth, true_arm
+    from selfmodel.training import SelfModelTrainer, _domain_region
+    from rigs.solids import raycasting_scene
+
+    spec = ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    domains = SelfModelTrainer(steps=1)._domains(spec, session.urdf_path, session.tip_link)
+    poses = link_poses_numpy(spec, session.q)
+    rng = np.random.default_rng(3)
+    candidates = [rng.uniform(domains[0][i], domains[1][i], (per_link, 3)) for i in range(len(spec.link_names))]
+    never, _ = never_seen_free([session], poses, candidates, LabelSettings(no_depth=mode),
+                               arm_region=_domain_region(spec, [session], *domains))
+    truth = true_arm(session, session.pose_ids[:1])
+    posed = PosedTruth({n: raycasting_scene(m) for n, m in truth.meshes.items()}, truth.meshes, truth.link_names,
+                       truth.base_T_links[0])
+    far = inside = kept = 0
+    for link, points in enumerate(candidates):
+        base = points @ poses[0, link, :3, :3].T + poses[0, link, :3, 3]
+        far += int(np.sum(never[link] & (posed.distance(base) > 0.02)))
+        body = posed.occupied(base)
+        inside += int(body.sum())
+        kept += int(np.sum(body & never[link]))
+    return far / sum(len(p) for p in candidates), kept / max(inside, 1)
+
+
+def test_an_empty_background_read_as_unknown_grows_shells_and_auto_or_free_do_not(fin_session):
+    """The fin arm's ideal cameras read 0 wherever they miss the arm (nothing behind it). Read as
+    unknown, the space beside the arm is never seen free and would be learned as matter; auto and
+    free see it free (auto keeps only the rim behind the silhouette unknown)."""
+    unknown, _ = _shells(fin_session, "unknown")
+    auto, _ = _shells(fin_session, "auto")
+    free, _ = _shells(fin_session, "free")
+    assert unknown > 0.05, unknown  # a shell: a large share of the domains never seen free, far from the arm
+    assert auto < unknown / 5 and free < unknown / 5, (unknown, auto, free)
+    assert free <= auto + 0.005  # auto is the more careful of the two, never the less
+
+
+def _with_holes(session, folder: Path, rng: np.random.Generator) -> Path:
+    """A copy of ``session`` whose depth images have 3x3 holes punched in the arm (a real camera's
+    dark patches and speckle), away from the silhouette."""
+    import shutil
+
+    import cv2
+    from scipy import ndimage
+
+    shutil.copytree(session.path, folder)
+    for name in session.cameras:
+        for path in sorted((folder / "cameras" / name).glob("*_depth.png")):
+            depth = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+            inner = ndimage.binary_erosion(depth > 0, iterations=4)
+            rows, cols = np.nonzero(inner)
+            if not len(rows):
+                continue
+            for k in rng.choice(len(rows), min(25, len(rows)), replace=False):
+                depth[rows[k] - 1:rows[k] + 2, cols[k] - 1:cols[k] + 2] = 0
+            cv2.imwrite(str(path), depth)
+    return folder
+
+
+def test_holes_on_the_arm_stay_unknown_under_auto_and_free_carves_through_them(fin_session, tmp_path):
+    """Holes punched in the arm's readings: read as free (``free``), their rays carve the body's
+    inside, which no camera then vouches for; ``auto`` reads small holes as unknown and keeps it."""
+    holed = load_session(_with_holes(fin_session, tmp_path / "holed", np.random.default_rng(0)))
+    kept = {mode: _shells(holed, mode)[1] for mode in ("unknown", "auto", "free")}
+    assert kept["unknown"] > 0.8, kept
+    assert kept["auto"] > kept["unknown"] - 0.05, kept
+    assert kept["free"] < kept["auto"] - 0.2, kept
+    # And auto still labels the empty background free (the misses), unknown does not.
+    settings = {mode: LabelSettings(hit_rays_per_image=300, miss_rays_per_image=100, no_depth=mode)
+                for mode in ("unknown", "auto")}
+    # Rays free up to the far range (3 m): none when zeros vouch for nothing.
+    counts = {mode: int(np.sum(depth_training_data([holed], s, np.random.default_rng(0)).ray_free_end > 2.9))
+              for mode, s in settings.items()}
+    assert counts["unknown"] == 0 and counts["auto"] > 1000, counts
+
+
+def _block_image(flying: bool):
+    """A 48 x 64 image: a block 1.0 m away in the middle, nothing behind it (0), and optionally a
+    column of flying pixels along its right edge reading 1.6 m (blended with a background the image
+    does not hold)."""
+    from types import SimpleNamespace
+
+    depth = np.zeros((48, 64))
+    depth[14:34, 20:40] = 1.0
+    if flying:
+        depth[14:34, 40] = 1.6
+    K = np.array([[60.0, 0, 32], [0, 60.0, 24], [0, 0, 1]])
+    camera = SimpleNamespace(info=SimpleNamespace(K=K), base_T_camera=np.eye(4), no_depth="auto",
+                             depth_sigma=lambda d: 0.002 * np.asarray(d))
+    return depth, camera
+
+
+def test_flying_pixels_beside_an_empty_background_are_recognised_and_carve_nothing_through_the_rim():
+    from selfmodel.depth_labels import read_depth
+
+    depth, camera = _block_image(flying=True)
+    reading = read_depth(depth, camera, LabelSettings(), None, mode="auto", far=3.0)
+    # The flying column: an edge pixel (labels nothing occupied), free only in front of the block.
+    assert reading.edge[14:34, 40].all()
+    assert np.all(reading.free_end[14:34, 40] < 1.0)
+    # The block's own pixels stay readings (its edge column included: its neighbour is nearer, not behind).
+    assert not reading.edge[16:32, 20:40].any()
+    assert not reading.edge[14:34, 39].any()
+    # Without the rule (edge pixels kept), the flying column would vouch free space to 1.6 m, through the rim.
+    kept = read_depth(depth, camera, LabelSettings(edge_pixels="keep"), None, mode="auto", far=3.0)
+    assert np.all(kept.free_end[14:34, 40] > 1.5)
+
+
+@pytest.mark.parametrize("mode", ["unknown", "auto", "free"])
+def test_each_no_depth_mode_reads_the_empty_background_as_it_says(mode):
+    from selfmodel.depth_labels import read_depth
+
+    depth, camera = _block_image(flying=False)
+    reading = read_depth(depth, camera, LabelSettings(), None, mode=mode, far=3.0)
+    corner, rim = (2, 2), (24, 40)  # far from the block; the column right beside it
+    if mode == "unknown":
+        assert not reading.zero_free.any() and reading.free_end[corner] == 0 and reading.free_end[rim] == 0
+    elif mode == "free":
+        assert reading.zero_free[depth == 0].all()
+        assert reading.free_end[corner] == 3.0 and reading.free_end[rim] == 3.0
+    else:
+        # Nothing in range up to the far range, but beside a reading only in front of it.
+        assert reading.free_end[corner] == 3.0
+        assert 0.9 < reading.free_end[rim] < 1.0
+    # A small hole inside the block: unknown under auto, free under free.
+    holed = depth.copy()
+    holed[23:25, 29:31] = 0
+    reading = read_depth(holed, camera, LabelSettings(), None, mode=mode, far=3.0)
+    assert reading.zero_free[23:25, 29:31].all() == (mode == "free")
+
+
+@pytest.mark.slow
+def test_check_reports_learned_matter_no_reading_supported(fin_session):
+    """Trained with the empty background read as unknown, the model fills space beside the arm that
+    no reading supports; with auto far less of it. Short trainings: the shells come from the prior,
+    which the first steps already learn."""
+    from selfmodel.seen_through import unsupported_matter
+    from selfmodel.training import SelfModelTrainer
+
+    cm3 = {}
+    for mode in ("unknown", "auto"):
+        trainer = SelfModelTrainer(steps=150, seed=0, batch=2048, prior_batch=512, threads=1,
+                                   labels=LabelSettings(hit_rays_per_image=300, no_depth=mode))
+        model = trainer.fit([fin_session]).model
+        cm3[mode] = sum(unsupported_matter(model, [fin_session], max_views=15).values())
+    assert cm3["unknown"] > 3 * cm3["auto"] + 20, cm3

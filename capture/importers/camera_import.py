@@ -3,8 +3,14 @@
 Both end in the same session layout as a simulated camera session (docs/session-format.md):
 ``cameras/<name>/camera_info.yaml``, ``<pose>_depth.png`` (16-bit, 1 mm per unit, 0 = no
 reading), ``<pose>_rgb.png``, with each camera's pose in the base frame from ``/tf_static`` (or a
-``pose.yaml``) or ``null`` for a board calibration to find. A camera's zeros are ``unknown``:
-real depth cameras read 0 for holes and shadows as well as for empty space.
+``pose.yaml``) or ``null`` for a board calibration to find.
+
+A depth pixel of 0 is no reading: a hole on the arm or nothing in range behind it
+(rigs.no_return). The import counts, per camera, the share of pixels with no reading, split into
+no-return regions connected to the image border (or larger than the stated size) and holes, warns
+when most of an image reads nothing, and records what the zeros mean (``no_depth``: ``auto`` unless
+``--no-depth`` says otherwise) and the camera's far range (``far_range_m``: stated with
+``--far-range``, else the largest reading the camera gave: nothing nearer can have been out of range).
 
 Distorted images (a camera_info with non-zero plumb_bob or rational_polynomial coefficients) are
 undistorted once, here, onto the same K: depth with the nearest pixel (a depth is never blended
@@ -32,6 +38,7 @@ from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, load_session,
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, output_folder
+from rigs.no_return import DEFAULT_NO_DEPTH, MOSTLY_EMPTY, check_mode, no_return_regions
 from rigs.version import VERSION
 
 SESSION_DEPTH_SCALE = MILLIMETRE  # m per unit of the session's depth PNGs: what real cameras resolve
@@ -59,6 +66,13 @@ class CameraOptions:
     depth_sigma_at_1m: float | None = None  # stated noise; None: measured where the recording allows
     board: dict | None = None  # the manifest's sensors.board (a ChArUco board on the tip), or None
     cameras: list[str] | None = None  # --camera NAME=TOPIC[,TOPIC]
+    no_depth: str | dict = DEFAULT_NO_DEPTH  # what a 0 pixel means (rigs.no_return): one mode, or {camera: mode}
+    far_range_m: float | None = None  # m: the cameras' far range; None: the largest reading of each
+
+    def no_depth_of(self, camera: str) -> str:
+        if isinstance(self.no_depth, dict):
+            return self.no_depth.get(camera, self.no_depth.get("*", DEFAULT_NO_DEPTH))  # "*": every other camera
+        return self.no_depth
 
     @property
     def units_m(self) -> float:
@@ -73,6 +87,18 @@ class CameraOptions:
             raise InputError(f"--pair-tolerance must be positive, got {self.pair_tolerance:g} s.")
         if self.depth_sigma_at_1m is not None and not self.depth_sigma_at_1m > 0:
             raise InputError(f"--depth-noise must be positive, got {self.depth_sigma_at_1m:g}.")
+        for mode in (self.no_depth.values() if isinstance(self.no_depth, dict) else [self.no_depth]):
+            check_mode(mode, "--no-depth")
+        if self.far_range_m is not None and not self.far_range_m > 0:
+            raise InputError(f"--far-range must be positive, got {self.far_range_m:g} m.")
+
+    def check_cameras(self, names: list[str], where: str) -> None:
+        """``--no-depth CAMERA=MODE`` names only cameras the recording has."""
+        if isinstance(self.no_depth, dict):
+            unknown = sorted(set(self.no_depth) - set(names) - {"*"})
+            if unknown:
+                raise InputError(f"{where}: --no-depth {unknown[0]}=...: there is no camera {unknown[0]!r} "
+                                 f"(the cameras are {', '.join(sorted(names))}).")
 
 
 @dataclass
@@ -91,6 +117,10 @@ class ImportedCamera:
     noise_source: str | None = None
     origin: dict = field(default_factory=dict)  # where the images came from (topics, folder)
     counts: dict = field(default_factory=dict)  # frames kept and dropped, by reason
+    no_depth: str = DEFAULT_NO_DEPTH  # what its zeros mean (rigs.no_return)
+    far_range_m: float | None = None
+    far_range_source: str | None = None
+    zeros: "ZeroCounter | None" = None  # the share of its pixels with no reading, by kind
 
     def __post_init__(self) -> None:
         self._maps = None
@@ -153,6 +183,70 @@ class NoiseMeter:
         return float(np.sqrt(np.median(estimates)))
 
 
+# -- pixels with no reading -----------------------------------------------------------------------
+
+class ZeroCounter:
+    """Per camera: the share of each depth image's pixels with no reading, split as rigs.no_return
+    splits them, and the largest reading (m)."""
+
+    def __init__(self):
+        self.shares: list[dict[str, float]] = []
+        self.largest = 0.0
+
+    def add(self, depth: np.ndarray) -> None:
+        depth = np.nan_to_num(np.asarray(depth, dtype=np.float64), nan=0.0)
+        self.shares.append(no_return_regions(depth).shares())
+        self.largest = max(self.largest, float(depth.max(initial=0.0)))
+
+    def summary(self) -> dict:
+        """Mean shares over the images (``no_reading``, ``border``, ``large``, ``hole``), the worst
+        image's, and how many images read nothing over more than half their pixels."""
+        if not self.shares:
+            return {"images": 0}
+        out = {key: round(float(np.mean([s[key] for s in self.shares])), 4) for key in self.shares[0]}
+        out.update(images=len(self.shares), worst=round(max(s["no_reading"] for s in self.shares), 4),
+                   mostly_empty_images=sum(1 for s in self.shares if s["no_reading"] > MOSTLY_EMPTY))
+        return out
+
+
+MEANINGS = {"auto": "free space up to the far range where they reach the image border or cover a large region, "
+                    "unknown where they are small holes",
+            "free": "free space up to the far range, every one",
+            "unknown": "vouching for nothing: space no camera saw free becomes matter, so the self-model grows "
+                       "shells beside the arm"}
+
+
+def no_reading_warning(camera: ImportedCamera) -> str | None:
+    """A sentence when most of the camera's images read nothing, naming what the session takes
+    the zeros to mean and the option that says otherwise; None otherwise."""
+    zeros = camera.zeros.summary() if camera.zeros is not None else {"images": 0}
+    if not zeros["images"] or zeros["no_reading"] <= MOSTLY_EMPTY:
+        return None
+    far = (f" ({camera.far_range_m:.2f} m, {camera.far_range_source})"
+           if camera.far_range_m and camera.no_depth != "unknown" else "")
+    advice = ("if nothing stands behind the arm within the camera's range (a large hall, a clipping distance, depth "
+              "masked to the arm), use --no-depth auto" if camera.no_depth == "unknown" else
+              "if a surface close behind the arm reads nothing (a black backdrop), its zeros are holes: use "
+              f"--no-depth {camera.name}=unknown")
+    return (f"camera {camera.name!r}: {100 * zeros['no_reading']:.0f} % of each depth image reads nothing on average "
+            f"({100 * zeros['border']:.1f} % no return connected to the image border, {100 * zeros['large']:.1f} % "
+            f"large regions, {100 * zeros['hole']:.1f} % holes); the session takes them as {camera.no_depth}: "
+            f"{MEANINGS[camera.no_depth]}{far}; {advice} (on import or on `selfcal selfmodel train`).")
+
+
+def settle_no_depth(cameras: list[ImportedCamera], options: CameraOptions) -> None:
+    """Each depth camera's no-depth mode and far range, once its images are counted."""
+    for camera in cameras:
+        if not camera.has_depth:
+            continue
+        camera.no_depth = options.no_depth_of(camera.name)
+        if options.far_range_m is not None:
+            camera.far_range_m, camera.far_range_source = float(options.far_range_m), "stated (--far-range)"
+        elif camera.zeros is not None and camera.zeros.largest > 0:
+            camera.far_range_m = round(float(camera.zeros.largest), 4)
+            camera.far_range_source = "the largest reading in the recording"
+
+
 # -- the session ----------------------------------------------------------------------------------
 
 def camera_manifest_entry(camera: ImportedCamera) -> dict:
@@ -161,7 +255,11 @@ def camera_manifest_entry(camera: ImportedCamera) -> dict:
             "pose_source": camera.pose_source, "frame_id": camera.frame_id,
             "depth_scale": SESSION_DEPTH_SCALE,
             "depth_noise": None, "depth_sigma_at_1m": camera.depth_sigma_at_1m,
-            "depth_noise_source": camera.noise_source, "no_depth": "unknown",
+            "depth_noise_source": camera.noise_source,
+            "no_depth": camera.no_depth if camera.has_depth else "unknown",
+            "far_range_m": camera.far_range_m if camera.has_depth else None,
+            "far_range_source": camera.far_range_source if camera.has_depth else None,
+            "no_reading": camera.zeros.summary() if camera.zeros is not None else None,
             "undistorted_at_import": bool(np.any(camera.raw_info.distortion)),
             "recorded": camera.origin, "frames": camera.counts}
 
@@ -203,7 +301,11 @@ def write_camera_session(out: Path, robot: Robot, chain: ChainJoints, pose_ids: 
             camera = by_name[name]
             assert pose in known_poses, pose
             if kind == "depth":
-                writer.add_images(pose, name, None, camera.undistort(image, depth=True), None, SESSION_DEPTH_SCALE)
+                undistorted = camera.undistort(image, depth=True)
+                if camera.zeros is None:
+                    camera.zeros = ZeroCounter()
+                camera.zeros.add(undistorted)
+                writer.add_images(pose, name, None, undistorted, None, SESSION_DEPTH_SCALE)
             else:
                 writer.add_images(pose, name, camera.undistort(image, depth=False), None, None, SESSION_DEPTH_SCALE)
             written += 1
@@ -211,6 +313,7 @@ def write_camera_session(out: Path, robot: Robot, chain: ChainJoints, pose_ids: 
                 progress(written, total_images)
         if finish is not None:
             finish()
+        settle_no_depth(cameras, options)
         manifest["sensors"]["cameras"] = {camera.name: camera_manifest_entry(camera) for camera in cameras}
         atomic_write_json(folder / "session.json", manifest)
         for row, pose in enumerate(pose_ids):
@@ -381,6 +484,7 @@ def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOp
         found = scan_cameras(reader, Path(bag), options.cameras, options.units_m)
         if not found:
             raise InputError(f"{bag}: no camera images to import (no sensor_msgs/Image or CompressedImage topics).")
+        options.check_cameras([camera.name for camera in found], str(bag))
         frames = select_frames(found, log, options)
         if not frames.pose_ids:
             lines = "; ".join(f"{name}: " + ", ".join(f"{n} {reason}" for reason, n in c["dropped"].items())
@@ -463,5 +567,9 @@ def import_summary(out: Path, cameras: list[ImportedCamera], seconds: float) -> 
                                       "pose": "known" if camera.base_T_camera is not None else None,
                                       "pose_source": camera.pose_source,
                                       "depth_sigma_at_1m": camera.depth_sigma_at_1m,
-                                      "depth_noise_source": camera.noise_source}
-                        for camera in cameras}}
+                                      "depth_noise_source": camera.noise_source,
+                                      "no_depth": camera.no_depth if camera.has_depth else None,
+                                      "far_range_m": camera.far_range_m, "far_range_source": camera.far_range_source,
+                                      "no_reading": camera.zeros.summary() if camera.zeros is not None else None}
+                        for camera in cameras},
+            "warnings": [w for w in (no_reading_warning(camera) for camera in cameras) if w]}

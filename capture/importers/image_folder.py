@@ -173,6 +173,7 @@ def import_image_folder(robot: Robot, folder: Path, options: CameraOptions, out:
         plan += [(name, pose, kind, path) for pose in log.pose_ids for kind, path in files.get(pose, {}).items()]
     if not cameras:
         raise InputError(f"{root}: no camera folders.")
+    options.check_cameras([camera.name for camera in cameras], str(root))
 
     def images() -> Iterator[tuple[str, str, str, np.ndarray]]:
         for name, pose, kind, path in plan:
