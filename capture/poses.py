@@ -48,7 +48,8 @@ def read_plan(path: Path, limits: ChainJoints) -> Plan:
 
     Every pose must lie within the joints' URDF limits (:mod:`rigs.limits` states the tolerance).
     """
-    from capture.session import parse_number, read_csv_rows
+    from capture.session import parse_number
+    from rigs.files import read_csv_rows
 
     joint_names = limits.names
     path = Path(path)

@@ -33,7 +33,7 @@ from capture.importers.flange_poses import read_flange_poses
 from rigs import urdf as urdf_io
 from rigs.documents import check_format
 from rigs.errors import InputError
-from rigs.files import atomic_write_json, atomic_write_text, inside_folder, read_json, read_text
+from rigs.files import atomic_write_json, atomic_write_text, inside_folder, read_csv_rows, read_json, read_text
 from rigs.limits import REACH_SLACK_M, ChainJoints, check_joint_values, check_offset, check_spread
 
 FORMAT = "selfcal-session"
@@ -287,20 +287,6 @@ def check_same_robot(sessions: list[Session], job: str = "calibrate") -> None:
 
 
 # -- reading --------------------------------------------------------------------------------------
-
-def read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of a CSV file (``#`` comment rows and blank rows skipped); InputError when the
-    file is missing, not UTF-8 or not CSV."""
-    path = Path(path)
-    text = read_text(path, "CSV file")
-    try:
-        rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row and not row[0].startswith("#")]
-    except csv.Error as error:
-        raise InputError(f"{path}: not a readable CSV file ({error}).") from None
-    if not rows:
-        raise InputError(f"{path}: empty file (expected a header row).")
-    return [h.strip() for h in rows[0]], rows[1:]
-
 
 def parse_number(text: str, path: Path, row: int, column: str) -> float:
     try:

@@ -1,7 +1,7 @@
 """Reading a simulated session's ``truth/`` folder, for evaluation only (metrics, benchmarks, tests).
 
 The truth is part of the session (its format version is session.json's), and it is read like every
-other file of it: through :func:`rigs.files.read_json` and :func:`capture.session.read_csv_rows`,
+other file of it: through :func:`rigs.files.read_json` and :func:`rigs.files.read_csv_rows`,
 with typed keys and numbers, so a truth file cut off mid-row or saved in another encoding ends in
 one sentence naming the file and row or key, never a traceback. No fit reads this module.
 """
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from capture.session import parse_number, read_csv_rows
+from capture.session import parse_number
 from rigs.documents import Table, as_table
 from rigs.errors import InputError
-from rigs.files import read_json
+from rigs.files import read_csv_rows, read_json
 
 PARAMETERS = "parameters.json"
 REACHED = "joints_reached.csv"

@@ -19,9 +19,11 @@ undecodable, pickle-bearing or corrupt files into one :class:`InputError` senten
 from __future__ import annotations
 
 import contextlib
+import csv
 import ctypes
 import errno
 import fcntl
+import io
 import json
 import os
 import re
@@ -336,6 +338,20 @@ def read_text(path: Path, what: str = "file") -> str:
         line = data[:error.start].count(b"\n") + 1
         raise InputError(f"{path}: line {line} is not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
                          f"{error.start}); save the {what} as UTF-8.") from None
+
+
+def read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a CSV file (``#`` comment rows and blank rows skipped); InputError when the
+    file is missing, not UTF-8 or not CSV."""
+    path = Path(path)
+    text = read_text(path, "CSV file")
+    try:
+        rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row and not row[0].startswith("#")]
+    except csv.Error as error:
+        raise InputError(f"{path}: not a readable CSV file ({error}).") from None
+    if not rows:
+        raise InputError(f"{path}: empty file (expected a header row).")
+    return [h.strip() for h in rows[0]], rows[1:]
 
 
 def read_json(path: Path, what: str = "file") -> object:

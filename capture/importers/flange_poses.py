@@ -24,6 +24,7 @@ import numpy as np
 
 from capture.importers.units import LENGTH_UNITS, to_metres
 from rigs.errors import InputError
+from rigs.files import read_csv_rows
 from rigs.transforms import quat_xyzw_to_matrix
 
 QUATERNION_KEYS = ["x", "y", "z", "qx", "qy", "qz", "qw"]
@@ -96,24 +97,8 @@ def _pose(values: np.ndarray, form: str, where: str, length_unit: str) -> np.nda
     return pose
 
 
-def _read_csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    import csv
-    import io
-
-    from rigs.files import read_text
-
-    text = read_text(path, "CSV file")
-    try:
-        rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row and not row[0].startswith("#")]
-    except csv.Error as error:
-        raise InputError(f"{path}: not a readable CSV file ({error}).") from None
-    if not rows:
-        raise InputError(f"{path}: empty file (expected a header row).")
-    return rows[0], rows[1:]
-
-
 def _read_csv(path: Path, length_unit: str) -> FlangePoses:
-    header, rows = _read_csv_rows(path)
+    header, rows = read_csv_rows(path)
     header = [h.strip().lower() for h in header]
     if "pose" not in header:
         raise InputError(f"{path}: column 'pose' is missing (expected pose,x,y,z,qx,qy,qz,qw or pose,m00,...,m33).")
