@@ -117,15 +117,18 @@ def check_format(document, path: Path, format_name: str, version: int, what: str
     if found != format_name:
         raise InputError(f"{top.where('format')} is {found!r}: not a {what} ({format_name!r}).")
     stated = document.get("format_version")
+    if stated is None:
+        raise InputError(f"{top.where('format_version')} is missing (this selfcal reads {format_name} "
+                         f"version {version}); write the file again with selfcal.")
     if isinstance(stated, bool) or not isinstance(stated, int):
         raise InputError(f"{top.where('format_version')} should be a whole number (this selfcal reads {format_name} "
                          f"version {version}), got {stated!r}.")
     if stated > version:
-        raise InputError(f"{top.where('format_version')} is {stated}, newer than this selfcal {VERSION} reads "
+        raise InputError(f"{top.where('format_version')} is version {stated}, newer than this selfcal {VERSION} reads "
                          f"({format_name} version {version}): the file comes from a newer selfcal (or was edited); "
                          f"update selfcal to read it.")
     if stated != version:
-        raise InputError(f"{top.where('format_version')} is {stated}, a version this selfcal {VERSION} does not read "
+        raise InputError(f"{top.where('format_version')} is version {stated}, which this selfcal {VERSION} does not read "
                          f"({format_name} version {version}); write the file again with this selfcal.")
     units = top.get("units", "table", None, nullable=True)
     for key in sorted(SI_UNITS):

@@ -2,8 +2,8 @@
 
 Two guards that keep a calibration from being written when its numbers cannot be the arm's:
 
-- ``physical_problems``: a reflector or probe that the fit put further from the flange than the
-  arm can reach, or a joint placement that moved by more than the arm is long, is no measurement
+- ``physical_problems``: a reflector or probe that the fit put further from the flange than
+  twice the arm's length, or a joint placement that moved by more than the arm is long, is no measurement
   of the arm; the poses let the value drift along what they cannot separate. Each is named.
 - ``tool_disagreement``: sessions fitted with one tool must see one tool. Each session's tool is
   placed in closed form from its own data (with the starting arm); when two sessions place it
@@ -25,6 +25,10 @@ from rigs.kinematics import ChainModel
 TOOL_AGREEMENT_SCATTERS = 3.0
 TOOL_AGREEMENT_FLOOR_M = 0.005
 PROBE_LEVER_M = 0.1  # a probe's orientation is compared as points this far along its axes
+# A tool may be longer than the links' summed offsets (a small arm, or a discovered chain whose tip
+# frame sits at its last joint, carries a long adapter), but no arm carries a tool twice its own
+# length: a reflector or probe further than this many arm lengths from the flange is the fit's drift.
+TOOL_REACH_ARMS = 2.0
 
 
 def arm_reach(chain: ChainModel) -> float:
@@ -35,21 +39,24 @@ def arm_reach(chain: ChainModel) -> float:
 
 
 def physical_problems(model: ErrorModel, theta: np.ndarray, reach: float) -> list[str]:
-    """One sentence per fitted value the arm cannot have: a reflector or probe further than ``reach``
-    (m) from the flange, a joint placement moved by more than ``reach``."""
+    """One sentence per fitted value the arm cannot have: a reflector or probe further than
+    ``TOOL_REACH_ARMS`` times ``reach`` (m, the arm's length) from the flange, a joint placement
+    moved by more than ``reach``."""
     problems = []
+    tool_limit = TOOL_REACH_ARMS * reach
+    beyond = f"beyond {TOOL_REACH_ARMS:g} times the arm's own length of {reach:.2f} m"
     reflectors = model.group("target")
     if reflectors is not None:
         for name in reflectors.owners:
             offset = reflectors.offset(theta, name)
-            if np.linalg.norm(offset) > reach:
+            if np.linalg.norm(offset) > tool_limit:
                 problems.append(f"reflector {name}'s offset lies {np.linalg.norm(offset):.3g} m from the flange "
-                                f"(tip frame {_xyz(offset)}), beyond the arm's own length of {reach:.2f} m")
+                                f"(tip frame {_xyz(offset)}), {beyond}")
     for name in model.probe_slices:
         offset = model.tip_T_probe(theta, name)[:3, 3]
-        if np.linalg.norm(offset) > reach:
+        if np.linalg.norm(offset) > tool_limit:
             problems.append(f"probe {name}'s origin lies {np.linalg.norm(offset):.3g} m from the flange "
-                            f"(tip frame {_xyz(offset)}), beyond the arm's own length of {reach:.2f} m")
+                            f"(tip frame {_xyz(offset)}), {beyond}")
     deltas = theta[model.delta_slice].reshape(-1, 6)
     for joint, delta in zip(model.chain.joint_names, deltas):
         if np.linalg.norm(delta[:3]) > reach:
