@@ -236,7 +236,7 @@ def test_calibrate_and_validate_with_cameras_write_and_read_a_calibration_folder
 
     out = tmp_path / "cal"
     result = runner.invoke(app, ["calibrate", str(camera_session), "--out", str(out), "--holdout", "0.25",
-                                 "--deflection", "none", "--json"])
+                                 "--deflection", "none", "--model", "full", "--json"])
     assert result.exit_code == 0, result.output
     document = yaml.safe_load((out / "calibration.yaml").read_text())
     assert set(document["cameras"]) == {"front", "left", "back", "right"}

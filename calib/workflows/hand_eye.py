@@ -274,9 +274,43 @@ def project_photo(state: State, photo: Photo, G: np.ndarray) -> np.ndarray:
     return projected.reshape(-1, 2)
 
 
-def residuals(state: State, photos: list[Photo], G: np.ndarray) -> list[np.ndarray]:
+class PhotoStack:
+    """``photos`` grouped by camera with their corners stacked, so that one evaluation projects each
+    camera's corners in one OpenCV call (a call per photo made the fit's finite differences ten times
+    slower); the same pixels as :func:`project_photo` photo by photo."""
+
+    def __init__(self, photos: list[Photo]):
+        self.photos = photos
+        self.groups = []  # (camera, photo indices, per-corner photo row, stacked points (N, 3), pixels (N, 2))
+        for camera in sorted({p.camera for p in photos}):
+            members = [i for i, p in enumerate(photos) if p.camera == camera]
+            rows = np.concatenate([np.full(photos[i].count, k) for k, i in enumerate(members)])
+            cuts = np.cumsum([photos[i].count for i in members])[:-1]
+            self.groups.append((camera, members, rows, cuts, np.concatenate([photos[i].points for i in members]),
+                                np.concatenate([photos[i].pixels for i in members])))
+        self.keys = {camera: [photos[i].key for i in members] for camera, members, *_ in self.groups}
+
+    def errors(self, state: State, G: np.ndarray) -> list[np.ndarray]:
+        """Per photo (n, 2) predicted - measured pixels; a photo with a corner behind its camera gets 1e6."""
+        import cv2
+
+        out: list[np.ndarray] = [np.empty((0, 2))] * len(self.photos)
+        for camera, members, rows, cuts, points, pixels in self.groups:
+            poses = state.X[camera] @ G[self.keys[camera]] @ state.Y  # (m, 4, 4)
+            in_camera = np.einsum("nij,nj->ni", poses[rows, :3, :3], points) + poses[rows, :3, 3]
+            projected, _ = cv2.projectPoints(in_camera, np.zeros(3), np.zeros(3), state.K[camera],
+                                             state.distortion[camera])
+            error = projected.reshape(-1, 2) - pixels
+            behind = set(rows[in_camera[:, 2] <= 1e-6].tolist())
+            for k, (i, piece) in enumerate(zip(members, np.split(error, cuts))):
+                out[i] = np.full_like(piece, 1e6) - self.photos[i].pixels if k in behind else piece
+        return out
+
+
+def residuals(state: State, photos: list[Photo] | PhotoStack, G: np.ndarray) -> list[np.ndarray]:
     """Per photo (n, 2) predicted - measured pixels."""
-    return [project_photo(state, p, G[p.key]) - p.pixels for p in photos]
+    stack = photos if isinstance(photos, PhotoStack) else PhotoStack(photos)
+    return stack.errors(state, G)
 
 
 def rms_px(errors: list[np.ndarray]) -> float | None:
@@ -294,10 +328,11 @@ def refine(start: State, photos: list[Photo], G: np.ndarray, fit_intrinsics: boo
     ``whitening``: per photo (by ``id``) a (2n, 2n) matrix W with ``W @ r`` of unit covariance
     (:func:`photo_whitening`); None weighs every corner by the pixel noise alone."""
     layout = Layout(sorted({p.camera for p in photos}), fit_intrinsics)
+    stack = PhotoStack(photos)
 
     def function(theta: np.ndarray) -> np.ndarray:
         state = State.from_vector(theta, layout, start)
-        errors = residuals(state, photos, G)
+        errors = stack.errors(state, G)
         if whitening is None:
             return np.concatenate([r.ravel() for r in errors]) / pixel_sigma
         return np.concatenate([whitening[id(p)] @ r.ravel() for p, r in zip(photos, errors)])
