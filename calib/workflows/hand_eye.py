@@ -292,7 +292,7 @@ class PhotoStack:
 
     def errors(self, state: State, G: np.ndarray) -> list[np.ndarray]:
         """Per photo (n, 2) predicted - measured pixels; a photo with a corner behind its camera gets 1e6."""
-        import cv2
+        import cv2  # OpenCV takes 0.3 s to load; only camera work needs it
 
         out: list[np.ndarray] = [np.empty((0, 2))] * len(self.photos)
         for camera, members, rows, cuts, points, pixels in self.groups:
