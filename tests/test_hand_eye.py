@@ -140,6 +140,28 @@ def test_a_flange_pose_session_is_calibrated_hand_eye_when_full_is_asked(session
     assert "no joints or URDF" in run.output and "hand-eye" in run.output
 
 
+def test_stacked_projection_gives_each_photos_own_pixels_even_behind_the_camera(sessions):
+    """The fit projects each camera's corners in one call; a photo projected alone must read the same."""
+    from calib.workflows import hand_eye as he
+
+    calibrator = he.HandEyeCalibrator()
+    data = he.load_photos([load_session(sessions["eye-to-hand"])], calibrator.setup, calibrator.min_corners,
+                          calibrator.tip_link, calibrator.pixel_sigma)
+    G = he.moving_poses(data.setup, data.base_T_flange)
+    _, start, _ = he.best_start(data, data.photos, G)
+    camera = data.photos[0].camera
+    for back_m in (0.0, 1.0, 3.0):  # the camera pulled back along its axis until boards fall behind it
+        X = start.X[camera].copy()
+        X[2, 3] -= back_m
+        state = he.State({**start.X, camera: X}, start.Y, start.K, start.distortion)
+        alone = [he.project_photo(state, p, G[p.key]) - p.pixels for p in data.photos]
+        stacked = he.residuals(state, data.photos, G)
+        assert [len(a) for a in alone] == [len(b) for b in stacked]
+        assert all(np.allclose(a, b, rtol=0, atol=1e-9) for a, b in zip(alone, stacked)), back_m  # px
+        if back_m == 3.0:
+            assert any((np.abs(a) > 1e5).all() for a in stacked)
+
+
 def test_the_verdict_knows_the_flange_error():
     from calib.workflows.verdicts import hand_eye_verdict
 
