@@ -307,10 +307,9 @@ class PhotoStack:
         return out
 
 
-def residuals(state: State, photos: list[Photo] | PhotoStack, G: np.ndarray) -> list[np.ndarray]:
+def residuals(state: State, photos: list[Photo], G: np.ndarray) -> list[np.ndarray]:
     """Per photo (n, 2) predicted - measured pixels."""
-    stack = photos if isinstance(photos, PhotoStack) else PhotoStack(photos)
-    return stack.errors(state, G)
+    return PhotoStack(photos).errors(state, G)
 
 
 def rms_px(errors: list[np.ndarray]) -> float | None:
