@@ -20,7 +20,7 @@ from scipy import ndimage
 
 
 def _o3d():
-    import open3d as o3d  # imported late and before coacd (see selfmodel.collision.import_coacd)
+    import open3d as o3d  # imported late and before coacd (see selfmodel.export.bodies.import_coacd)
 
     return o3d
 

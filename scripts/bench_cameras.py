@@ -124,9 +124,9 @@ def calibrated(workdir: Path, session: Path) -> tuple[Path, float]:
 
 
 def trained(workdir: Path, label: str, session, steps: int, seed: int, threads: int | None, labels=None) -> Path:
-    from selfmodel.depth_labels import LabelSettings
-    from selfmodel.model_io import read_config, save_model
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.labels.depth import LabelSettings
+    from selfmodel.learn.trainer import SelfModelTrainer
+    from selfmodel.model.folder import read_config, save_model
 
     out = workdir / "models" / label
     if out.exists():
@@ -146,8 +146,8 @@ def trained(workdir: Path, label: str, session, steps: int, seed: int, threads: 
 
 
 def evaluated(model_folder: Path, heldout: Path, poses: int) -> dict:
-    from selfmodel.metrics import evaluate
-    from selfmodel.model_io import load_model, read_config
+    from selfmodel.evaluation.metrics import evaluate
+    from selfmodel.model.folder import load_model, read_config
 
     cache = model_folder.with_name(model_folder.name + f".eval-{poses}.json")
     if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
@@ -162,10 +162,10 @@ def evaluated(model_folder: Path, heldout: Path, poses: int) -> dict:
 
 
 def label_figures(workdir: Path, session_path: Path, settings, name: str) -> dict:
-    from selfmodel.chain import ChainSpec
-    from selfmodel.depth_labels import depth_training_data
-    from selfmodel.metrics import label_errors
-    from selfmodel.training import SelfModelTrainer, _domain_region
+    from selfmodel.evaluation.metrics import label_errors
+    from selfmodel.labels.depth import depth_training_data
+    from selfmodel.learn.trainer import SelfModelTrainer, domain_region
+    from selfmodel.model.chain import ChainSpec
 
     def make():
         log(f"label errors ({name}) ...")
@@ -173,7 +173,7 @@ def label_figures(workdir: Path, session_path: Path, settings, name: str) -> dic
         spec = ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link)
         domains = SelfModelTrainer(steps=1)._domains(spec, session.urdf_path)
         data = depth_training_data([session], settings, np.random.default_rng(0),
-                                   arm_region=_domain_region(spec, [session], *domains))
+                                   arm_region=domain_region(spec, [session], *domains))
         return label_errors(data, session, np.random.default_rng(1))
 
     return cached_json(workdir / f"labels-{name}.json", make)
@@ -205,7 +205,7 @@ def main() -> None:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     command = "nice -n 10 .venv/bin/python scripts/bench_cameras.py " + " ".join(sys.argv[1:])
-    from selfmodel.depth_labels import LabelSettings
+    from selfmodel.labels.depth import LabelSettings
 
     native = captured(args.workdir, REALISTIC, args.poses, 1, "native")
     heldout = captured(args.workdir, REALISTIC, args.heldout, 2, "heldout")

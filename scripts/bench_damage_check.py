@@ -49,9 +49,9 @@ xyz = [0.052, 0.0, 0.03]
 
 def model_of(workdir: Path, label: str, rig, poses: int, seed: int, steps: int) -> tuple[Path, Path]:
     """(model folder, session folder), captured and trained once."""
-    from selfmodel.depth_labels import LabelSettings
-    from selfmodel.model_io import save_model
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.labels.depth import LabelSettings
+    from selfmodel.learn.trainer import SelfModelTrainer
+    from selfmodel.model.folder import save_model
 
     session = workdir / f"{label}-session"
     model = workdir / f"{label}-model"
@@ -71,9 +71,9 @@ def model_of(workdir: Path, label: str, rig, poses: int, seed: int, steps: int) 
 
 
 def checked(model: Path, session: Path) -> dict:
-    from selfmodel.check import check_against
-    from selfmodel.model_io import load_model
-    from selfmodel.verdicts import check_verdict
+    from selfmodel.inspect.check import check_against
+    from selfmodel.inspect.verdicts import check_verdict
+    from selfmodel.model.folder import load_model
 
     start = time.perf_counter()
     result = check_against(load_model(model), load_session(session).urdf_path)
@@ -84,8 +84,8 @@ def checked(model: Path, session: Path) -> dict:
 
 def true_bend(session: Path, joint: str) -> float | None:
     """Degrees: the rotation of the joint's true placement (truth/, evaluation only)."""
-    from selfmodel.chain import ChainSpec
-    from selfmodel.metrics import true_corrections
+    from selfmodel.evaluation.metrics import true_corrections
+    from selfmodel.model.chain import ChainSpec
 
     s = load_session(session)
     spec = ChainSpec.from_urdf(s.urdf_path, s.base_link, s.tip_link)
@@ -111,10 +111,10 @@ def learned_surface_offsets(model_folder: Path, links: list[str], configurations
     4 mm) inside other links' described solids, and more than 10 mm outside every described link."""
     import trimesh
 
-    from selfmodel.chain import link_poses_numpy
-    from selfmodel.meshing import link_meshes_of
-    from selfmodel.model_io import load_model, surface_samples
-    from selfmodel.training import described_meshes, described_solids
+    from selfmodel.inspect.meshing import link_meshes_of
+    from selfmodel.labels.description import described_meshes, described_solids
+    from selfmodel.model.chain import link_poses_numpy
+    from selfmodel.model.folder import load_model, surface_samples
 
     model = load_model(model_folder)
     spec = model.spec

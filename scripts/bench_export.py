@@ -143,7 +143,7 @@ def exported(workdir: Path, rig: str, model: Path, heldout: Path) -> tuple[Path,
 def baseline_srdf(workdir: Path, rig: str, session: Path) -> Path:
     """The description's own URDF beside an SRDF made by the same rules (its collision meshes)."""
     from capture.session import load_session
-    from selfmodel.srdf import LinkTree, collision_matrix, write_srdf
+    from selfmodel.export.srdf import LinkTree, collision_matrix, write_srdf
 
     loaded = load_session(session)
     path = workdir / f"baseline-{rig}.srdf"
@@ -158,8 +158,8 @@ def baseline_srdf(workdir: Path, rig: str, session: Path) -> Path:
 def worlds(export: Path, session: Path, baseline: Path, obstacles=()):
     """The three worlds a planner could use: the export, the true meshes, the URDF's collision meshes."""
     from capture.session import load_session
-    from selfmodel.collision_world import CollisionWorld
-    from selfmodel.export_truth import TrueWorld
+    from selfmodel.evaluation.export_truth import TrueWorld
+    from selfmodel.export.world import CollisionWorld
 
     loaded = load_session(session)
     report = json.loads((export / "export_report.json").read_text())
@@ -179,7 +179,7 @@ def recorded_rows(export: Path, session: Path, baseline: Path, mplib_python: str
     spheres (the export's own cuRobo check, read from its report each run) and the URDF's meshes
     are cached apart, each against the files it reads."""
     from capture.session import load_session
-    from selfmodel.collision_world import CollisionWorld
+    from selfmodel.export.world import CollisionWorld
 
     loaded = load_session(session)
     report = json.loads((export / "export_report.json").read_text())
@@ -239,8 +239,8 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
     """The export's pieces, its spheres and the URDF's collision meshes against the true meshes at the
     held-out poses; each cached against the files it reads (new spheres recompute only theirs)."""
     from capture.session import load_session
-    from selfmodel.export_truth import PosedExport, description_pieces, evaluate_export, load_truth
-    from selfmodel.export_separation import pair_kinds  # noqa: F401  (imports coal after open3d)
+    from selfmodel.evaluation.export_truth import PosedExport, description_pieces, evaluate_export, load_truth
+    from selfmodel.export.separation import pair_kinds  # noqa: F401  (imports coal after open3d)
 
     base = load_session(session).base_link
     report = json.loads((export / "export_report.json").read_text())
@@ -253,10 +253,11 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
         return truth_at["truth"]
 
     def pieces() -> dict:
-        from rigs import urdf as urdf_io
-        from scipy.spatial import ConvexHull
-        from selfmodel.collision import polytope
         import trimesh
+        from scipy.spatial import ConvexHull
+
+        from rigs import urdf as urdf_io
+        from selfmodel.export.bodies import polytope
 
         found = {}
         for link in urdf_io.parse_urdf(export / "robot.urdf").getroot().findall("link"):
@@ -268,8 +269,9 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
                                np.random.default_rng(5), volume_samples=50_000, kinds=("pieces",))
 
     def spheres() -> dict:
-        from selfmodel.spheres import SphereCover
         import yaml
+
+        from selfmodel.export.spheres import SphereCover
 
         covers = {link: SphereCover(np.array([s["center"] for s in items]), np.array([s["radius"] for s in items]))
                   for link, items in yaml.safe_load((export / "curobo_spheres.yml").read_text())["collision_spheres"].items()}
@@ -285,9 +287,10 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
     def sphere_parts() -> dict:
         """The arm's spheres against the arm without its board, the board's against the plate alone
         (the tip's board group is listed after its own spheres)."""
-        from bench_spheres import measure, true_parts
-        from selfmodel.spheres import SphereCover
         import yaml
+        from bench_spheres import measure, true_parts
+
+        from selfmodel.export.spheres import SphereCover
 
         posed_truth, tip, arm_tip, board = true_parts(heldout, TRUTH_POSES)
         items = yaml.safe_load((export / "curobo_spheres.yml").read_text())["collision_spheres"]
@@ -317,11 +320,11 @@ def floor_rows(heldout: Path, budgets=(64, 128)) -> dict:
     arm and its board. Evaluation only (reads truth/)."""
     from capture.session import load_session
     from rigs.solids import solid_of
-    from selfmodel.collision import LinkBody
-    from selfmodel.export import sphere_target
-    from selfmodel.export_truth import PosedExport, evaluate_export, load_truth
-    from selfmodel.sphere_fit import refine_covers
-    from selfmodel.spheres import fit_sphere_covers
+    from selfmodel.evaluation.export_truth import PosedExport, evaluate_export, load_truth
+    from selfmodel.export.bodies import LinkBody
+    from selfmodel.export.exporter import sphere_target
+    from selfmodel.export.sphere_fit import refine_covers
+    from selfmodel.export.spheres import fit_sphere_covers
 
     truth = load_truth(heldout, load_session(heldout).pose_ids[:TRUTH_POSES])
     voxel = 0.003
@@ -344,8 +347,8 @@ def floor_rows(heldout: Path, budgets=(64, 128)) -> dict:
 
 def scenes(rng: np.random.Generator, reach: float) -> list[list]:
     """Box obstacles near the arm: 5-20 cm boxes 0.25-0.75 of its reach from the base axis."""
-    from selfmodel.collision_world import Box
     from rigs.transforms import make_transform
+    from selfmodel.export.world import Box
 
     result = []
     for s in range(SCENES):
@@ -360,7 +363,7 @@ def scenes(rng: np.random.Generator, reach: float) -> list[list]:
 
 def limits(session: Path) -> tuple[np.ndarray, np.ndarray]:
     from capture.session import load_session
-    from selfmodel.srdf import joint_limits
+    from selfmodel.export.srdf import joint_limits
 
     loaded = load_session(session)
     return joint_limits(loaded.urdf_path, loaded.joint_names)
@@ -370,7 +373,7 @@ def reach_of(session: Path) -> float:
     from capture.session import load_session
 
     q = load_session(session).q
-    from selfmodel.collision_world import CollisionWorld
+    from selfmodel.export.world import CollisionWorld
 
     loaded = load_session(session)
     world = CollisionWorld(loaded.urdf_path, loaded.joint_names, loaded.base_link, held=loaded.held_joints)
@@ -386,8 +389,8 @@ def sphere_row(rig: str, name: str, figures: dict) -> list:
 
 def metric_inputs() -> dict:
     """The truth metrics' own code, hashed: a row measured against the true arm is recomputed when
-    what it measures changes (selfmodel/export_truth.py)."""
-    return file_digests(Path(__file__).resolve().parent.parent / "selfmodel", ["export_truth.py"], "code")
+    what it measures changes (selfmodel/evaluation/export_truth.py)."""
+    return file_digests(Path(__file__).resolve().parent.parent / "selfmodel" / "evaluation", ["export_truth.py"], "code")
 
 
 def fitter_inputs() -> dict:
@@ -395,10 +398,10 @@ def fitter_inputs() -> dict:
     import hashlib
     import inspect
 
-    from selfmodel import export
+    from selfmodel.export import exporter as export
 
     root = Path(__file__).resolve().parent.parent
-    found = file_digests(root / "selfmodel", ["spheres.py", "sphere_fit.py"], "code")
+    found = file_digests(root / "selfmodel" / "export", ["spheres.py", "sphere_fit.py"], "code")
     found["code/export.sphere_target"] = hashlib.sha256(inspect.getsource(export.sphere_target).encode()).hexdigest()
     return found
 
@@ -462,7 +465,7 @@ def planning_rows(export: Path, session: Path, baseline: Path, queries: int, che
     its own (``cache``/query-K-Cchecks-WORLD.json, against the files that world reads), so a run
     stopped part way resumes, a longer run reuses the first queries, and a new export replans only
     its own world."""
-    from selfmodel.planning import plan, replay
+    from selfmodel.evaluation.planning import plan, replay
 
     lower, upper = limits(session)
     all_scenes = scenes(np.random.default_rng(23), reach_of(session))
@@ -593,8 +596,8 @@ def placement_error(model_path: Path, heldout: Path) -> dict:
 
     from capture.session import load_session
     from rigs.transforms import transform_points
-    from selfmodel.export_truth import load_truth
-    from selfmodel.model_io import load_model
+    from selfmodel.evaluation.export_truth import load_truth
+    from selfmodel.model.folder import load_model
 
     truth = load_truth(heldout, load_session(heldout).pose_ids)
     model = load_model(model_path)
@@ -666,7 +669,7 @@ def starts_words(starts: dict | None) -> str:
 
 
 def write(results: dict, args) -> None:
-    from selfmodel.spheres import UNCOVERED_TIE
+    from selfmodel.export.spheres import UNCOVERED_TIE
 
     recorded_rows_table, truth_table, sphere_table, miss_table, plan_table, notes = [], [], [], [], [], []
     verdicts = []
@@ -799,10 +802,10 @@ def write(results: dict, args) -> None:
             + "\n\nSpheres for cuRobo (targets: surface coverage >= 99.5 %, p95 protrusion <= 10 mm with <= 64 spheres, "
               "volume ratio <= 1.8). The export's spheres are fitted as one union (a greedy cover for each of five "
               "bulges, each refined: every link's centres and radii moved together on coverage, protrusion and "
-              "contact at the recorded poses, selfmodel/sphere_fit.py; the refined cover kept that leaves the least "
+              "contact at the recorded poses, selfmodel/export/sphere_fit.py; the refined cover kept that leaves the least "
               f"of the surface out, within {100 * UNCOVERED_TIE:g} %, then has the smallest union), the arm's links "
               "on one budget and the declared board on its own "
-              "(selfmodel/sphere_groups.py). Protrusion two ways: over the union's outer surface (the stricter) "
+              "(selfmodel/export/sphere_groups.py). Protrusion two ways: over the union's outer surface (the stricter) "
               "and over every sphere's whole surface, the parts inside another sphere too (cuRobo's reading; those "
               "parts lie nearer the body). Where the rig carries a board, its two groups are also measured apart: "
               "the arm's spheres (the tip's own ones with the other links') against the true arm without the board, "

@@ -59,7 +59,7 @@ class RayCaster:
         import trimesh
 
         from rigs.link_meshes import link_meshes
-        from selfmodel.chain import ChainSpec
+        from selfmodel.model.chain import ChainSpec
 
         session = load_session(native)
         urdf = native / "truth" / "robot.urdf"
@@ -72,7 +72,7 @@ class RayCaster:
         import open3d as o3d
         import trimesh
 
-        from selfmodel.chain import link_poses_numpy
+        from selfmodel.model.chain import link_poses_numpy
 
         poses = link_poses_numpy(self.spec, q[None])[0]
         parts = [self.meshes[name].copy().apply_transform(poses[i]) for i, name in enumerate(self.spec.link_names)
@@ -123,9 +123,9 @@ def imported(workdir: Path, bag: Path, native: Path, name: str, no_depth: str) -
 
 
 def trained_figures(workdir: Path, label: str, session_path: Path, heldout: Path, steps: int, seed: int) -> dict:
-    from selfmodel.depth_labels import LabelSettings
-    from selfmodel.metrics import evaluate
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.evaluation.metrics import evaluate
+    from selfmodel.labels.depth import LabelSettings
+    from selfmodel.learn.trainer import SelfModelTrainer
 
     cache = workdir / f"figures-{label}-{steps}-{seed}.json"
     if cache.is_file():

@@ -41,8 +41,8 @@ def captured(workdir: Path, rig: str, poses: int, seed: int, name: str) -> Path:
 
 
 def trained(workdir: Path, label: str, session: Path, kind: str, minutes: float, seed: int, threads: int | None) -> Path:
-    from selfmodel.model_io import read_config, save_model
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.learn.trainer import SelfModelTrainer
+    from selfmodel.model.folder import read_config, save_model
 
     out = workdir / "models" / label
     if out.exists():
@@ -62,8 +62,8 @@ def trained(workdir: Path, label: str, session: Path, kind: str, minutes: float,
 
 
 def evaluated(model_folder: Path, session: Path, poses: int, voxel: float) -> dict:
-    from selfmodel.metrics import evaluate
-    from selfmodel.model_io import load_model, read_config
+    from selfmodel.evaluation.metrics import evaluate
+    from selfmodel.model.folder import load_model, read_config
 
     cache = model_folder.with_name(model_folder.name + f".eval-{poses}-{voxel}.json")
     if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
@@ -104,8 +104,8 @@ def main() -> None:
     results["structured"] = evaluated(structured, heldout, args.heldout, 0.005)
     report(args, results, check_rows, command)
     if not args.skip_crashed:
-        from selfmodel.check import check_against
-        from selfmodel.model_io import load_model
+        from selfmodel.inspect.check import check_against
+        from selfmodel.model.folder import load_model
 
         crashed_train = captured(args.workdir, "xarm6-cameras-crashed", args.poses, 1, "train")
         crashed_heldout = captured(args.workdir, "xarm6-cameras-crashed", args.heldout, 2, "heldout")

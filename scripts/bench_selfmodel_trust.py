@@ -40,7 +40,7 @@ from rigs import load_rig  # noqa: E402
 from rigs.files import output_folder  # noqa: E402
 
 # How main trained: the band labelled by side as wide as the free clearance and a 12 mm occupied
-# shell behind it (selfmodel.depth_labels.LabelSettings), the never-seen-free terms at a quarter of
+# shell behind it (selfmodel.labels.depth.LabelSettings), the never-seen-free terms at a quarter of
 # the depth labels' weight, occupied and free labels weighted alike.
 MAIN_LABELS = {"side_sigmas": 2.5, "shell_samples": 1}
 MAIN_TRAINER = {"prior_weight": 0.25, "occupied_weight": 1.0}
@@ -81,8 +81,8 @@ def trained(workdir: Path, label: str, session: Path, steps: int, previous: Path
             threads: int = 1, **overrides) -> tuple[Path, float]:
     """Model folder and wall seconds of the whole training (data, placement fit, steps); ``overrides``:
     SelfModelTrainer fields other than the defaults."""
-    from selfmodel.model_io import load_model, read_config, save_model
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.learn.trainer import SelfModelTrainer
+    from selfmodel.model.folder import load_model, read_config, save_model
 
     out = workdir / "models" / label
     if out.exists():
@@ -109,14 +109,14 @@ def trained(workdir: Path, label: str, session: Path, steps: int, previous: Path
 
 
 def evaluated(model_folder: Path, session: Path, poses: int) -> dict:
-    from selfmodel.metrics import evaluate
-    from selfmodel.model_io import load_model
+    from selfmodel.evaluation.metrics import evaluate
+    from selfmodel.model.folder import load_model
 
     cache = model_folder.with_name(model_folder.name + f".eval-{poses}.json")
     loaded = load_session(session)
     if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
         # The shape figures keep; the speed figures are measured again, network and grids in this run.
-        from selfmodel.metrics import baked_figures, queries_per_second
+        from selfmodel.evaluation.metrics import baked_figures, queries_per_second
 
         figures = json.loads(cache.read_text())
         model, rng = load_model(model_folder), np.random.default_rng(0)
@@ -129,10 +129,10 @@ def evaluated(model_folder: Path, session: Path, poses: int) -> dict:
 
 
 def correction_rows(label: str, model_folder: Path, session: Path) -> tuple[list, dict]:
-    from selfmodel.chain import ChainSpec
-    from selfmodel.metrics import true_corrections
-    from selfmodel.model_io import load_model
-    from selfmodel.placement import TOLERANCE
+    from selfmodel.evaluation.metrics import true_corrections
+    from selfmodel.model.chain import ChainSpec
+    from selfmodel.model.corrections import TOLERANCE
+    from selfmodel.model.folder import load_model
 
     model = load_model(model_folder)
     loaded = load_session(session)
@@ -163,8 +163,8 @@ def checked(workdir: Path, models: dict) -> dict:
     """``selfmodel check`` of each model against its session's URDF: label -> rows (largest first)."""
     from dataclasses import asdict
 
-    from selfmodel.check import check_against
-    from selfmodel.model_io import load_model
+    from selfmodel.inspect.check import check_against
+    from selfmodel.model.folder import load_model
 
     out = {}
     for label, (folder, session) in models.items():
@@ -193,9 +193,9 @@ def query_speeds(model_folder: Path, session: Path, repeats: int = 6) -> dict:
     """The network against its baked grids, in this run: queries per wall second and per CPU second of
     this process (all its threads; what a loaded machine does not depress), at one configuration
     (100k points uniform in the workspace) and as a planner asks (1000 configurations x 100 points),
-    the grids at 1 and 2 threads; disagreement on occupied/free (selfmodel.baked.agreement)."""
-    from selfmodel.baked import agreement, load_baked
-    from selfmodel.model_io import load_model
+    the grids at 1 and 2 threads; disagreement on occupied/free (selfmodel.model.baked.agreement)."""
+    from selfmodel.model.baked import agreement, load_baked
+    from selfmodel.model.folder import load_model
 
     model = load_model(model_folder)
     loaded = load_session(session)
@@ -224,14 +224,14 @@ def query_speeds(model_folder: Path, session: Path, repeats: int = 6) -> dict:
 
 
 def steps_per_second(session: Path, threads: int, compete: bool, steps: int) -> float:
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.learn.trainer import SelfModelTrainer
 
     competitor = None
     if compete:  # one process that keeps a core busy, as another job on a shared machine does
         competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         # In a fresh process each: torch's thread pools are set once per process.
-        code = ("import sys, json; from capture.session import load_session; from selfmodel.training import SelfModelTrainer; "
+        code = ("import sys, json; from capture.session import load_session; from selfmodel.learn.trainer import SelfModelTrainer; "
                 f"r = SelfModelTrainer(steps={steps}, seed=0, threads={threads}, device='cpu').fit([load_session(sys.argv[1])]); "
                 "print(json.dumps({'steps': r.steps, 'seconds': r.seconds}))")
         out = subprocess.run([sys.executable, "-c", code, str(session)], capture_output=True, text=True, check=True)
@@ -291,8 +291,8 @@ def main() -> None:
                    eval_relearned=evaluated(relearned, crashed_heldout, args.heldout))
     changes = json.loads((relearned / "changes.json").read_text()) if (relearned / "changes.json").is_file() else None
     if changes is None:
-        from selfmodel.changes import what_changed
-        from selfmodel.model_io import load_model
+        from selfmodel.inspect.changes import what_changed
+        from selfmodel.model.folder import load_model
 
         changes = what_changed(load_model(intact_model), load_model(relearned))
     results["changes"] = changes
@@ -328,8 +328,8 @@ def main() -> None:
         report(args, results, command)
 
     if args.budget_steps:
-        from selfmodel.depth_labels import LabelSettings
-        from selfmodel.model_io import read_config
+        from selfmodel.labels.depth import LabelSettings
+        from selfmodel.model.folder import read_config
 
         budget = {}
         for steps in args.budget_steps:
@@ -429,7 +429,7 @@ def report(args, results: dict, command: str) -> None:
                           f"{results['relearned']['rotation_error_deg']:.2f} deg), in {results['planned_wall']:.0f} s."]
         changes = results.get("changes")
         if changes:
-            from selfmodel.changes import summary
+            from selfmodel.inspect.changes import summary
 
             lines += ["", "What the relearned model says changed (changes.json):", "", "```", *summary(changes), "```"]
     if results.get("check"):

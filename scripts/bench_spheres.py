@@ -12,7 +12,7 @@ shared by marginal protrusion gain), on
   recorded poses; their spheres are checked for self-collision at every recorded pose.
 
 Each cover is measured against the held-out true arm with cuRobo's metric definitions
-(selfmodel.export_truth.evaluate_export): whole body, the arm alone (the tip's own mesh) and the
+(selfmodel.evaluation.export_truth.evaluate_export): whole body, the arm alone (the tip's own mesh) and the
 board alone. Writes the ``selfmodel-spheres`` section of BENCHMARKS.md.
 
     nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_spheres.py --workdir /tmp/sph4 \
@@ -46,7 +46,7 @@ def cached(path: Path, compute):
 
 def body_of_mesh(link: str, mesh, voxel: float = 0.003):
     from rigs.solids import solid_of
-    from selfmodel.collision import LinkBody
+    from selfmodel.export.bodies import LinkBody
 
     solid = solid_of(mesh, voxel)
     cells = solid.inside_cells | solid.surface_cells
@@ -58,20 +58,20 @@ def true_parts(heldout: Path, poses: int):
     """The held-out truth, and the tip's own mesh and the board's (tip frame), apart."""
     from capture.session import load_session
     from rigs.link_meshes import link_meshes
-    from selfmodel.export_truth import load_truth
-    from selfmodel.metrics import _board_mesh
+    from selfmodel.evaluation.export_truth import load_truth
+    from selfmodel.evaluation.metrics import true_board_mesh
 
     session = load_session(heldout)
     truth = load_truth(heldout, session.pose_ids[:poses])
     tip = session.tip_link
     parameters = json.loads((heldout / "truth" / "parameters.json").read_text())
-    board = _board_mesh(parameters, session.manifest)
+    board = true_board_mesh(parameters, session.manifest)
     arm_tip = link_meshes(heldout / "truth" / "robot.urdf", [tip])[tip]
     return truth, tip, arm_tip, board
 
 
 def sub_truth(truth, meshes: dict, links: list[str]):
-    from selfmodel.export_truth import TruthAtPoses
+    from selfmodel.evaluation.export_truth import TruthAtPoses
 
     columns = [truth.link_names.index(link) for link in links]
     return TruthAtPoses(truth.pose_ids, links, meshes, truth.base_T_links[:, columns], truth.q_commanded,
@@ -81,8 +81,8 @@ def sub_truth(truth, meshes: dict, links: list[str]):
 def measure(urdf: Path, base: str, covers: dict, truth, tip: str, arm_tip, board, groups: dict) -> dict:
     """cuRobo's metrics of ``covers`` (link -> SphereCover) on the whole arm, on the arm without the
     board and on the board alone; ``groups``: tip sphere index -> 'board' or 'arm'."""
-    from selfmodel.export_truth import PosedExport, evaluate_export
-    from selfmodel.spheres import SphereCover
+    from selfmodel.evaluation.export_truth import PosedExport, evaluate_export
+    from selfmodel.export.spheres import SphereCover
 
     def run(spheres, sub):
         figures = evaluate_export(PosedExport(urdf, base, {}, spheres), sub, np.random.default_rng(5),
@@ -120,9 +120,9 @@ def nearest_groups(cover, arm_tip, board) -> dict:
 
 def fit_before(bodies: dict, margin: float, budget: int, iterations: int, seed: int = 0) -> dict:
     """Main's fit before the groups: one budget for every link, the board part of the tip."""
-    from selfmodel.sphere_fit import refine_covers
-    from selfmodel.sphere_groups import sphere_target
-    from selfmodel.spheres import fit_sphere_covers
+    from selfmodel.export.sphere_fit import refine_covers
+    from selfmodel.export.sphere_groups import sphere_target
+    from selfmodel.export.spheres import fit_sphere_covers
 
     rng = np.random.default_rng(seed)
     targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
@@ -133,7 +133,7 @@ def fit_before(bodies: dict, margin: float, budget: int, iterations: int, seed: 
 
 def fit_after(bodies: dict, boards: dict, margin: float, budget: int, board_budget: int, iterations: int,
               seed: int = 0) -> tuple[dict, dict]:
-    from selfmodel.sphere_groups import BOARD, fit_groups, sphere_target
+    from selfmodel.export.sphere_groups import BOARD, fit_groups, sphere_target
 
     rng = np.random.default_rng(seed)
     targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
@@ -215,11 +215,11 @@ def learned_rows(workdir: Path, model_path: Path, heldout: Path, poses: int, bud
     """The export of a cached self-model before (board part of the tip's spheres) and after (its own
     group), measured against the held-out truth; the export refuses a model whose spheres collide at
     a recorded pose, and its report counts them."""
-    from capture.session import load_session
-    from selfmodel.export import CollisionExporter, export_model
-    from selfmodel.spheres import SphereCover
-
     import yaml
+
+    from capture.session import load_session
+    from selfmodel.export.exporter import CollisionExporter, export_model
+    from selfmodel.export.spheres import SphereCover
 
     truth, tip, arm_tip, board = true_parts(heldout, poses)
     base = load_session(heldout).base_link
@@ -228,7 +228,7 @@ def learned_rows(workdir: Path, model_path: Path, heldout: Path, poses: int, bud
         out = workdir / f"export-board-{board_spheres}"
         start = time.perf_counter()
         exporter = CollisionExporter(max_spheres=budget, board_spheres=board_spheres, seed=0)
-        report = export_model(model_path, out, exporter, force=True, evaluate_truth=False)
+        report = export_model(model_path, out, exporter, force=True)
         seconds = time.perf_counter() - start
         covers = {link: SphereCover(np.array([s["center"] for s in items]), np.array([s["radius"] for s in items]))
                   for link, items in yaml.safe_load((out / "curobo_spheres.yml").read_text())["collision_spheres"].items()}
@@ -399,7 +399,7 @@ def write(results: dict, args) -> None:
     body = ("Sphere covers for cuRobo with cuRobo's metric definitions, measured against the held-out true arm "
             f"(xarm6-cameras-30-101, first {args.poses} poses; evaluation only, the fit never reads truth/). Before: the "
             "fit as it was, one budget over every link with the 3.5 mm calibration board part of the tip. After: the "
-            "board its own sphere group in the tip's frame with its own budget (selfmodel/sphere_groups.py), listed "
+            "board its own sphere group in the tip's frame with its own budget (selfmodel/export/sphere_groups.py), listed "
             "under the tip in the cuRobo files beside the tip's own spheres. Parts: whole (arm and board against the "
             "whole true arm), arm (the links without the board, the tip's own mesh), board (the board's spheres "
             "against the plate alone; a before sphere counts as the board's when its centre is nearer the plate). "

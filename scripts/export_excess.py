@@ -3,7 +3,7 @@ what the training sessions' cameras said about that space (evaluation only: read
 
 For a trained model (a bench_export.py workdir holds them) the export's learned bodies are built
 twice, as `selfcal selfmodel export` builds them: without carving and with the default carving
-(selfmodel/export_carving.py). For every cell of a body (3 mm grid, link frame) the true link's
+(selfmodel/export/carving.py). For every cell of a body (3 mm grid, link frame) the true link's
 solid says whether it is matter of the real arm; cells outside it by more than half a cell are
 excess, and each is counted as
 
@@ -46,9 +46,9 @@ def model_folder(workdir: Path, rig: str, steps: int) -> Path:
 
 
 def figures(workdir: Path, rig: str, steps: int, sigmas: list[float]) -> dict:
-    from selfmodel.export import CollisionExporter, load_model_folder, name_recorded_poses
-    from selfmodel.export_carving import POSES, SIGMAS, cell_centres, seen_through_cells, training_sessions
-    from selfmodel.export_truth import load_truth
+    from selfmodel.evaluation.export_truth import load_truth
+    from selfmodel.export.carving import POSES, SIGMAS, cell_centres, seen_through_cells, training_sessions
+    from selfmodel.export.exporter import CollisionExporter, load_model_folder, name_recorded_poses
 
     folder = model_folder(workdir, rig, steps)
     session_path = workdir / f"{rig}-300-1"

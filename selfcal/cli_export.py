@@ -76,7 +76,8 @@ def export(
         from rigs import urdf as urdf_io
         from rigs.errors import InputError
         from rigs.files import check_new_output
-        from selfmodel.export import CollisionExporter, export_model
+        from selfmodel.evaluation.export_truth import truth_figures
+        from selfmodel.export.exporter import CollisionExporter, export_model
 
         check_new_output(out, force)  # before minutes of work, not after
         if ros_package is not None:
@@ -86,13 +87,14 @@ def export(
         exporter = CollisionExporter(max_spheres=spheres, board_spheres=board_spheres, max_pieces=pieces, margin=parse_margin(margin),
                                      voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
         exporter.check()
-        from selfmodel.export import load_model_folder
-        from selfmodel.training import resolve_device
+        from selfmodel.export.exporter import load_model_folder
+        from selfmodel.model.runtime import resolve_device
 
         target = resolve_device(device)  # before the model is read: a refused device costs nothing
         loaded = load_model_folder(model).to(target)
         with progress_bar("exporting collision geometry") as update:
-            report = export_model(model, out, exporter, force=force, evaluate_truth=truth, heldout=heldout,
+            report = export_model(model, out, exporter, force=force,
+                                  truth=truth_figures(heldout, seed=exporter.seed) if truth else None,
                                   progress=update, urdf=urdf, model=loaded,
                                   ros_package=ros_package)
         carving = report.get("carving") or {}

@@ -11,7 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from selfcal.options import NO_DEPTH_HELP, Placements, SelfModelKind, check_positive, parse_no_depth, require_pass_option
+from selfcal.options import (NO_DEPTH_HELP, Placements, SelfModelKind, check_positive, parse_no_depth,
+                             require_pass_option)
 from selfcal.ui import exit_for, print_json, progress_bar, say_verdict, user_errors
 
 selfmodel_app = typer.Typer(help="Learn the arm's shape from depth images, evaluate it, check it against a URDF.",
@@ -159,7 +160,7 @@ def _training_folder(out: Path, run: dict, resume: bool):
     from rigs.errors import InputError
     from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, current_umask, is_locked, locked_folder,
                             make_parents, read_json, remove_empty_folders, rename_no_replace)
-    from selfmodel.training import CHECKPOINT
+    from selfmodel.learn.trainer import CHECKPOINT
 
     partial = _partial(out)
     busy = f"{partial}: another training is writing it now; wait for it to finish or choose another --out."
@@ -233,11 +234,11 @@ def train(
         from capture.session import load_session
         from rigs.errors import InputError
         from rigs.files import check_new_output, output_folder
-        from selfmodel.model_io import load_model, save_model
-        from selfmodel.training import SelfModelTrainer
+        from selfmodel.learn.trainer import SelfModelTrainer
+        from selfmodel.model.folder import load_model, save_model
 
         check_new_output(out)
-        from selfmodel.placement import PlacementSettings
+        from selfmodel.learn.placement import PlacementSettings
 
         # On a discovered chain the discovery's own fit over the random poses places the joints, and
         # the tip's hull already holds what moved with it (a tool, the board): its domain needs no
@@ -254,7 +255,7 @@ def train(
         # After the URDF is known to exist: a calibration beside it is read for its standard deviations.
         held, placed, calibration = placements_held(placements, urdf, no_urdf, previous)
         known = calibrated_placement_std(calibration) if calibration is not None else None
-        from selfmodel.depth_labels import LabelSettings
+        from selfmodel.labels.depth import LabelSettings
 
         trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
                                    hold=parse_holds(hold), device=device,
@@ -266,7 +267,7 @@ def train(
             poses, intrinsics = camera_poses_from_calibration(cameras)
             loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml"), intrinsics)
                       for session in loaded]
-        from selfmodel.depth_labels import check_depth_sessions, check_no_depth, no_depth_summary
+        from selfmodel.labels.depth import check_depth_sessions, check_no_depth, no_depth_summary
 
         check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
         check_no_depth(trainer.labels, loaded)
@@ -299,11 +300,11 @@ def train(
                 board = (loaded[0].manifest.get("sensors") or {}).get("board") if trainer.board_on_tip else None
                 # Held on a calibration's URDF (placements_held names it only then), the board sits where
                 # that calibration measured it: the export then takes the plate as exact
-                # (selfmodel.export_sources.with_board).
+                # (selfmodel.export.sources.with_board).
                 board = board_with_fitted_mount(board, calibration)
                 changes = None
                 if before is not None and before.kind == "structured":
-                    from selfmodel.changes import what_changed
+                    from selfmodel.inspect.changes import what_changed
 
                     changes = what_changed(before, result.model)
                 with output_folder(out) as folder:
@@ -347,7 +348,7 @@ def train(
             if result.corrections is not None and not no_urdf:  # held on a discovered chain
                 typer.echo(result.corrections.summary() if not held else f"joint placements {placed}")
             if changes is not None:
-                from selfmodel.changes import summary as change_lines
+                from selfmodel.inspect.changes import summary as change_lines
 
                 for line in change_lines(changes):
                     typer.echo(line)
@@ -385,15 +386,14 @@ def evaluate(
 
         from capture.session import load_session
         from rigs.errors import InputError
-        from selfmodel.metrics import evaluate as evaluate_model
-        from selfmodel.model_io import load_model
-
-        from selfmodel.verdicts import eval_verdict
+        from selfmodel.evaluation.metrics import evaluate as evaluate_model
+        from selfmodel.inspect.verdicts import eval_verdict
+        from selfmodel.model.folder import load_model
 
         if voxel <= 0:
             raise InputError(f"--voxel-mm must be positive, got {voxel}.")
         check_positive(tolerance_mm=tolerance_mm, false_free_max=false_free_max)
-        from selfmodel.training import resolve_device
+        from selfmodel.model.runtime import resolve_device
 
         target = resolve_device(device)
         loaded_model = load_model(model).to(target)
@@ -403,7 +403,7 @@ def evaluate(
             figures = evaluate_model(loaded_model, loaded, np.random.default_rng(seed), pose_ids, voxel / 1000,
                                      progress=update)
         if loaded_model.kind == "structured":
-            from selfmodel.seen_through import training_sessions, unsupported_matter
+            from selfmodel.labels.seen_through import training_sessions, unsupported_matter
 
             trained_on = training_sessions(getattr(loaded_model, "folder", None))[0]
             figures["unsupported_matter_cm3"] = unsupported_matter(loaded_model.to("cpu"), trained_on) if trained_on else None
@@ -441,9 +441,9 @@ def check(
     """Is the arm intact? Per link: its joint correction (the estimated bend, degrees) and matter added to or
     missing from the description, each with its uncertainty, judged against a damage threshold."""
     with user_errors():
-        from selfmodel.check import check_against
-        from selfmodel.model_io import load_model
-        from selfmodel.verdicts import check_verdict
+        from selfmodel.inspect.check import check_against
+        from selfmodel.inspect.verdicts import check_verdict
+        from selfmodel.model.folder import load_model
 
         check_positive(threshold_mm=threshold_mm)  # before minutes of work
         result = check_against(load_model(model), urdf)

@@ -79,7 +79,7 @@ def plan(
             previous = Calibration.load(calibration)
         relearn = None
         if self_model is not None:
-            from selfmodel.model_io import load_model
+            from selfmodel.model.folder import load_model
 
             relearn = load_model(self_model)
             if relearn.kind != "structured":
@@ -105,8 +105,8 @@ def plan(
                 from calib.workflows.pose_selection import candidate_jacobians, d_optimal, log_det
 
             if relearn is not None:
-                from selfmodel.pose_planning import placement_blocks
-                from selfmodel.training import described_meshes
+                from selfmodel.labels.description import described_meshes
+                from selfmodel.learn.pose_planning import placement_blocks
 
                 meshes = described_meshes(relearn.spec, relearn.urdf_path, relearn.tip_link, relearn.board)
                 blocks, rank = placement_blocks(relearn.spec, meshes, q, spec.cameras,

@@ -165,7 +165,7 @@ VIEWS = ((20, -60, "from the front left"), (35, 150, "from behind, above"))
 
 def _posed_truth(session, q_index: int) -> list:
     """The true arm's link meshes (base frame) at pose ``q_index`` of a simulated session."""
-    from selfmodel.metrics import true_arm
+    from selfmodel.evaluation.metrics import true_arm
 
     truth = true_arm(session, [session.pose_ids[q_index]])
     return [truth.meshes[name].copy().apply_transform(truth.base_T_links[0, i])
@@ -183,8 +183,8 @@ def render_images(folder: Path) -> dict[str, str]:
 
     from capture.session import load_session
     from rigs.kinematics import ChainModel
-    from selfmodel.meshing import arm_mesh
-    from selfmodel.model_io import load_model
+    from selfmodel.inspect.meshing import arm_mesh
+    from selfmodel.model.folder import load_model
 
     session = load_session(folder / "sessions" / "xarm-heldout")
     q = session.q[0]

@@ -1,5 +1,6 @@
-"""The house's rules, checked on the source: no import cycle anywhere, rooms import one way, and
-calib's function-local imports exist only to keep the command line fast (each says why)."""
+"""The house's rules, checked on the source: no import cycle anywhere, rooms and their sub-rooms import
+one way, nothing that fits or exports reaches the code that reads a simulated truth, and function-local
+imports in calib and selfmodel exist only for a stated reason (most keep the command line fast)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ MAY_IMPORT = {"rigs": set(), "capture": {"rigs"}, "calib": {"rigs", "capture"}, 
 # calib's sub-rooms, lowest first: each may import only those before it.
 CALIB_ORDER = ("calib.model", "calib.sensors", "calib.fit", "calib.dynamics", "calib.deflection", "calib.io", "calib.calibration",
                "calib.calibrator", "calib.workflows")
+# selfmodel's sub-rooms, lowest first, the same way; every selfmodel module lives in one of them.
+SELFMODEL_ORDER = ("selfmodel.model", "selfmodel.labels", "selfmodel.discovery", "selfmodel.learn", "selfmodel.inspect",
+                   "selfmodel.export", "selfmodel.evaluation")
+# Rooms that read a simulated truth (truth/), which no fit and no export may reach, even through another module.
+TRUTH_READERS = ("selfmodel.evaluation",)
 # Modules a calib function may import locally, because loading them at import time would slow every command.
 HEAVY = {"cv2", "torch", "matplotlib", "matplotlib.pyplot"}
 
@@ -106,9 +112,37 @@ def test_the_cycle_finder_finds_a_cycle():
     assert strongly_connected({"a": {"b"}, "b": set()}) == []
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def inside(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
 def test_no_module_of_the_project_imports_itself_in_a_circle():
-    cycles = strongly_connected(project_graph())
+    graph = project_graph()
+    cycles = strongly_connected(graph)
     assert cycles == [], f"import cycles: {cycles}"
+    # The export (and everything else that fits or writes) must not reach the truth readers, even
+    # through a chain of imports: a simulated truth is for evaluation only.
+    wrong = sorted((name, target) for name in graph if room(name) == "selfmodel"
+                   and not any(inside(name, reader) for reader in TRUTH_READERS)
+                   for target in reachable(graph, name) if any(inside(target, reader) for reader in TRUTH_READERS))
+    assert wrong == [], f"modules that reach a truth reader: {wrong}"
+
+
+def test_the_truth_rule_sees_an_export_that_reaches_evaluation_through_another_module():
+    graph = {"selfmodel.export.exporter": {"selfmodel.model.folder"}, "selfmodel.model.folder": {"selfmodel.evaluation.metrics"},
+             "selfmodel.evaluation.metrics": set()}
+    assert "selfmodel.evaluation.metrics" in reachable(graph, "selfmodel.export.exporter")
 
 
 def room(module: str) -> str:
@@ -121,22 +155,38 @@ def test_rooms_import_one_way():
     assert wrong == [], f"imports against the house's direction: {wrong}"
 
 
-def calib_room(module: str) -> int | None:
-    for position, prefix in enumerate(CALIB_ORDER):
-        if module == prefix or module.startswith(prefix + "."):
+def sub_room(module: str, order: tuple[str, ...]) -> int | None:
+    for position, prefix in enumerate(order):
+        if inside(module, prefix):
             return position
     return None
 
 
-def test_calib_sub_rooms_import_one_way():
+def later_rooms_imported(order: tuple[str, ...]) -> list[tuple[str, str]]:
     wrong = []
     for name, targets in project_graph().items():
-        mine = calib_room(name)
+        mine = sub_room(name, order)
         for target in targets:
-            theirs = calib_room(target)
+            theirs = sub_room(target, order)
             if mine is not None and theirs is not None and theirs > mine:
                 wrong.append((name, target))
+    return sorted(wrong)
+
+
+def test_calib_sub_rooms_import_one_way():
+    wrong = later_rooms_imported(CALIB_ORDER)
     assert wrong == [], f"calib sub-rooms importing a later room: {wrong}"
+
+
+def test_selfmodel_sub_rooms_import_one_way():
+    wrong = later_rooms_imported(SELFMODEL_ORDER)
+    assert wrong == [], f"selfmodel sub-rooms importing a later room: {wrong}"
+
+
+def test_every_selfmodel_module_lives_in_a_room():
+    flat = sorted(name for name in modules() if room(name) == "selfmodel" and name != "selfmodel"
+                  and sub_room(name, SELFMODEL_ORDER) is None)
+    assert flat == [], f"selfmodel modules outside its rooms: {flat}"
 
 
 def test_calib_imports_inside_functions_only_heavy_libraries_and_says_why():
@@ -153,6 +203,22 @@ def test_calib_imports_inside_functions_only_heavy_libraries_and_says_why():
             if target not in HEAVY or "#" not in line:
                 wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {line.strip()}")
     assert wrong == [], "function-local imports in calib without a reason: " + "; ".join(wrong)
+
+
+def test_selfmodel_imports_inside_functions_say_why():
+    # A local import hides a dependency from the reader; selfmodel keeps one only where loading the
+    # module at start would cost every command (open3d, torch, Pinocchio, coal, OMPL) or the import
+    # order matters (coacd after open3d), and the line says which.
+    known = modules()
+    wrong = []
+    for name, path in known.items():
+        if room(name) != "selfmodel":
+            continue
+        lines = path.read_text().splitlines()
+        for _, node, local in imports(name, path, known):
+            if local and "#" not in lines[node.lineno - 1]:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert wrong == [], "function-local imports in selfmodel without a reason: " + "; ".join(sorted(set(wrong)))
 
 
 def test_no_comment_cites_a_tracker_issue_number():

@@ -143,9 +143,9 @@ def test_the_frame_convention_flag_overrides_the_name(bags, native, tmp_path):
 
 
 def test_an_imported_bag_trains_a_self_model_as_good_as_the_native_session(imported, native, capture_session):
-    from selfmodel.depth_labels import LabelSettings
-    from selfmodel.metrics import evaluate
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.evaluation.metrics import evaluate
+    from selfmodel.labels.depth import LabelSettings
+    from selfmodel.learn.trainer import SelfModelTrainer
 
     heldout = load_session(capture_session(str(ROOM), 4, 2))
     figures = {}

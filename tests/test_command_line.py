@@ -58,8 +58,8 @@ def test_listed_choices_are_the_rooms_own():
     from capture.importers.poses6d import ROTATIONS
     from capture.importers.tf_static import CONVENTIONS
     from capture.importers.units import ANGLE_UNITS, LENGTH_UNITS
-    from selfmodel.placement import PLACEMENTS
-    from selfmodel.training import KINDS
+    from selfmodel.learn.placement import PLACEMENTS
+    from selfmodel.learn.trainer import KINDS
 
     assert set(_choices(options.Deflection)) == {"auto", *MODES}
     assert set(_choices(options.CalibrationModel)) == set(MODEL_KINDS)
@@ -83,7 +83,7 @@ def test_curobo_spheres_are_yaml_any_parser_reads():
     import numpy as np
     import yaml
 
-    from selfmodel.curobo_config import dump, spheres_document
+    from selfmodel.export.curobo import dump, spheres_document
 
     class Spheres:
         centres = np.array([[0.1, 0.2, 0.3], [0.0, -0.05, 1e-7]])

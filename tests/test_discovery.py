@@ -87,7 +87,7 @@ def _nearest_true_link(truth_urdf: Path, points: np.ndarray) -> tuple[np.ndarray
     base) and the distance (m) to it: the truth, read here only to score."""
     from rigs.link_meshes import link_meshes
     from rigs.solids import raycasting_scene, surface_distance
-    from selfmodel.chain import ChainSpec, link_poses_numpy
+    from selfmodel.model.chain import ChainSpec, link_poses_numpy
 
     spec = ChainSpec.from_urdf(truth_urdf, "base", "tool")
     meshes = link_meshes(truth_urdf, spec.link_names)
@@ -153,7 +153,7 @@ def test_a_point_seen_by_a_camera_projects_back_onto_its_own_pixel(discovered):
     valid pixel's point, in the camera's frame, rounds back to that pixel."""
     from capture.session import load_session
     from selfmodel.discovery.depth_points import DepthFrames
-    from selfmodel.seen_through import pixels
+    from selfmodel.labels.seen_through import pixels
 
     folder, _, _ = discovered
     session = load_session(folder / "session")

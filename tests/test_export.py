@@ -89,7 +89,7 @@ class FreeStandIn:
     kind = "free"
 
     def __init__(self):
-        from selfmodel.chain import ChainSpec
+        from selfmodel.model.chain import ChainSpec
 
         self.spec = ChainSpec.from_urdf(URDF, "base", "link2")
         self.joint_names = list(JOINTS)
@@ -98,7 +98,7 @@ class FreeStandIn:
         self.structured = StandInModel()
 
     def occupancy(self, points: np.ndarray, q: np.ndarray) -> np.ndarray:
-        from selfmodel.chain import link_poses_numpy
+        from selfmodel.model.chain import link_poses_numpy
 
         poses = link_poses_numpy(self.spec, np.atleast_2d(q)[:1])[0]
         result = np.zeros(len(points))
@@ -111,7 +111,7 @@ class FreeStandIn:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """The stand-in exported once with the defaults (automatic margin)."""
-    from selfmodel.export import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter, write_export
 
     exporter = CollisionExporter(max_spheres=36, max_pieces=4, srdf_samples=10_000, voxel=0.004, seed=0)
     fitted = exporter.fit(StandInModel())
@@ -127,7 +127,7 @@ def test_a_hull_with_too_many_vertices_is_held_by_a_polytope_that_cuts_its_corne
     stays a face."""
     from scipy.spatial import ConvexHull
 
-    from selfmodel.collision import conservative_hull
+    from selfmodel.export.bodies import conservative_hull
 
     angles = np.linspace(0.0, 2 * np.pi, 200, endpoint=False)
     rim = np.c_[0.068 * np.cos(angles), 0.068 * np.sin(angles)]
@@ -149,7 +149,7 @@ def test_a_hull_with_too_many_vertices_is_held_by_a_polytope_that_cuts_its_corne
 def test_pieces_contain_every_true_surface_point_and_spheres_all_but_a_sliver(exported):
     _, report, fitted = exported
     rng = np.random.default_rng(7)
-    from selfmodel.collision import pieces_contain
+    from selfmodel.export.bodies import pieces_contain
 
     for link in SHAPES:
         points = surface_samples(link, 20_000, rng)
@@ -175,7 +175,7 @@ def test_every_link_grows_by_its_own_measured_margin(exported):
     # is not the largest by another name.
     assert min(fitted.margins.values()) < 0.5 * max(fitted.margins.values())
     # A given margin grows every link by the same.
-    from selfmodel.export import CollisionExporter
+    from selfmodel.export.exporter import CollisionExporter
 
     given = CollisionExporter(max_spheres=36, max_pieces=4, voxel=0.004, margin=0.002, sphere_iterations=0,
                               seed=0).fit(StandInModel())
@@ -185,7 +185,7 @@ def test_every_link_grows_by_its_own_measured_margin(exported):
 def test_the_cover_stays_close_to_the_body(exported):
     _, report, fitted = exported
     rng = np.random.default_rng(3)
-    from selfmodel.collision import pieces_contain
+    from selfmodel.export.bodies import pieces_contain
 
     for link in SHAPES:
         lo, hi = StandInModel().link_bounds(link)
@@ -256,7 +256,7 @@ def test_srdf_disables_adjacent_links_and_keeps_the_pair_that_can_collide(export
 
 def test_a_pair_that_cannot_meet_is_disabled_as_never(tmp_path):
     """With joint2 held within +-0.3 rad, link2 cannot swing down onto the base."""
-    from selfmodel.srdf import collision_matrix
+    from selfmodel.export.srdf import collision_matrix
 
     text = URDF.read_text().replace('lower="-2.8" upper="2.8"', 'lower="-0.3" upper="0.3"')
     (tmp_path / "robot.urdf").write_text(text)
@@ -268,9 +268,9 @@ def test_a_pair_that_cannot_meet_is_disabled_as_never(tmp_path):
 
 def test_free_model_bodies_come_from_what_stays_put_in_each_link_frame():
     """A free model knows no links; cut by the URDF's frames, its export still covers the arm."""
-    from selfmodel.chain import link_poses_numpy
-    from selfmodel.collision import pieces_contain
-    from selfmodel.export import CollisionExporter
+    from selfmodel.export.bodies import pieces_contain
+    from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.model.chain import link_poses_numpy
 
     fitted = CollisionExporter(max_spheres=36, max_pieces=4, voxel=0.007, free_configurations=8, margin_samples=2000,
                                margin_climbs=50, seed=1).fit(FreeStandIn())
@@ -299,21 +299,21 @@ def test_free_model_bodies_come_from_what_stays_put_in_each_link_frame():
 
 
 def test_empty_link_body_is_named():
-    from selfmodel.export import CollisionExporter
+    from selfmodel.export.exporter import CollisionExporter
 
     with pytest.raises(InputError, match=r"link 'link1' has an empty body"):
         CollisionExporter(voxel=0.008).fit(StandInModel(empty_link="link1"))
 
 
 def test_margin_that_would_swallow_the_arm_is_refused():
-    from selfmodel.export import CollisionExporter
+    from selfmodel.export.exporter import CollisionExporter
 
     with pytest.raises(InputError, match="would swallow the arm"):
         CollisionExporter(margin=0.08, voxel=0.008).fit(StandInModel())
 
 
 def test_existing_output_folder_is_refused_without_force(exported, tmp_path):
-    from selfmodel.export import write_export
+    from selfmodel.export.exporter import write_export
 
     out, _, fitted = exported
     with pytest.raises(InputError, match="already exists"):
@@ -344,7 +344,7 @@ def _tiny_session(folder: Path, truth_urdf_text: str, qs: np.ndarray) -> Path:
 def test_truth_figures_find_a_link_longer_than_the_model_knows(exported, tmp_path):
     """Against its own shape the export covers everything; against a truth whose link2 is 3 cm
     longer, coverage drops and the largest gap is about those 3 cm."""
-    from selfmodel.export_truth import PosedExport, description_pieces, evaluate_export, load_truth
+    from selfmodel.evaluation.export_truth import PosedExport, description_pieces, evaluate_export, load_truth
 
     out, _, fitted = exported
     qs = np.array([[0.3, -0.4], [-2.0, 1.2]])
@@ -382,8 +382,8 @@ def test_protrusion_is_read_over_the_outer_surface_and_over_every_sphere(tmp_pat
     out of the link by at most 65 mm where the big one stands out by up to 165 mm: its surface is not
     on the union's outer surface, so only cuRobo's reading (every sphere's surface) takes it in, and
     reads lower (mean 94 against 105 mm here)."""
-    from selfmodel.export_truth import PosedExport, evaluate_export, load_truth
-    from selfmodel.spheres import SphereCover
+    from selfmodel.evaluation.export_truth import PosedExport, evaluate_export, load_truth
+    from selfmodel.export.spheres import SphereCover
 
     truth = load_truth(_tiny_session(tmp_path / "same", URDF.read_text(), np.array([[0.3, -0.4], [-2.0, 1.2]])))
     big = SphereCover(np.array([[0.175, 0.0, 0.0]]), np.array([0.19]))
@@ -469,7 +469,7 @@ def test_export_writes_package_uris_that_pinocchio_resolves_from_anywhere(export
 
     import pinocchio as pin
 
-    from selfmodel.export import write_export
+    from selfmodel.export.exporter import write_export
 
     _, _, fitted = exported
     out = tmp_path / "collision"

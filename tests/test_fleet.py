@@ -386,7 +386,7 @@ def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path):
     model = tmp_path / "out" / "box1"
     assert (model / "weights.pt").is_file() and (model / "config.json").is_file()
     # The model records its training session where it really is, as a training run into DIR/box1 would.
-    from selfmodel.export_sources import training_session_paths
+    from selfmodel.model.folder import training_session_paths
 
     assert training_session_paths(model) == [(tmp_path / "sessions" / "box1").resolve()]
     assert (tmp_path / "out" / "index.html").is_file()

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import trimesh
 import yaml
+from test_export import JOINTS, URDF, StandInModel
 
 from rigs.errors import InputError
-from test_export import JOINTS, URDF, StandInModel
 
 # Recorded configurations: link2 held high (joint2 within +-0.8 rad), where the real arm stood.
 RECORDED = np.array([[a, b] for a in (-2.5, -1.0, 0.0, 1.2, 2.6) for b in (-0.8, -0.3, 0.0, 0.4, 0.8)])
@@ -33,7 +33,7 @@ class RecordedStandIn(StandInModel):
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    from selfmodel.export import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter, write_export
 
     exporter = CollisionExporter(max_spheres=36, max_pieces=4, srdf_samples=4000, voxel=0.004, seed=0)
     fitted = exporter.fit(RecordedStandIn())
@@ -44,7 +44,7 @@ def written(tmp_path_factory):
 
 def test_planner_loads_urdf_and_srdf_recorded_poses_are_free_a_folded_pose_is_not(written):
     from rigs.transforms import make_transform
-    from selfmodel.collision_world import Box, CollisionWorld
+    from selfmodel.export.world import Box, CollisionWorld
 
     out, report, _ = written
     assert report["recorded_poses_in_collision"] == {
@@ -62,8 +62,8 @@ def test_planner_loads_urdf_and_srdf_recorded_poses_are_free_a_folded_pose_is_no
 
 def test_planned_path_around_an_obstacle_stays_clear_of_the_true_shapes(written):
     from rigs.transforms import make_transform
-    from selfmodel.collision_world import Box, CollisionWorld
-    from selfmodel.planning import densify, plan, replay
+    from selfmodel.evaluation.planning import densify, plan, replay
+    from selfmodel.export.world import Box, CollisionWorld
 
     out, _, _ = written
     wall = Box("wall", np.array([0.08, 0.5, 0.5]), make_transform([0.28, 0.0, 0.3]))
@@ -119,7 +119,7 @@ def test_curobo_config_names_only_existing_links_and_files(written):
 
 def test_bodies_that_overlap_where_the_arm_stood_are_refused_with_links_poses_and_depth(tmp_path):
     """A recorded pose with link2 swung down through the base cannot be real: say so, write nothing."""
-    from selfmodel.export import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter, write_export
 
     recorded = np.vstack([RECORDED, [[0.0, 1.75]]])
     with pytest.raises(InputError, match=r"bodies of base and link2 overlap by up to \d+ mm at 1 of 26 recorded poses "
@@ -132,8 +132,8 @@ def test_bodies_that_overlap_where_the_arm_stood_are_refused_with_links_poses_an
 def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp_path):
     """link2 swung low (but clear of the base) where the arm stood: the inflated pieces of the two
     come within the margin of each other there, are cut apart, and the pose is free."""
-    from selfmodel.collision_world import CollisionWorld
-    from selfmodel.export import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.world import CollisionWorld
 
     low = np.array([[0.0, 1.14], [np.pi / 2, 1.14]])  # link2 10 mm clear of the base's top edge
     fitted = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.006, margin=0.008).fit(RecordedStandIn(low))
@@ -148,7 +148,7 @@ def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp
 def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():
     import pybullet_data
 
-    from selfmodel.chain import ChainSpec
+    from selfmodel.model.chain import ChainSpec
 
     urdf = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
     with pytest.raises(InputError, match=r"joint 'panda_finger_joint1' moves link 'panda_leftfinger'.*--hold panda_finger_joint1=VALUE"):
@@ -156,7 +156,7 @@ def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():
     spec = ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0.01, "panda_finger_joint2": 0.01})
     assert spec.link_names[-3:] == ["panda_hand", "panda_leftfinger", "panda_rightfinger"]
     assert "panda_link8" not in spec.link_names and len(spec.joint_names) == 7
-    from selfmodel.chain import link_poses_numpy
+    from selfmodel.model.chain import link_poses_numpy
 
     poses = link_poses_numpy(spec, np.zeros((1, 7)))[0]
     left, right = poses[spec.link_names.index("panda_leftfinger")], poses[spec.link_names.index("panda_rightfinger")]
@@ -191,7 +191,7 @@ def test_simulator_refuses_a_pose_where_the_true_panda_passes_through_itself_and
     from capture.simulate import capture_simulated
     from rigs import load_rig
     from rigs.self_contact import SelfContact
-    from selfmodel.metrics import true_arm
+    from selfmodel.evaluation.metrics import true_arm
 
     rig = load_rig("panda-cameras")
     session = load_session(capture_simulated(rig, 4, 3, tmp_path / "panda"))
@@ -246,7 +246,7 @@ def test_open_meshes_are_read_as_the_solid_they_enclose():
 def test_a_pair_the_real_arm_can_bring_into_contact_is_never_disabled(tmp_path):
     """The export's link2 came out 15 cm short: on its own geometry link2 never reaches the base, but
     the description's meshes (the real arm) do, so the pair stays enabled and the report says why."""
-    from selfmodel.srdf import collision_matrix
+    from selfmodel.export.srdf import collision_matrix
 
     text = URDF.read_text().replace('lower="-2.8" upper="2.8"', 'lower="-1.7" upper="1.7"')
     (tmp_path / "description.urdf").write_text(text)
@@ -268,7 +268,7 @@ def test_a_world_standing_for_the_true_shapes_reads_mesh_files_as_the_shapes_the
     of the link's surface is free, and the same box grown 20 mm a side touches it."""
     import pybullet_data
 
-    from selfmodel.collision_world import Box, CollisionWorld
+    from selfmodel.export.world import Box, CollisionWorld
 
     urdf = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
     joints = [f"panda_joint{k}" for k in range(1, 8)]
@@ -298,8 +298,8 @@ def test_a_descriptions_collision_obj_files_are_read_as_the_hulls_they_hold():
     split into single triangles. Read merged, each link's hull holds its visual surface."""
     import pybullet_data
 
-    from selfmodel.collision import pieces_outside_distance
-    from selfmodel.export_truth import description_pieces
+    from selfmodel.evaluation.export_truth import description_pieces
+    from selfmodel.export.bodies import pieces_outside_distance
 
     folder = Path(pybullet_data.getDataPath()) / "franka_panda"
     links = ["panda_link5", "panda_hand"]

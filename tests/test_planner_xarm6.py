@@ -6,7 +6,7 @@ separation at recorded poses, SRDF, cuRobo configuration) runs on the shapes a r
 that nest at their joints, a forearm that folds back over the upper arm, a wrist close to its own
 forearm. Recorded configurations are ones the simulator would record (the true meshes apart by
 5 mm where two or more joints move between them). The written URDF and SRDF are then loaded into
-Pinocchio/coal, the collision checking of the OMPL planner (selfmodel.planning), and asked what a
+Pinocchio/coal, the collision checking of the OMPL planner (selfmodel.evaluation.planning), and asked what a
 planner asks. The Franka Panda, with its hand and closed fingers, goes the same way (slow: eleven
 bodies).
 """
@@ -41,7 +41,7 @@ class TrueMeshModel:
                  pitch: float = 0.002):
         from rigs.link_meshes import link_meshes
         from rigs.solids import solid_of
-        from selfmodel.chain import ChainSpec
+        from selfmodel.model.chain import ChainSpec
 
         self.urdf_path, self.base_link, self.tip_link = urdf, base, tip
         self.held = dict(held or {})
@@ -68,8 +68,8 @@ def true_world(obstacles=(), urdf: Path | None = None, joints: list[str] = JOINT
     two or more moving joints between them (a one-joint pair nests at its joint by design)."""
     from rigs.link_meshes import link_meshes
     from rigs.self_contact import MOVING
-    from selfmodel.collision_world import CollisionWorld
-    from selfmodel.srdf import LinkTree
+    from selfmodel.export.srdf import LinkTree
+    from selfmodel.export.world import CollisionWorld
 
     urdf = urdf or xarm_urdf()
     tree = LinkTree(urdf)
@@ -85,8 +85,8 @@ def recorded_configurations(urdf: Path, joints: list[str], base: str, tip: str, 
     """(count, dof) configurations the simulator would record: the true meshes 5 mm apart wherever
     two or more joints move between two links, one-joint pairs no deeper than they always nest."""
     from rigs.self_contact import SelfContact
-    from selfmodel.chain import ChainSpec, link_poses_numpy
-    from selfmodel.srdf import joint_limits
+    from selfmodel.export.srdf import joint_limits
+    from selfmodel.model.chain import ChainSpec, link_poses_numpy
 
     spec = ChainSpec.from_urdf(urdf, base, tip, held)
     rules = SelfContact(urdf, joints, held, clearance=0.005)
@@ -103,8 +103,8 @@ def recorded_configurations(urdf: Path, joints: list[str], base: str, tip: str, 
 
 @pytest.fixture(scope="module")
 def xarm(tmp_path_factory):
-    from selfmodel.export import CollisionExporter, write_export
-    from selfmodel.srdf import joint_limits
+    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.srdf import joint_limits
 
     urdf = xarm_urdf()
     model = TrueMeshModel(urdf, "link_base", "link6", recorded_configurations(urdf, JOINTS, "link_base", "link6", 12, 3))
@@ -117,7 +117,7 @@ def xarm(tmp_path_factory):
 
 
 def test_exported_xarm6_is_free_where_it_stood_and_flags_every_self_contact_of_the_true_arm(xarm):
-    from selfmodel.collision_world import CollisionWorld
+    from selfmodel.export.world import CollisionWorld
 
     out, report, _, model, (lower, upper) = xarm
     assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
@@ -157,8 +157,8 @@ def test_xarm6_srdf_disables_adjacent_pairs_and_no_pair_the_true_arm_can_bring_i
 
 def test_xarm6_folded_into_a_box_collides_and_a_planned_path_around_it_clears_the_true_arm(xarm):
     from rigs.transforms import make_transform
-    from selfmodel.collision_world import Box, CollisionWorld
-    from selfmodel.planning import densify, plan, replay
+    from selfmodel.evaluation.planning import densify, plan, replay
+    from selfmodel.export.world import Box, CollisionWorld
 
     out, _, _, model, (lower, upper) = xarm
     free = CollisionWorld(out / "robot.urdf", JOINTS, "link_base", srdf=out / "robot.srdf")
@@ -212,9 +212,9 @@ def test_panda_with_closed_fingers_exports_the_whole_body_once_free_where_it_sto
     and disables none that the true meshes bring into contact."""
     import pybullet_data
 
-    from selfmodel.collision_world import CollisionWorld
-    from selfmodel.export import CollisionExporter, write_export
-    from selfmodel.srdf import joint_limits
+    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.srdf import joint_limits
+    from selfmodel.export.world import CollisionWorld
 
     urdf = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
     held = {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0}

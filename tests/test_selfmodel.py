@@ -21,11 +21,11 @@ from capture.session import load_session
 from capture.simulate import capture_simulated
 from rigs import load_rig
 from selfcal.cli import app
-from selfmodel.depth_labels import LabelSettings, depth_training_data
-from selfmodel.meshing import arm_mesh, save_mesh
-from selfmodel.metrics import evaluate, true_arm
-from selfmodel.model_io import load_model, surface_samples
-from selfmodel.training import SelfModelTrainer
+from selfmodel.evaluation.metrics import evaluate, true_arm
+from selfmodel.inspect.meshing import arm_mesh, save_mesh
+from selfmodel.labels.depth import LabelSettings, depth_training_data
+from selfmodel.learn.trainer import SelfModelTrainer
+from selfmodel.model.folder import load_model, surface_samples
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 RIG = DATA / "two_joint_box.toml"
@@ -192,8 +192,8 @@ def test_mesh_of_the_whole_arm_is_written_as_ply_and_glb(trained, sessions, tmp_
 def test_check_charges_a_misplaced_joint_to_the_link_that_carries_it(trained, tmp_path):
     from rigs import urdf as urdf_io
     from rigs.files import output_folder
-    from selfmodel.check import check_against
-    from selfmodel.model_io import save_model
+    from selfmodel.inspect.check import check_against
+    from selfmodel.model.folder import save_model
 
     folder = tmp_path / "model"
     with output_folder(folder) as temporary:

@@ -20,9 +20,9 @@ from capture.session import load_session
 from capture.simulate import capture_simulated
 from rigs import load_rig
 from rigs.files import output_folder
-from selfmodel.depth_labels import LabelSettings
-from selfmodel.model_io import save_model
-from selfmodel.training import SelfModelTrainer
+from selfmodel.labels.depth import LabelSettings
+from selfmodel.learn.trainer import SelfModelTrainer
+from selfmodel.model.folder import save_model
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 
@@ -104,7 +104,7 @@ def _cells(body) -> np.ndarray:
 
 
 def _bodies(model, **options):
-    from selfmodel.export import CollisionExporter
+    from selfmodel.export.exporter import CollisionExporter
 
     return CollisionExporter(voxel=0.004, **options).bodies(model, "model")
 
@@ -180,7 +180,7 @@ def test_without_the_training_sessions_nothing_is_carved_and_the_report_warns(ri
 
 
 def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_path):
-    from selfmodel.export import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter, write_export
 
     model = GhostModel(rig["folder"], rig["session"])
     exporter = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.004, srdf_samples=300, sphere_iterations=30,
@@ -198,7 +198,7 @@ def test_the_declared_board_is_matter_of_the_tip_to_its_corners():
     """A network rounds a 3.5 mm plate's corners off; the export takes the board the session declares
     (at its nominal mount) as part of the tip's body, corners included, and grows the tip's bounds."""
     from rigs.simulator import board_plate
-    from selfmodel.export_sources import with_board
+    from selfmodel.export.sources import with_board
 
     board = {"kind": "charuco", "squares": [7, 5], "square_m": 0.035, "marker_m": 0.026, "dictionary": "DICT_4X4_50",
              "tip_T_board_nominal": [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.012], [0, 0, 0, 1]]}
@@ -223,7 +223,7 @@ def test_at_a_fitted_mount_the_plate_is_exact_and_the_blur_beside_it_goes():
     printed face and beyond the edges is depth blur and goes; behind the backing, inside the outline
     (where the plate is mounted), and farther out, it stays; the plate itself is matter throughout."""
     from rigs.simulator import board_plate
-    from selfmodel.export_sources import BOARD_BLUR, with_board
+    from selfmodel.export.sources import BOARD_BLUR, with_board
 
     mount = np.eye(4)
     mount[:3, 3] = [0.001, -0.002, 0.012]

@@ -17,8 +17,8 @@ import pytest
 from capture.session import load_session
 from capture.simulate import capture_simulated
 from rigs import load_rig
-from selfmodel.depth_labels import LabelSettings, depth_training_data
-from selfmodel.metrics import label_errors
+from selfmodel.evaluation.metrics import label_errors
+from selfmodel.labels.depth import LabelSettings, depth_training_data
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 # The labels before: the band labelled by side as wide as the free clearance, and an occupied shell.
@@ -62,7 +62,7 @@ def test_default_trainer_learns_the_thin_fin_thin(fin_session):
     main's trainer (wide band, shell, even weights) called 13.8, 5.8 and 12.0 % of the flanks occupied."""
     import torch
 
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.learn.trainer import SelfModelTrainer
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -85,7 +85,7 @@ def test_readings_at_the_mount_plane_are_the_plane_except_where_the_arm_can_be()
     its own band); elsewhere it is the plane, free down to it."""
     from types import SimpleNamespace
 
-    from selfmodel.depth_labels import LabelSettings, pixel_rays, read_depth
+    from selfmodel.labels.depth import LabelSettings, pixel_rays, read_depth
 
     width, height = 64, 48
     K = np.array([[60.0, 0, width / 2], [0, 60.0, height / 2], [0, 0, 1]])
@@ -125,11 +125,11 @@ def _shells(session, mode: str, per_link: int = 3000) -> tuple[float, float]:
     """Under ``--no-depth mode``, of the candidates in the links' domain boxes: the share never seen
     free yet more than 2 cm from the true arm (a shell), and the share of those inside the true arm
     still never seen free (the body's matter the prior keeps)."""
-    from selfmodel.chain import ChainSpec, link_poses_numpy
-    from selfmodel.depth_labels import never_seen_free
-    from selfmodel.metrics import PosedTruth, true_arm
-    from selfmodel.training import SelfModelTrainer, _domain_region
     from rigs.solids import raycasting_scene
+    from selfmodel.evaluation.metrics import PosedTruth, true_arm
+    from selfmodel.labels.depth import never_seen_free
+    from selfmodel.learn.trainer import SelfModelTrainer, domain_region
+    from selfmodel.model.chain import ChainSpec, link_poses_numpy
 
     spec = ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     domains = SelfModelTrainer(steps=1)._domains(spec, session.urdf_path, session.tip_link)
@@ -137,7 +137,7 @@ def _shells(session, mode: str, per_link: int = 3000) -> tuple[float, float]:
     rng = np.random.default_rng(3)
     candidates = [rng.uniform(domains[0][i], domains[1][i], (per_link, 3)) for i in range(len(spec.link_names))]
     never, _ = never_seen_free([session], poses, candidates, LabelSettings(no_depth=mode),
-                               arm_region=_domain_region(spec, [session], *domains))
+                               arm_region=domain_region(spec, [session], *domains))
     truth = true_arm(session, session.pose_ids[:1])
     posed = PosedTruth({n: raycasting_scene(m) for n, m in truth.meshes.items()}, truth.meshes, truth.link_names,
                        truth.base_T_links[0])
@@ -219,7 +219,7 @@ def _block_image(flying: bool):
 
 
 def test_flying_pixels_beside_an_empty_background_are_recognised_and_carve_nothing_through_the_rim():
-    from selfmodel.depth_labels import read_depth
+    from selfmodel.labels.depth import read_depth
 
     depth, camera = _block_image(flying=True)
     reading = read_depth(depth, camera, LabelSettings(), None, mode="auto", far=3.0)
@@ -236,7 +236,7 @@ def test_flying_pixels_beside_an_empty_background_are_recognised_and_carve_nothi
 
 @pytest.mark.parametrize("mode", ["unknown", "auto", "free"])
 def test_each_no_depth_mode_reads_the_empty_background_as_it_says(mode):
-    from selfmodel.depth_labels import read_depth
+    from selfmodel.labels.depth import read_depth
 
     depth, camera = _block_image(flying=False)
     reading = read_depth(depth, camera, LabelSettings(), None, mode=mode, far=3.0)
@@ -262,8 +262,8 @@ def test_check_reports_learned_matter_no_reading_supported(fin_session):
     """Trained with the empty background read as unknown, the model fills space beside the arm that
     no reading supports; with auto far less of it. Short trainings: the shells come from the prior,
     which the first steps already learn."""
-    from selfmodel.seen_through import unsupported_matter
-    from selfmodel.training import SelfModelTrainer
+    from selfmodel.labels.seen_through import unsupported_matter
+    from selfmodel.learn.trainer import SelfModelTrainer
 
     cm3 = {}
     for mode in ("unknown", "auto"):

@@ -9,9 +9,10 @@ import numpy as np
 import pybullet_data
 import trimesh
 
-from selfmodel.chain import ChainJoint, ChainSpec
-from selfmodel.depth_labels import TrainingData
-from selfmodel.training import described_owners, described_solids
+from selfmodel.labels.depth import TrainingData
+from selfmodel.labels.description import described_solids
+from selfmodel.learn.trainer import described_owners
+from selfmodel.model.chain import ChainJoint, ChainSpec
 
 DATA = Path(pybullet_data.getDataPath())
 

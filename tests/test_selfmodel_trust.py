@@ -20,13 +20,14 @@ from capture.simulate import capture_simulated
 from rigs import load_rig
 from rigs.errors import InputError
 from selfcal.cli import app
-from selfmodel.baked import agreement, bake, load_baked, save_baked
-from selfmodel.chain import ChainSpec
-from selfmodel.depth_labels import LabelSettings
-from selfmodel.metrics import true_corrections
-from selfmodel.model_io import load_model, save_model
-from selfmodel.placement import TOLERANCE
-from selfmodel.training import SelfModelTrainer, default_threads, resolve_device, set_threads
+from selfmodel.evaluation.metrics import true_corrections
+from selfmodel.labels.depth import LabelSettings
+from selfmodel.learn.trainer import SelfModelTrainer
+from selfmodel.model.baked import agreement, bake, load_baked, save_baked
+from selfmodel.model.chain import ChainSpec
+from selfmodel.model.corrections import TOLERANCE
+from selfmodel.model.folder import load_model, save_model
+from selfmodel.model.runtime import default_threads, resolve_device, set_threads
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 runner = CliRunner()
@@ -75,9 +76,9 @@ def test_an_arm_without_placement_errors_learns_near_zero_corrections(intact, se
 
 @pytest.mark.parametrize("seed", [5, 11])
 def test_near_zero_corrections_hold_for_other_seeds(sessions, seed):
-    from selfmodel.depth_labels import depth_training_data
-    from selfmodel.placement import PlacementSettings, fit_placements
-    from selfmodel.training import described_meshes
+    from selfmodel.labels.depth import depth_training_data
+    from selfmodel.labels.description import described_meshes
+    from selfmodel.learn.placement import PlacementSettings, fit_placements
 
     session = load_session(sessions["intact"])
     spec = ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link)
@@ -256,7 +257,7 @@ def test_cuda_without_a_gpu_is_one_sentence_and_exit_2(intact, sessions, tmp_pat
 
 
 def test_thread_defaults_leave_a_core_free(monkeypatch):
-    import selfmodel.training as training
+    import selfmodel.learn.trainer as training
 
     for cores, expected in ((1, 1), (2, 1), (3, 1), (16, 8)):
         monkeypatch.setattr(training, "usable_cores", lambda cores=cores: cores)
@@ -269,7 +270,7 @@ def test_thread_defaults_leave_a_core_free(monkeypatch):
 
 
 def test_check_names_matter_the_description_lacks_beside_its_intact_control(intact, tmp_path):
-    from selfmodel.check import check_against
+    from selfmodel.inspect.check import check_against
 
     _, control = intact
     session_path = capture_simulated(load_rig(DATA / "two_joint_box_tool.toml"), 40, 1, tmp_path / "tool")
@@ -310,8 +311,8 @@ def test_baked_answers_the_same_whichever_way_a_batch_is_laid_out(intact, sessio
 def test_placement_jacobian_matches_finite_differences_of_the_residuals():
     """The placement fit's analytic Jacobian against residuals moved by +-1e-6 on every component
     (at non-zero corrections, where adding to delta and composing on the right differ)."""
-    from selfmodel.chain import link_poses_numpy
-    from selfmodel.placement import _downstream, _jacobian
+    from selfmodel.learn.placement import downstream_joints, surface_jacobian
+    from selfmodel.model.chain import link_poses_numpy
 
     session = load_rig(DATA / "two_joint_box.toml")
     spec = ChainSpec.from_urdf(session.robot.urdf, session.robot.base_link, session.robot.tip_link)
@@ -332,7 +333,7 @@ def test_placement_jacobian_matches_finite_differences_of_the_residuals():
         moved = np.einsum("nji,nj->ni", pose[:, :3, :3], points - pose[:, :3, 3])
         return np.sum(normal * moved, axis=1)
 
-    analytic = _jacobian(spec, poses, deltas, _downstream(spec), points, normal_base, owner, configs)
+    analytic = surface_jacobian(spec, poses, deltas, downstream_joints(spec), points, normal_base, owner, configs)
     numeric = np.zeros_like(analytic)
     for index in range(deltas.size):
         step = np.zeros(deltas.size)
@@ -345,8 +346,8 @@ def test_relearn_plan_chooses_poses_that_see_more_than_random_ones(intact, tmp_p
     """`selfcal plan --optimal --self-model`: poses D-optimal for the placements the cameras see,
     a plan `selfcal capture --plan` records."""
     from calib.workflows.pose_selection import d_optimal, log_det
-    from selfmodel.pose_planning import placement_blocks, placement_information
-    from selfmodel.training import described_meshes
+    from selfmodel.labels.description import described_meshes
+    from selfmodel.learn.pose_planning import placement_blocks, placement_information
 
     _, model = intact
     rig = load_rig(DATA / "two_joint_box.toml")
@@ -387,7 +388,7 @@ def test_relearn_plan_is_refused_without_optimal_or_for_a_model_without_placemen
 def test_weighting_occupied_labels_moves_the_boundary_outwards(sessions):
     """occupied_weight trades free labels for occupied ones: from the same data, seed and steps, more
     of a fresh draw of occupied labels is called occupied, and less of the free ones free."""
-    from selfmodel.depth_labels import depth_training_data
+    from selfmodel.labels.depth import depth_training_data
 
     session = load_session(sessions["intact"])
     settings = LabelSettings(hit_rays_per_image=300, miss_rays_per_image=100)

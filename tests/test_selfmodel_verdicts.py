@@ -19,13 +19,12 @@ from typer.testing import CliRunner
 
 from capture.session import load_session
 from capture.simulate import capture_simulated
-from rigs import load_rig
-from rigs import urdf as urdf_io
+from rigs import load_rig, urdf as urdf_io
 from rigs.files import output_folder
 from selfcal.cli import app
-from selfmodel.depth_labels import LabelSettings
-from selfmodel.model_io import load_model, save_model
-from selfmodel.training import SelfModelTrainer
+from selfmodel.labels.depth import LabelSettings
+from selfmodel.learn.trainer import SelfModelTrainer
+from selfmodel.model.folder import load_model, save_model
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 runner = CliRunner()

@@ -39,10 +39,10 @@ def exact_surface(distance, lo, hi, rng, count=20_000):
 
 @pytest.fixture(scope="module")
 def fitted():
-    from selfmodel.collision import link_body
-    from selfmodel.export import sphere_target
-    from selfmodel.sphere_fit import refine_covers
-    from selfmodel.spheres import fit_sphere_covers
+    from selfmodel.export.bodies import link_body
+    from selfmodel.export.exporter import sphere_target
+    from selfmodel.export.sphere_fit import refine_covers
+    from selfmodel.export.spheres import fit_sphere_covers
 
     rng = np.random.default_rng(0)
     shapes = {"box": (box_distance, -BOX - 0.02, BOX + 0.02),
@@ -84,7 +84,7 @@ def test_refinement_sticks_out_less_than_the_greedy_cover(fitted):
 
 
 def test_holding_the_surface_comes_before_bulging_less():
-    from selfmodel.spheres import UNCOVERED_TIE, best_of
+    from selfmodel.export.spheres import UNCOVERED_TIE, best_of
 
     # (uncovered share, union volume m^3): the smallest union wins only among covers that hold as much.
     assert best_of([(0.02, 1.0), (0.001, 2.0), (0.001 + 0.5 * UNCOVERED_TIE, 1.5)]) == 2
@@ -98,10 +98,10 @@ def test_a_link_bounded_by_its_neighbour_keeps_the_start_that_holds_its_surface(
     not the one that bulged least before refinement."""
     from scipy.spatial import cKDTree
 
-    from selfmodel.collision import link_body
-    from selfmodel.export import sphere_target
-    from selfmodel.sphere_groups import fit_groups
-    from selfmodel.spheres import UNCOVERED_TIE
+    from selfmodel.export.bodies import link_body
+    from selfmodel.export.exporter import sphere_target
+    from selfmodel.export.sphere_groups import fit_groups
+    from selfmodel.export.spheres import UNCOVERED_TIE
 
     body = link_body("box", lambda p: 1.0 / (1.0 + np.exp(np.clip(box_distance(p) / 0.001, -50, 50))),
                      -BOX - 0.02, BOX + 0.02, 0.004)

@@ -55,14 +55,14 @@ LO, HI = np.array([-0.11, -0.09, -0.11]), np.array([0.11, 0.09, 0.13])
 
 @pytest.fixture(scope="module")
 def tip_body():
-    from selfmodel.collision import link_body
+    from selfmodel.export.bodies import link_body
 
     return link_body("tip", lambda p: 1.0 / (1.0 + np.exp(np.clip(tip_distance(p) / 0.0007, -50, 50))), LO, HI, 0.002)
 
 
 @pytest.fixture(scope="module")
 def split(tip_body):
-    from selfmodel.sphere_groups import split_board
+    from selfmodel.export.sphere_groups import split_board
 
     return split_board(tip_body, plate_mesh(), 0.004)
 
@@ -79,7 +79,7 @@ def test_split_gives_the_plate_its_cells_and_the_arm_the_rest(tip_body, split):
 
 
 def test_a_plate_far_from_the_body_is_no_group(tip_body):
-    from selfmodel.sphere_groups import split_board
+    from selfmodel.export.sphere_groups import split_board
 
     far = trimesh.creation.box(extents=2 * PLATE, transform=trimesh.transformations.translation_matrix([1.0, 0, 0]))
     arm, board = split_board(tip_body, far, 0.004)
@@ -88,9 +88,9 @@ def test_a_plate_far_from_the_body_is_no_group(tip_body):
 
 @pytest.fixture(scope="module")
 def grouped(tip_body, split):
-    from selfmodel.sphere_fit import refine_covers
-    from selfmodel.sphere_groups import BOARD, fit_groups, sphere_target
-    from selfmodel.spheres import fit_sphere_covers
+    from selfmodel.export.sphere_fit import refine_covers
+    from selfmodel.export.sphere_groups import BOARD, fit_groups, sphere_target
+    from selfmodel.export.spheres import fit_sphere_covers
 
     arm, board = split
     rng = np.random.default_rng(0)
@@ -126,7 +126,7 @@ def test_the_board_group_holds_the_plate_and_frees_the_arm(grouped):
     gaps = cover.outside_distance(surface)
     # Every point of the exact surface held but for seams between spheres at the plate's rim.
     assert np.mean(gaps <= 1e-9) > 0.99 and gaps.max() < 0.003, (np.mean(gaps <= 1e-9), gaps.max())
-    from selfmodel.spheres import SphereCover
+    from selfmodel.export.spheres import SphereCover
 
     board = SphereCover(cover.centres[names == "board"], cover.radii[names == "board"])
     arm = SphereCover(cover.centres[names == "arm"], cover.radii[names == "arm"])
@@ -141,7 +141,7 @@ def test_the_board_group_holds_the_plate_and_frees_the_arm(grouped):
 
 def test_a_negative_board_budget_is_refused():
     from rigs.errors import InputError
-    from selfmodel.export import CollisionExporter
+    from selfmodel.export.exporter import CollisionExporter
 
     with pytest.raises(InputError, match="--board-spheres -1"):
         CollisionExporter(board_spheres=-1).check()
@@ -152,7 +152,7 @@ def board_export(tmp_path_factory):
     """The export's stand-in arm (tests/test_export.py) with a declared board on its tip, link2."""
     from test_export import URDF, StandInModel
 
-    from selfmodel.export import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter, write_export
 
     model = StandInModel()
     # A 5 x 4 board of 20 mm squares facing along the tip's x axis, 5 mm past link2's end.
@@ -171,8 +171,8 @@ def test_the_board_gets_its_own_spheres_listed_under_the_tip(board_export):
 
     import yaml
 
-    from selfmodel.spheres import SphereCover
-    from selfmodel.training import board_mesh
+    from selfmodel.export.spheres import SphereCover
+    from selfmodel.labels.description import board_mesh
 
     out, report, fitted, model = board_export
     assert 1 <= report["spheres_board"] <= 30 and report["links"]["link2"]["spheres_board"] == report["spheres_board"]

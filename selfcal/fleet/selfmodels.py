@@ -41,7 +41,7 @@ def relocate_training_sessions(model_folder: Path, table_folder: Path, sessions:
     path = Path(model_folder) / "config.json"
     if not path.is_file():
         return
-    from selfmodel.model_io import read_config
+    from selfmodel.model.folder import read_config
 
     config = read_config(model_folder)  # the model just trained: checked like any other
     training = config.get("training")

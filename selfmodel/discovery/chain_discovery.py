@@ -31,8 +31,10 @@ from rigs.documents import check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, read_json
 from selfmodel.discovery.depth_points import DepthFrames, Sweep, find_sweeps
+from selfmodel.discovery.refine import AxisRefinement
 from selfmodel.discovery.screws import (axis_point, cloud_with_normals, register, rotation_vector, screw_motion,
                                         slide_motion, thin)
+from selfmodel.discovery.segmentation import MotionSegmentation
 
 Progress = Callable[[int, int], None]
 FORMAT = "selfcal-discovered-chain"
@@ -187,8 +189,6 @@ class ChainDiscovery:
     def _segment(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, others: list[int]) -> None:
         """Each link's points at home by :class:`MotionSegmentation`: seen at home and at a few random
         poses (sides home did not show), voted on by every frame (at most ``segment_votes``)."""
-        from selfmodel.discovery.segmentation import MotionSegmentation
-
         q, home = session.q, np.array(chain.home)
         at_home = [row for row in range(len(q)) if np.allclose(q[row], home, atol=1e-9)]
         sources = at_home[:1] + [others[i] for i in np.linspace(0, len(others) - 1, min(self.segment_sources, len(others)))
@@ -211,8 +211,6 @@ class ChainDiscovery:
     def refine(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, rows: list[int]) -> dict:
         """All axes refined at once over the poses ``rows`` (the random ones: every joint away from
         home), and each axis's uncertainty from that fit; ``chain`` changes in place."""
-        from selfmodel.discovery.refine import AxisRefinement
-
         noise = self._noise(frames, rows)
         return AxisRefinement(max_poses=self.refine_poses, voxel=max(self.voxel, noise),
                               seed=self.seed).fit(chain, frames, rows, noise, session.q)
@@ -514,7 +512,7 @@ def base_under(chain: DiscoveredChain, still: np.ndarray, first: np.ndarray, gap
     no farther from the first axis than ``reach`` times the first link's own extent across it (95 %
     of its points) and not past that link's foot (5 % of its points along the axis, plus ``gap``). A still scene (a table, a fixture) joined to the base is
     cut to the disc around the first joint: nothing in the data tells them apart."""
-    import open3d as o3d
+    import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
 
     if len(still) < 20 or len(first) < 20:
         return np.zeros((0, 3))

@@ -9,6 +9,7 @@ import numpy as np
 import pinocchio as pin
 
 from rigs.kinematics import ChainModel
+from rigs.urdf import chain as urdf_chain, movable, parse_urdf
 from selfmodel.discovery.chain_discovery import DiscoveredChain
 from selfmodel.discovery.screws import line_distance
 
@@ -35,7 +36,6 @@ def axis_errors(chain: DiscoveredChain, truth_urdf: Path, base_link: str, tip_li
     of the true joint origin from the discovered axis line, all at the home pose."""
     truth = true_axes(truth_urdf, base_link, tip_link, np.array(chain.home))
     types = ChainModel.from_urdf(truth_urdf, base_link, tip_link)
-    from rigs.urdf import chain as urdf_chain, movable, parse_urdf
 
     true_types = [j.type for j in movable(urdf_chain(parse_urdf(truth_urdf), base_link, tip_link, truth_urdf))]
     del types

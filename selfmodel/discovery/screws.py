@@ -62,7 +62,7 @@ def register(source: np.ndarray, target: np.ndarray, target_normals: np.ndarray,
     Tukey kernel at half the stage's distance, and no less than 3 ``noise`` (a tight kernel in a
     coarse stage keeps only what already fits and stops short). Returns the motion (4, 4) and the
     inlier fraction of the last stage."""
-    import open3d as o3d
+    import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
 
     source_cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(source))
     target_cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(target))
@@ -81,7 +81,7 @@ def register(source: np.ndarray, target: np.ndarray, target_normals: np.ndarray,
 
 def cloud_with_normals(points: np.ndarray, voxel: float, radius: float) -> tuple[np.ndarray, np.ndarray]:
     """Voxel-thinned ``points`` (n, 3) and their normals (PCA of neighbours within ``radius`` m)."""
-    import open3d as o3d
+    import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
 
     cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points)).voxel_down_sample(voxel)
     cloud.estimate_normals(o3d.geometry.KDTreeSearchParamHybrid(radius=radius, max_nn=30))
@@ -90,6 +90,6 @@ def cloud_with_normals(points: np.ndarray, voxel: float, radius: float) -> tuple
 
 def thin(points: np.ndarray, voxel: float) -> np.ndarray:
     """``points`` (n, 3) thinned to one per ``voxel`` m cube."""
-    import open3d as o3d
+    import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
 
     return np.asarray(o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points)).voxel_down_sample(voxel).points)

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.spatial import cKDTree
 
 from selfmodel.discovery.screws import screw_motion, slide_motion, thin
-from selfmodel.seen_through import pixels
+from selfmodel.labels.seen_through import pixels
 
 
 def link_motions(chain, delta: np.ndarray) -> np.ndarray:
@@ -107,8 +108,6 @@ class MotionSegmentation:
         """``points`` (n, 3) less those with under ``sparse`` of the link's median count of neighbours
         within ``radius`` m: a link's own surface is seen densely, a point another link's motion
         happened to explain lies alone (the 1-4 % that blow a convex hull up)."""
-        from scipy.spatial import cKDTree
-
         if len(points) < 20:
             return points
         counts = np.array([len(n) for n in cKDTree(points).query_ball_point(points, self.radius)])

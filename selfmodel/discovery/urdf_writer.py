@@ -15,11 +15,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
+import trimesh
 
 from rigs.errors import InputError
 from rigs.files import atomic_write_text
 from rigs.transforms import matrix_to_rpy
-from selfmodel.discovery.chain_discovery import DiscoveredChain
+from selfmodel.discovery.chain_discovery import ChainDiscovery, DiscoveredChain
 from selfmodel.discovery.screws import screw_motion, slide_motion
 
 MIN_HULL_POINTS = 20
@@ -54,7 +55,7 @@ def largest_cluster(points: np.ndarray, gap: float = 0.03, min_points: int = 5) 
     """The largest group of ``points`` (n, 3) m whose members lie within ``gap`` m of one another
     (DBSCAN): a link is one body, and what else its motion happened to explain (static patches of
     the scene a turn maps onto themselves) lies apart from it and would blow its hull up."""
-    import open3d as o3d
+    import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
 
     if len(points) < MIN_HULL_POINTS:
         return points
@@ -74,8 +75,6 @@ def _origin_element(parent: ET.Element, transform: np.ndarray) -> None:
 
 def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str = "discovered") -> Path:
     """``folder``/robot.urdf (+ meshes/link_<k>.stl) for ``chain``; returns the URDF's path."""
-    import trimesh
-
     folder = Path(folder)
     (folder / "meshes").mkdir(parents=True, exist_ok=True)
     frames = home_frames(chain)
@@ -119,7 +118,5 @@ def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str 
 def discover_urdf(session, folder: Path, progress=None) -> tuple[DiscoveredChain, Path]:
     """Discover ``session``'s chain (no description read) and write its URDF into ``folder``: the
     one entry point the self-model's training uses for an arm nobody described."""
-    from selfmodel.discovery.chain_discovery import ChainDiscovery
-
     chain = ChainDiscovery().fit(session, progress)
     return chain, write_discovered_urdf(chain, folder)

@@ -1,0 +1,638 @@
+"""Collision geometry for planners from a learned self-model.
+
+For every link of the model: its learned body in the link's frame (marching cubes of the
+per-link occupancy; for the free model, of what stays occupied in the link's frame across many
+configurations), carved where the training sessions' cameras saw through it
+(:mod:`selfmodel.export.carving`), then
+
+- convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
+- a margin for each link: by default the smallest inflation that puts the link's own 0.5 level set,
+  sampled afresh around it (at training configurations for the free model), inside its pieces,
+- sphere covers holding the inflated body, one budget for the arm's links (:mod:`selfmodel.export.spheres`), the
+  calibration board a session declares on the tip its own group with its own (:mod:`selfmodel.export.sphere_groups`),
+- at every recorded configuration, links apart: overlapping bodies are refused, overlapping pieces
+  cut and spheres shrunk (:mod:`selfmodel.export.separation`),
+
+written as ``robot.urdf`` (the model's URDF, learned joint placements, every ``<collision>``
+replaced by the pieces, ``<visual>`` untouched), ``robot.srdf`` (MoveIt's rules, :mod:`selfmodel.export.srdf`),
+``curobo_spheres.yml`` and ``curobo_robot.yml`` (:mod:`selfmodel.export.curobo`) and
+``export_report.json``; before the folder is kept, the URDF and SRDF as written are loaded the way a
+planner loads them and every recorded configuration must be free.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from scipy import ndimage
+
+from capture.session import load_session
+from rigs import urdf as urdf_io
+from rigs.errors import InputError
+from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
+from selfmodel.export.bodies import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
+                                     pieces_outside_distance)
+from selfmodel.export.carving import POSES as CARVE_POSES, SIGMAS as CARVE_SIGMAS, Carving, carve
+from selfmodel.export.curobo import dump, robot_document, spheres_document
+from selfmodel.export.margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
+                                     own_level_set)
+from selfmodel.export.separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
+                                         without_cells)
+from selfmodel.export.sources import board_report, less_parent, link_sources, prepare_free_model
+from selfmodel.export.sphere_fit import Contact
+from selfmodel.export.sphere_groups import BOARD, fit_groups, limit_spheres, sphere_target, split_board
+from selfmodel.export.spheres import SphereCover
+from selfmodel.export.srdf import CollisionMatrix, LinkTree, collision_matrix, write_srdf
+from selfmodel.export.world import CollisionWorld
+from selfmodel.labels.description import board_mesh
+from selfmodel.model.chain import ChainSpec, link_poses_numpy
+from selfmodel.model.folder import surface_samples, training_session_paths
+
+Progress = Callable[[int, int], None]
+BOARD_SPHERES = 64  # the declared calibration board's own sphere group (0: the board counts as the tip's)
+
+
+@dataclass
+class LinkCollision:
+    link: str
+    body: LinkBody
+    pieces: list[ConvexPiece]  # margin applied
+    spheres: SphereCover  # margin applied
+    margin_needed: float  # m, what this link's level-set samples needed outside its pieces
+    surface_samples: int
+    sphere_groups: list[str] = field(default_factory=list)  # (k,) "arm" or the group (the tip's board) of each sphere
+
+
+@dataclass
+class Recorded:
+    """The configurations the arm really stood at (the model's training poses)."""
+
+    pose_ids: list[str]
+    q: np.ndarray  # (C, dof)
+
+
+@dataclass
+class Bodies:
+    """The first stage of the fit: learned bodies (link frames, m) with what they came from, the
+    chain's pair kinds, and each link's poses (C, 4, 4) at the recorded configurations."""
+
+    sources: list
+    bodies: dict[str, LinkBody]
+    occupancies: dict
+    spec: object
+    recorded: Recorded | None
+    kinds: dict[tuple[str, str], str]
+    separation: Separation
+    poses: dict[str, np.ndarray] | None
+    seconds: dict[str, float]
+    rng: np.random.Generator
+    carving: Carving | None = None
+
+
+@dataclass
+class CollisionExport:
+    """The fitted export: per-link geometry in link frames (m), the margin, timings (s)."""
+
+    links: dict[str, LinkCollision]
+    margin: float  # m, the largest any link grew by
+    margin_mode: str  # "auto" (each link its own need) or "given" (the same for all)
+    seconds: dict[str, float] = field(default_factory=dict)
+    joint_origins: dict[str, np.ndarray] = field(default_factory=dict)  # learned joint placements written
+    joint_names: list[str] = field(default_factory=list)
+    base_link: str = ""
+    tip_link: str = ""
+    held: dict[str, float] = field(default_factory=dict)
+    recorded: Recorded | None = None
+    separation: Separation | None = None
+    carving: Carving | None = None
+    margins: dict[str, float] = field(default_factory=dict)  # m, link -> the margin its geometry grew by
+    board: dict | None = None  # the declared board's mount and blur, as export_sources.board_report says
+    sphere_starts: dict | None = None  # the greedy starts the sphere fit refined, and the one kept
+
+    @property
+    def pieces(self) -> dict[str, list[ConvexPiece]]:
+        return {name: link.pieces for name, link in self.links.items()}
+
+    @property
+    def spheres(self) -> dict[str, SphereCover]:
+        return {name: link.spheres for name, link in self.links.items()}
+
+
+def recorded_configurations(model) -> Recorded | None:
+    """The model's training configurations with their pose ids, when it knows them."""
+    q = getattr(model, "training_q", None)
+    ids = getattr(model, "training_pose_ids", None)
+    if q is None and getattr(model, "folder", None) is not None and getattr(model, "kind", "") == "structured":
+        _, _, q = surface_samples(model)
+    if q is None or not len(q):
+        return None
+    q = np.asarray(q, dtype=float)
+    if ids is None or len(ids) != len(q):
+        ids = [f"configuration {k}" for k in range(len(q))]
+    return Recorded(list(ids), q)
+
+
+def chain_of(model):
+    """The model's chain (links, joints, held joints), from the model or its URDF."""
+    spec = getattr(model, "spec", None)
+    if spec is not None:
+        return spec
+    return ChainSpec.from_urdf(Path(model.urdf_path), model.base_link, model.tip_link, getattr(model, "held", None))
+
+
+class CollisionExporter:
+    """Configure, then ``fit(model)`` -> :class:`CollisionExport`; ``write_export`` puts it on disk.
+
+    ``max_spheres``: the sphere budget for the arm's links. ``board_spheres``: the budget of the
+    calibration board the session declares on the tip, its own group (:mod:`selfmodel.export.sphere_groups`;
+    0: the board is part of the tip's body and budget). ``margin``: metres, or None for the
+    automatic margin. ``voxel``: grid spacing of the bodies (m). ``overlap_tolerance``: how deep (m)
+    inside both of two links' learned bodies space they both claim at a recorded configuration may
+    lie before the model is refused (shallower overlap is settled: see selfmodel.export.separation).
+    ``free_configurations``: how many configurations define a free model's link bodies, and
+    ``free_consistency`` the mean occupancy across them that counts as the link's body.
+    ``sphere_iterations``: steps of the joint sphere fit (:mod:`selfmodel.export.sphere_fit`; 0: the greedy
+    cover as it is). ``carve_poses``: a body cell goes where the training sessions' cameras saw
+    through it at this many recorded poses (0: no carving), the reading beyond it by ``carve_sigmas``
+    depth noise sigmas (:mod:`selfmodel.export.carving`).
+    """
+
+    def __init__(self, max_spheres: int = 64, board_spheres: int = BOARD_SPHERES, max_pieces: int = 8, margin: float | None = None,
+                 voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
+                 margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
+                 free_consistency: float = 0.8, overlap_tolerance: float = 0.015, sphere_iterations: int = 250,
+                 carve_poses: int = CARVE_POSES, carve_sigmas: float = CARVE_SIGMAS, seed: int = 0):
+        self.max_spheres = max_spheres
+        self.board_spheres = board_spheres
+        self.max_pieces = max_pieces
+        self.margin = margin
+        self.voxel = voxel
+        self.max_piece_vertices = max_piece_vertices
+        self.srdf_samples = srdf_samples
+        self.margin_samples = margin_samples
+        self.margin_climbs = margin_climbs
+        self.free_configurations = free_configurations
+        self.free_consistency = free_consistency
+        self.overlap_tolerance = overlap_tolerance
+        self.sphere_iterations = sphere_iterations
+        self.carve_poses = carve_poses
+        self.carve_sigmas = carve_sigmas
+        self.seed = seed
+
+    def check(self) -> None:
+        if self.max_spheres < 1:
+            raise InputError(f"--spheres {self.max_spheres}: need at least one sphere a link.")
+        if self.board_spheres < 0:
+            raise InputError(f"--board-spheres {self.board_spheres}: must be >= 0.")
+        if self.max_pieces < 1:
+            raise InputError(f"--pieces {self.max_pieces}: need at least one convex piece a link.")
+        if self.max_piece_vertices < 8:
+            raise InputError(f"max piece vertices {self.max_piece_vertices}: need at least 8.")
+        if self.margin is not None and not (math.isfinite(self.margin) and self.margin >= 0):
+            raise InputError(f"--margin {self.margin * 1000:g} mm: the margin must be a finite number >= 0.")
+        if not self.voxel > 0:
+            raise InputError(f"voxel {self.voxel}: must be > 0.")
+
+    def bodies(self, model, where: str = "model") -> "Bodies":
+        """The learned per-link bodies (link frames), settled apart where the arm really stood."""
+        self.check()
+        rng = np.random.default_rng(self.seed)
+        sources = link_sources(model, rng, where, self.free_configurations, self.free_consistency)
+        if self.max_spheres < len(sources):
+            raise InputError(f"--spheres {self.max_spheres}: the model has {len(sources)} links with a body; the "
+                             f"sphere budget must give each at least one.")
+        seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0, "separation": 0.0}
+        bodies: dict[str, LinkBody] = {}
+        occupancies = {}
+        for source in sources:
+            start = time.perf_counter()
+            occupancy = source.occupancy
+            if source.parent is not None and source.parent in bodies:
+                occupancy = less_parent(source, bodies[source.parent], self.free_consistency)
+            bodies[source.link] = link_body(source.link, occupancy, source.lo, source.hi, self.voxel, source.level,
+                                            where=where)
+            occupancies[source.link] = occupancy
+            seconds["bodies"] += time.perf_counter() - start
+        # A given margin is checked before minutes of decomposition, a measured one after.
+        if self.margin is not None:
+            check_margin(float(self.margin), bodies, "--margin", where)
+        spec = chain_of(model)
+        recorded = recorded_configurations(model)
+        kinds = pair_kinds(spec, list(bodies))
+        separation = Separation(kinds)
+        poses = None if recorded is None else self._recorded_poses(model, spec, recorded, list(bodies))
+        # Where the cameras saw through, the arm was not: carved before the bodies are settled
+        # apart, so what two links contest is their measured matter, not their bulk.
+        start = time.perf_counter()
+        carved, carving = carve(bodies, poses, getattr(model, "folder", None),
+                                None if recorded is None else recorded.q, self.carve_poses, self.carve_sigmas)
+        for source in sources:
+            if len(carved[source.link]):
+                self._remove_cells(source, bodies, occupancies, carved[source.link], where)
+        seconds["carving"] = time.perf_counter() - start
+        if recorded is not None:
+            separation.configurations = len(recorded.q)
+            start = time.perf_counter()
+            lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
+            for source in sources:
+                if len(lost[source.link]):
+                    self._remove_cells(source, bodies, occupancies, lost[source.link], where)
+            seconds["separation"] += time.perf_counter() - start
+        return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng, carving)
+
+    def _remove_cells(self, source, bodies: dict[str, LinkBody], occupancies: dict, cells: np.ndarray,
+                      where: str) -> None:
+        """The link's body rebuilt without ``cells`` (grid indices); the level sets the margin samples
+        lose them too and are kept to within one cell of the new body, else the margin would grow
+        back what was taken away (and what the removal cut off, dropped as a detached blob)."""
+        body = bodies[source.link]
+        occupancies[source.link] = without_cells(occupancies[source.link], body, cells)
+        bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi, self.voxel,
+                                        source.level, where=where)
+        source.level_sets = [near_body(without_cells(level_set, body, cells), bodies[source.link])
+                             for level_set in source.level_sets]
+
+    def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
+        staged = self.bodies(model, where)
+        sources, bodies, occupancies, rng = staged.sources, staged.bodies, staged.occupancies, staged.rng
+        spec, recorded, kinds, separation = staged.spec, staged.recorded, staged.kinds, staged.separation
+        poses, seconds = staged.poses, staged.seconds
+        links: dict[str, LinkCollision] = {}
+        for done, source in enumerate(sources):
+            body, occupancy = bodies[source.link], occupancies[source.link]
+            start = time.perf_counter()
+            try:
+                pieces = convex_pieces(body.mesh, self.max_pieces, self.max_piece_vertices, seed=self.seed)
+            except InputError as error:
+                raise InputError(f"{where}: link {source.link!r}: {error}") from None
+            seconds["pieces"] += time.perf_counter() - start
+            start = time.perf_counter()
+            need, samples = self._margin_needed(source, body, occupancy, pieces, rng)
+            seconds["margin"] += time.perf_counter() - start
+            links[source.link] = LinkCollision(source.link, body, pieces, SphereCover(np.zeros((0, 3)), np.zeros(0)),
+                                               need, samples)
+            if progress is not None:
+                progress(done + 1, len(sources))
+        if self.margin is None:
+            # Each link grows by what its own level set needs outside its pieces, rounded up to 0.1 mm,
+            # not by the largest any link needs: a link that needs 1.4 mm then does not stand out by
+            # the 3.4 mm the xArm6's base needs where a planner checks it against its neighbours.
+            # What the largest gave beyond that was slack for placement error; with placements
+            # calibrated (0.5-0.6 mm) or fitted (the Panda's, 1.1 mm) the own need leaves at most
+            # 0.04 % of the true surface out, by 2.1 mm at the most, and no collision of 10^5 missed.
+            # A free model's links all take the largest (LinkSource.own_surface): on the free
+            # stand-in of the tests, the base grown by its own need held 71 % of its true surface.
+            needs = {name: math.ceil(link.margin_needed * 1e4) / 1e4 for name, link in links.items()}
+            margin, mode = max(needs.values()), "auto"
+            own = {source.link: source.own_surface for source in sources}
+            margins = {name: needs[name] if own[name] else margin for name in links}
+            check_margin(margin, bodies, "the measured margin", where)
+        else:
+            margin, mode = float(self.margin), "given"
+            margins = dict.fromkeys(links, margin)
+        start = time.perf_counter()
+        for name, link in links.items():
+            link.pieces = [_inflate(piece, margins[name], self.max_piece_vertices) for piece in link.pieces]
+        seconds["pieces"] += time.perf_counter() - start
+        start = time.perf_counter()
+        targets, board_targets = self._sphere_targets(model, bodies, margins, rng, where)
+        if poses is not None:
+            limit_spheres(targets + board_targets, bodies, poses, kinds)
+        contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
+                                             for (a, b), kind in kinds.items() if kind == "checked"]
+        covers, sphere_fit = fit_groups(targets, self.max_spheres, board_targets, self.board_spheres, contacts,
+                                        iterations=self.sphere_iterations, seed=self.seed, rng=rng)
+        separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
+        sphere_groups = sphere_fit["groups"]
+        for name, cover in covers.items():
+            links[name].spheres, links[name].sphere_groups = cover, sphere_groups[name]
+        seconds["spheres"] += time.perf_counter() - start
+        if poses is not None:
+            start = time.perf_counter()
+            cut = separate_pieces({name: link.pieces for name, link in links.items()}, bodies, poses, kinds,
+                                  recorded.pose_ids, self.max_pieces, self.max_piece_vertices, self.voxel,
+                                  where, separation)
+            shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation)
+            for name, link in links.items():
+                link.pieces, link.spheres = cut[name], shrunk[name]
+            seconds["separation"] += time.perf_counter() - start
+        origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
+        board = board_report(getattr(model, "board", None)) if hasattr(model, "link_occupancy") else None
+        return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
+                               model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
+                               margins, board, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
+
+    def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
+                       rng: np.random.Generator) -> tuple[float, int]:
+        """m the model's own level set reaches outside the pieces, and how many samples said so."""
+        # The body's own occupancy, shifted so that its level set sits at 0.5, and nothing outside
+        # the bounds the body was cut from (a body cut off by them ends there).
+        own = own_level_set(occupancy, source, body)
+        level_sets = source.level_sets or [own]
+        samples = np.vstack([
+            level_set_samples(level_set, body.mesh, max(self.margin_samples // len(level_sets), 200),
+                              2.0 * self.voxel, rng)
+            for level_set in level_sets])
+        if not len(samples):
+            return 0.0, 0
+
+        def outside(x):
+            return pieces_outside_distance(pieces, x)
+
+        distance = outside(samples)
+        need = float(distance.max())
+        if source.climb:
+            worst = samples[np.argsort(distance)[-min(self.margin_climbs, len(samples)):]]
+            climbed = climb_outward(own, worst, outside, self.voxel, rng)
+            need = max(need, float(outside(climbed).max()))
+        return need, len(samples)
+
+    def _sphere_targets(self, model, bodies: dict[str, LinkBody], margins: dict[str, float], rng: np.random.Generator,
+                        where: str) -> tuple[list, list]:
+        """What the spheres hold: every link's body, the tip's without the board the session declares,
+        and the board as its own group (its learned cells: the plate's box grown by two cells, the
+        network learns a plate thicker than it is)."""
+        bodies = dict(bodies)
+        board_targets = []
+        tip, plate = getattr(model, "tip_link", None), board_mesh(getattr(model, "board", None))
+        if plate is not None and tip in bodies and self.board_spheres > 0:
+            arm, board = split_board(bodies[tip], plate, 2 * self.voxel + margins[tip], where)
+            if board is not None:
+                bodies[tip] = arm
+                target = sphere_target(tip, board, margins[tip], rng)
+                target.group = BOARD
+                board_targets.append(target)
+        return [sphere_target(link, body, margins[link], rng) for link, body in bodies.items()], board_targets
+
+    @staticmethod
+    def _recorded_poses(model, spec, recorded: Recorded, links: list[str]) -> dict[str, np.ndarray]:
+        """link -> (C, 4, 4) poses in the base frame at the recorded configurations, by the kinematics
+        the export writes (the learned ones of a structured model, the URDF's for a free one)."""
+        if hasattr(model, "base_T_links"):
+            poses = model.base_T_links(recorded.q)
+            names = list(model.link_names)
+        else:
+            poses = link_poses_numpy(spec, recorded.q)
+            names = list(spec.link_names)
+        return {link: poses[:, names.index(link)] for link in links}
+
+
+def near_body(level_set: Callable[[np.ndarray], np.ndarray], body: LinkBody) -> Callable[[np.ndarray], np.ndarray]:
+    """``level_set`` (link frame) where the point's grid cell is within one cell of ``body``, 0 elsewhere."""
+    grown = ndimage.binary_dilation(np.pad(body.solid, 1), iterations=1)  # as LinkBody.contains(grow_cells=1)
+
+    def restricted(points: np.ndarray) -> np.ndarray:
+        points = np.asarray(points, dtype=float)
+        values = np.asarray(level_set(points), dtype=float).copy()
+        index = np.round((points - body.origin) / body.voxel).astype(int) + 1
+        valid = np.all((index >= 0) & (index < grown.shape), axis=1)
+        near = np.zeros(len(points), dtype=bool)
+        near[valid] = grown[tuple(index[valid].T)]
+        values[~near] = 0.0
+        return values
+
+    return restricted
+
+
+def _inflate(piece: ConvexPiece, margin: float, max_vertices: int) -> ConvexPiece:
+    """Planes moved out by ``margin``; when a vertex where many planes met splits and the count
+    passes the limit, a conservative hull of the inflated piece brings it back."""
+    if margin <= 0:
+        return piece
+    inflated = piece.inflated(margin)
+    if len(inflated.vertices) > max_vertices:
+        inflated = conservative_hull(inflated.vertices, max_vertices)
+    return inflated
+
+
+# -- writing ----------------------------------------------------------------------------------------
+
+def write_collision_urdf(model_urdf: Path, export: CollisionExport, folder: Path) -> Path:
+    """``folder/robot.urdf``: the model's URDF, learned joint origins written in, every
+    ``<collision>`` of an exported link replaced by its pieces (``meshes/collision/<link>_<k>.stl``),
+    visual meshes copied so the folder loads on its own."""
+    model_urdf = Path(model_urdf)
+    tree = urdf_io.parse_urdf(model_urdf)
+    links = {element.get("name"): element for element in tree.getroot().findall("link")}
+    missing = [name for name in export.links if name not in links]
+    if missing:
+        raise InputError(f"{model_urdf}: link {missing[0]!r} of the model is not in this URDF.")
+    for name, origin in export.joint_origins.items():
+        urdf_io.set_joint_origin(tree, name, origin)
+    # Links without a learned body (outside the model's chain) keep the description's geometry:
+    # dropping it would leave them with none.
+    for name in export.links:
+        for collision in links[name].findall("collision"):
+            links[name].remove(collision)
+    urdf_io.copy_self_contained(tree, model_urdf.parent, folder)
+    (folder / "meshes" / "collision").mkdir(parents=True, exist_ok=True)
+    for name, link in export.links.items():
+        for k, piece in enumerate(link.pieces):
+            relative = f"meshes/collision/{name}_{k}.stl"
+            piece.mesh().export(folder / relative)
+            collision = ET.SubElement(links[name], "collision", {"name": f"{name}_piece_{k}"})
+            ET.SubElement(collision, "origin", {"xyz": "0 0 0", "rpy": "0 0 0"})
+            geometry = ET.SubElement(collision, "geometry")
+            ET.SubElement(geometry, "mesh", {"filename": relative})
+    path = folder / "robot.urdf"
+    urdf_io.write_urdf(tree, path)
+    return path
+
+
+def robot_name(urdf_path: Path) -> str:
+    return urdf_io.parse_urdf(urdf_path).getroot().get("name", "robot")
+
+
+def recorded_collisions(fitted: CollisionExport, urdf_path: Path, srdf_path: Path) -> dict:
+    """The written URDF and SRDF loaded as a planner loads them (Pinocchio and coal), and the exported
+    spheres as cuRobo checks them (pairs not ignored), at every recorded configuration."""
+    result = {"configurations": 0, "pieces": {"poses": 0, "pairs": {}}, "spheres": {"poses": 0, "pairs": {}}}
+    if fitted.recorded is None:
+        return result
+    world = CollisionWorld(urdf_path, fitted.joint_names, fitted.base_link, srdf=srdf_path, held=fitted.held)
+    disabled = {(a, b) for a, b, _ in _disabled(srdf_path)}
+    result["configurations"] = len(fitted.recorded.q)
+    for pose, q in zip(fitted.recorded.pose_ids, fitted.recorded.q):
+        pairs = world.colliding_pairs(q)
+        if pairs:
+            result["pieces"]["poses"] += 1
+            for pair in pairs:
+                result["pieces"]["pairs"].setdefault("/".join(pair), []).append(pose)
+    names = sorted(fitted.spheres)
+    for pose, q in zip(fitted.recorded.pose_ids, fitted.recorded.q):
+        found = []
+        centres = {}
+        for link in names:
+            pose_link = world.link_pose(link, q)
+            centres[link] = fitted.spheres[link].centres @ pose_link[:3, :3].T + pose_link[:3, 3]
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if (a, b) in disabled or (b, a) in disabled:
+                    continue
+                reach = fitted.spheres[a].radii[:, None] + fitted.spheres[b].radii[None]
+                if np.any(np.linalg.norm(centres[a][:, None] - centres[b][None], axis=2) < reach):
+                    found.append(f"{a}/{b}")
+        if found:
+            result["spheres"]["poses"] += 1
+            for pair in found:
+                result["spheres"]["pairs"].setdefault(pair, []).append(pose)
+    return result
+
+
+def _disabled(srdf_path: Path) -> list[tuple[str, str, str]]:
+    root = urdf_io.parse_xml(srdf_path).getroot()
+    return [(e.get("link1"), e.get("link2"), e.get("reason")) for e in root.findall("disable_collisions")]
+
+
+def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: dict) -> dict:
+    links = {}
+    for name, link in export.links.items():
+        links[name] = {
+            "spheres": len(link.spheres.radii),
+            "spheres_board": int(sum(group == BOARD for group in link.sphere_groups)),
+            "pieces": len(link.pieces),
+            "vertices_per_piece": [len(piece.vertices) for piece in link.pieces],
+            "body_volume_m3": link.body.volume,
+            "pieces_volume_m3": float(sum(piece.volume for piece in link.pieces)),
+            "spheres_summed_volume_m3": link.spheres.summed_volume,
+            "margin_needed_mm": 1000.0 * link.margin_needed,
+            "margin_mm": 1000.0 * export.margins.get(name, export.margin),
+            "surface_samples": link.surface_samples,
+            "touches_bounds": link.body.touches_bounds,
+            "dropped_blob_fraction": link.body.dropped_fraction,
+        }
+    return {
+        "margin_mm": export.margin * 1000.0,
+        "margin_mode": export.margin_mode,
+        "links": links,
+        "spheres_total": int(sum(len(link.spheres.radii) for link in export.links.values())),
+        # The arm's budget is for the arm's links; the board on the tip is its own group, listed under
+        # the tip in the cuRobo files with the rest.
+        "spheres_arm": int(sum(sum(group != BOARD for group in link.sphere_groups) if link.sphere_groups
+                               else len(link.spheres.radii) for link in export.links.values())),
+        "spheres_board": int(sum(sum(group == BOARD for group in link.sphere_groups) for link in export.links.values())),
+        "srdf": {"samples": matrix.samples, "always_threshold": matrix.always_threshold, **matrix.counts(),
+                 "checked_pairs": len(matrix.reasons),
+                 "kept_enabled_why": {"/".join(pair): why for pair, why in sorted(matrix.kept.items())},
+                 "disabled": [list(item) for item in matrix.disabled()]},
+        "separation": export.separation.report() if export.separation is not None else None,
+        "carving": export.carving.report() if export.carving is not None else None,
+        "board": export.board,
+        "sphere_starts": export.sphere_starts,
+        "recorded_poses_in_collision": recorded,
+        "learned_joint_origins": sorted(export.joint_origins),
+        "held_joints": export.held,
+        "seconds": export.seconds,
+    }
+
+
+def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samples: int = 10_000, force: bool = False,
+                 evaluate: Callable[[Path, CollisionExport], dict] | None = None,
+                 progress: Progress | None = None, seed: int = 0, description: Path | None = None,
+                 ros_package: str | None = None) -> dict:
+    """Write the export folder atomically; returns the report (also ``out/export_report.json``).
+
+    ``description``: the URDF whose visual meshes stand for the real arm when the SRDF's disabled
+    pairs are checked (default: ``model_urdf``). ``evaluate(exported_urdf, fitted)`` may add report
+    keys (``truth``, ``measured_surface``). InputError, and no folder, when the written model is in
+    collision at a recorded configuration. ``ros_package``: NAME or NAME/FOLDER, robot.urdf's mesh
+    paths written as ``package://`` URIs of that ROS package once every check has read the file.
+    """
+    out = Path(out)
+    with output_folder(out, force) as folder:
+        start = time.perf_counter()
+        urdf_path = write_collision_urdf(model_urdf, fitted, folder)
+        matrix = collision_matrix(urdf_path, fitted.joint_names, fitted.base_link, srdf_samples,
+                                  np.random.default_rng(seed), fitted.held,
+                                  description=Path(description or model_urdf), progress=progress)
+        write_srdf(folder / "robot.srdf", robot_name(urdf_path), matrix, fitted.base_link, fitted.tip_link,
+                   LinkTree(urdf_path).root, fitted.joint_names,
+                   note=f"checked against the description's meshes at the same samples")
+        recorded = recorded_collisions(fitted, urdf_path, folder / "robot.srdf")
+        for kind in ("pieces", "spheres"):
+            if recorded[kind]["poses"]:
+                pair, poses = max(recorded[kind]["pairs"].items(), key=lambda item: len(item[1]))
+                raise InputError(f"{out}: the exported {kind} are in collision at {recorded[kind]['poses']} of "
+                                 f"{recorded['configurations']} recorded poses ({pair} at {', '.join(poses[:5])}"
+                                 f"{', ...' if len(poses) > 5 else ''}), where the arm really stood; not written.")
+        atomic_write_text(folder / "curobo_spheres.yml", dump(spheres_document(fitted.spheres)))
+        retract = fitted.recorded.q[0] if fitted.recorded is not None else matrix.default_q
+        atomic_write_text(folder / "curobo_robot.yml", dump(robot_document(
+            out, "robot.urdf", fitted.base_link, fitted.tip_link, fitted.spheres, matrix.disabled(),
+            fitted.joint_names, fitted.held, retract)))
+        fitted.seconds["write_and_srdf"] = time.perf_counter() - start
+        report = export_report(fitted, matrix, recorded)
+        # The export's own time: the fit (its parts are listed too) and writing; evaluation apart.
+        fitted.seconds["export_total"] = float(fitted.seconds.get("fit", sum(
+            fitted.seconds.get(part, 0.0) for part in ("bodies", "pieces", "spheres", "margin", "separation")))
+            + fitted.seconds["write_and_srdf"])
+        report["truth"] = None
+        start = time.perf_counter()
+        report.update((evaluate(urdf_path, fitted) or {}) if evaluate is not None else {})
+        fitted.seconds["evaluation"] = time.perf_counter() - start
+        if ros_package is not None:
+            # Last: the checks above load the file the way a planner beside it does (relative paths).
+            urdf_io.use_package_uris(urdf_path, ros_package)
+        report["ros_package"] = ros_package
+        report["seconds"] = fitted.seconds
+        atomic_write_json(folder / "export_report.json", report)
+    return report
+
+
+# -- the whole job, from a model folder -------------------------------------------------------------
+
+def load_model_folder(folder: Path):
+    """The self-model saved in ``folder`` (by ``selfcal selfmodel train``)."""
+    from selfmodel.model.folder import load_model  # torch takes 2 s to load; only a model folder needs it
+
+    return load_model(Path(folder))
+
+
+def name_recorded_poses(model, model_folder: Path) -> None:
+    """A structured model keeps its training configurations; its sessions, when still there, name them."""
+    ids = []
+    for path in training_session_paths(model_folder):
+        if not (path / "session.json").is_file():
+            return
+        ids += [f"{path.name}/{pose}" for pose in load_session(path).pose_ids]
+    model.training_pose_ids = ids
+
+
+def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, force: bool = False,
+                 truth: Callable[[object, Path, Path, "CollisionExport"], dict | None] | None = None,
+                 progress: Progress | None = None, model=None, urdf: Path | None = None,
+                 ros_package: str | None = None) -> dict:
+    """Load a model folder, export its collision geometry to ``out``; the report as a dict.
+
+    ``truth``: how the written export is measured against a simulated truth, called as
+    ``truth(model, model_folder, exported_urdf, export)`` (``selfmodel.evaluation.export_truth.truth_figures``
+    builds one); None leaves the report's ``truth`` empty. The export itself never reads a truth.
+    ``urdf``: the description that cuts a free model's body into links. ``ros_package``: see
+    :func:`write_export`.
+    """
+    check_new_output(out, force)
+    model_folder = Path(model_folder)
+    model = model if model is not None else load_model_folder(model_folder)
+    if getattr(model, "kind", "") == "free":
+        prepare_free_model(model, model_folder, urdf)
+    else:
+        name_recorded_poses(model, model_folder)
+    urdf_path = getattr(model, "urdf_path", None)
+    if urdf_path is None:
+        raise InputError(f"{model_folder}: the model names no URDF, so its links cannot be placed.")
+    start = time.perf_counter()
+    fitted = exporter.fit(model, where=str(model_folder), progress=progress)
+    fitted.seconds["fit"] = time.perf_counter() - start
+
+    def evaluate_all(exported_urdf: Path, export: CollisionExport) -> dict:
+        return {"truth": truth(model, model_folder, exported_urdf, export) if truth is not None else None,
+                "measured_surface": measured_surface_inside(model, export)}
+
+    return write_export(fitted, Path(urdf_path), out, exporter.srdf_samples, force, evaluate_all, seed=exporter.seed,
+                        ros_package=ros_package)

@@ -1,0 +1,295 @@
+"""Sphere covers of a link body, the shape GPU planners (cuRobo) check fastest.
+
+A cover is ``centres (k, 3)`` and ``radii (k,)`` in a link frame, metres. A good cover holds the
+body's surface and gives away little free space, measured as cuRobo measures it
+(:func:`cover_metrics`): coverage, the share of the body's points inside some sphere; protrusion,
+the share of the union's surface that lies outside the body, with the mean and 95th percentile of
+how far; the surface gap (how far uncovered surface points lie outside); and the volume ratio.
+
+The fit works on the union, not on the sum of sphere volumes: spheres are chosen for the surface
+they add to the union (one budget for the whole body, so a long link gets more than a short one),
+with a bound on how far each may bulge beyond the body, and the union must hold all of the surface
+(see :func:`fit_sphere_covers`). Where a sphere may not grow into a neighbour the arm stood next to,
+a tight bound can leave surface no sphere holds; a cover is judged on what it holds first
+(:func:`uncovered_share`), and on how far it bulges only among those that hold as much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+
+@dataclass
+class SphereCover:
+    centres: np.ndarray  # (k, 3) m, link frame
+    radii: np.ndarray  # (k,) m
+
+    def contains(self, points: np.ndarray, tolerance: float = 1e-9) -> np.ndarray:
+        """(N, 3) -> (N,) bool: inside at least one sphere."""
+        return self.outside_distance(points) <= tolerance
+
+    def outside_distance(self, points: np.ndarray, batch: int = 100_000) -> np.ndarray:
+        """(N, 3) -> (N,) m: distance outside the union of spheres (0 inside)."""
+        points = np.asarray(points, dtype=float)
+        result = np.empty(len(points))
+        for start in range(0, len(points), batch):
+            chunk = points[start:start + batch]
+            gaps = np.linalg.norm(chunk[:, None, :] - self.centres[None], axis=2) - self.radii[None]
+            result[start:start + batch] = np.maximum(gaps.min(axis=1), 0.0)
+        return result
+
+    def inflated(self, margin: float) -> "SphereCover":
+        return SphereCover(self.centres.copy(), self.radii + margin)
+
+    @property
+    def summed_volume(self) -> float:
+        return float(4.0 / 3.0 * np.pi * np.sum(self.radii ** 3))
+
+    def union_volume(self, samples: int = 200_000, seed: int = 0) -> float:
+        """m^3 of the union (overlaps once), by uniform samples in its bounding box (a fixed seed, so
+        two covers compare without sampling noise of their own)."""
+        if not len(self.radii):
+            return 0.0
+        low = (self.centres - self.radii[:, None]).min(axis=0)
+        high = (self.centres + self.radii[:, None]).max(axis=0)
+        points = np.random.default_rng(seed).uniform(low, high, (samples, 3))
+        return float(np.prod(high - low) * np.mean(self.contains(points)))
+
+    def surface_points(self, per_sphere: int, rng: np.random.Generator) -> np.ndarray:
+        """Points (M, 3) on the union's outer surface: on each sphere, outside every other one."""
+        directions = rng.normal(size=(len(self.radii), per_sphere, 3))
+        directions /= np.linalg.norm(directions, axis=2, keepdims=True)
+        points = (self.centres[:, None] + self.radii[:, None, None] * directions).reshape(-1, 3)
+        gaps = np.linalg.norm(points[:, None] - self.centres[None], axis=2) - self.radii[None]
+        own = np.repeat(np.arange(len(self.radii)), per_sphere)
+        gaps[np.arange(len(points)), own] = np.inf
+        return points[gaps.min(axis=1) > -1e-9]
+
+
+@dataclass
+class SphereTarget:
+    """One link's body for the sphere fit (link frame, m): ``surface`` (S, 3) points to hold, each
+    worth ``area`` m^2 of surface; candidate centres ``centres`` (C, 3) inside the body with
+    ``clearance`` (C,), their distance to the body's surface; ``limit`` (C,): the largest radius a
+    sphere there may have (it must not reach other links where the arm really stood). For the joint
+    fit (:mod:`selfmodel.export.sphere_fit`): ``interior`` (P, 3) points inside, ``field`` the signed
+    distance to the surface held (a :class:`selfmodel.export.sphere_fit.DistanceField`), and ``obstacles``
+    (M, 3) points of the bodies of links checked against this one, at the recorded configurations;
+    ``inner`` (S, 3) the surface points without the margin (on the body itself), row for row."""
+
+    link: str
+    surface: np.ndarray
+    area: float
+    centres: np.ndarray
+    clearance: np.ndarray
+    limit: np.ndarray | None = None
+    interior: np.ndarray | None = None
+    field: object = None
+    obstacles: np.ndarray | None = None
+    inner: np.ndarray | None = None
+    group: str | None = None  # a part of the link with its own spheres (the tip's board), None: the link
+    # dataclasses.field: ``field`` in this class is the distance field
+    _tree: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def obstacle_tree(self):
+        """A KD-tree (scipy cKDTree) of ``obstacles``, built once for the array they are: at 300
+        recorded poses they are millions of points, and every refinement of every start asks."""
+        if self._tree is None or self._tree[0] is not self.obstacles:
+            self._tree = (self.obstacles, cKDTree(self.obstacles))
+        return self._tree[1]
+
+    @property
+    def key(self) -> str:
+        """The name its cover goes by: the link, or ``link#group`` for a group of it."""
+        return self.link if self.group is None else f"{self.link}#{self.group}"
+
+    def radii(self, bulge: float) -> np.ndarray:
+        radii = self.clearance + bulge
+        return radii if self.limit is None else np.minimum(radii, self.limit)
+
+
+UNCOVERED_TIE = 0.002  # share of the held surface within which two covers hold "as much"
+
+
+@dataclass
+class Candidate:
+    """One greedy cover of every target, at one ``bulge`` (m): ``covers`` key -> SphereCover, the
+    area ``uncovered`` share of the targets' surface no sphere holds, and the 95th percentile and
+    mean of its protrusion (m, approximated against the candidate centres' clearance)."""
+
+    bulge: float
+    covers: dict
+    uncovered: float
+    protrusion_p95: float
+    protrusion_mean: float
+
+
+def area_share(targets: list[SphereTarget], shares: dict[str, float]) -> float:
+    """The share of all targets' surface area (their points, each worth its target's ``area``) from
+    each target's share of its own points (target key -> share)."""
+    total = sum(t.area * len(t.surface) for t in targets)
+    return sum(t.area * len(t.surface) * shares[t.key] for t in targets) / total if total > 0 else 0.0
+
+
+def uncovered_share(targets: list[SphereTarget], covers: dict) -> float:
+    """The share of all targets' surface area that no sphere of its cover holds."""
+    return area_share(targets, {t.key: float(np.mean(~covers[t.key].contains(t.surface))) for t in targets})
+
+
+def best_of(scores: list[tuple[float, ...]]) -> int:
+    """The index of the best of ``(uncovered, *rest)`` scores: of those that leave at most
+    ``UNCOVERED_TIE`` more of the surface out than the least any leaves, the one with the smallest
+    ``rest``. Holding the surface comes first; a cover that bulges less by leaving more out does
+    not win."""
+    least = min(score[0] for score in scores)
+    tied = [k for k, score in enumerate(scores) if score[0] <= least + UNCOVERED_TIE]
+    return min(tied, key=lambda k: scores[k][1:])
+
+
+def sphere_candidates(targets: list[SphereTarget], budget: int, bulges: tuple[float, ...] = (0.004, 0.008, 0.012,
+                      0.018, 0.025), rng: np.random.Generator | None = None) -> list[Candidate]:
+    """One greedy cover a bulge: at most ``budget`` spheres over all links (at least one a link)
+    that hold every surface point the candidates' radius bounds (``limit``) let them.
+
+    A sphere centred at a candidate with radius ``clearance + bulge`` reaches at most ``bulge``
+    beyond the body (every point of it is within ``bulge`` of the ball of radius ``clearance``,
+    which lies inside). For each bulge, spheres are chosen greedily, over all links at once, by the
+    surface area they newly hold; what the budget leaves uncovered is taken in by growing the
+    nearest chosen sphere as far as its bound allows.
+    """
+    rng = rng or np.random.default_rng(0)
+    if budget < len(targets):
+        raise ValueError(f"a sphere budget of {budget} cannot give each of {len(targets)} links one")
+    distances = [np.linalg.norm(t.surface[None].astype(np.float32) - t.centres[:, None].astype(np.float32), axis=2)
+                 for t in targets]
+    candidates = []
+    for bulge in bulges:
+        chosen = _greedy(targets, distances, bulge, budget)
+        covers = {t.key: tighten(_hold_all(t, d, picks, bulge), t.surface) for t, d, picks in zip(targets, distances, chosen)}
+        protrusion = np.concatenate([_protrusion(covers[t.key], t, rng) for t in targets])
+        candidates.append(Candidate(bulge, covers, uncovered_share(targets, covers),
+                                    float(np.percentile(protrusion, 95)), float(protrusion.mean())))
+    return candidates
+
+
+def fit_sphere_covers(targets: list[SphereTarget], budget: int, bulges: tuple[float, ...] = (0.004, 0.008, 0.012,
+                      0.018, 0.025), rng: np.random.Generator | None = None) -> dict[str, SphereCover]:
+    """The best of :func:`sphere_candidates`: of the covers that hold as much of the surface as the
+    best (:func:`best_of`), the one with the smallest 95th percentile of protrusion (its union's
+    surface outside the body), then the smallest mean."""
+    candidates = sphere_candidates(targets, budget, bulges, rng)
+    scores = [(c.uncovered, c.protrusion_p95, c.protrusion_mean) for c in candidates]
+    return candidates[best_of(scores)].covers
+
+
+def _greedy(targets: list[SphereTarget], distances: list[np.ndarray], bulge: float, budget: int) -> list[list[int]]:
+    covers = [(d <= t.radii(bulge)[:, None]).astype(np.float32) for t, d in zip(targets, distances)]
+    gains = [matrix.sum(axis=1) * t.area for t, matrix in zip(targets, covers)]  # area each would add now
+    covered = [np.zeros(len(t.surface), dtype=bool) for t in targets]
+    chosen: list[list[int]] = [[] for _ in targets]
+    for step in range(budget):
+        # The first round gives every link its first sphere; then the best over all links.
+        candidates = [step] if step < len(targets) else range(len(targets))
+        i = max(candidates, key=lambda n: gains[n].max())
+        k = int(np.argmax(gains[i]))
+        if gains[i][k] <= 0 and step >= len(targets):
+            break
+        chosen[i].append(k)
+        new = covers[i][k] > 0
+        new &= ~covered[i]
+        covered[i] |= new
+        gains[i] = gains[i] - covers[i][:, new].sum(axis=1) * targets[i].area
+    return chosen
+
+
+def _hold_all(target: SphereTarget, distances: np.ndarray, picks: list[int], bulge: float) -> SphereCover:
+    centres = target.centres[picks]
+    radii = target.radii(bulge)[picks]
+    limit = np.full(len(picks), np.inf) if target.limit is None else target.limit[picks]
+    gaps = distances[picks].T - radii[None]  # (S, k)
+    # Points the chosen spheres miss go to the nearest sphere that may grow enough to take them.
+    room = limit[None] - radii[None] - gaps
+    gaps = np.where(room >= 0, gaps, np.inf)
+    nearest = np.argmin(gaps, axis=1)
+    need = gaps[np.arange(len(gaps)), nearest]
+    for k in range(len(radii)):
+        mine = need[(nearest == k) & np.isfinite(need)]
+        if len(mine) and mine.max() > 0:
+            radii[k] = min(radii[k] + float(mine.max()), limit[k])
+    return SphereCover(centres.astype(float), radii.astype(float) + 1e-6)
+
+
+def tighten(cover: SphereCover, surface: np.ndarray, rounds: int = 3) -> SphereCover:
+    """Each sphere, largest first, becomes the smallest ball around the surface points no other
+    sphere holds (dropped when there are none): the union still holds every point it held."""
+    centres, radii = cover.centres.copy(), cover.radii.copy()
+    keep = np.ones(len(radii), dtype=bool)
+    distance = np.linalg.norm(surface[:, None] - centres[None], axis=2)  # (S, k), a column per sphere moved
+    for _ in range(rounds):
+        for k in np.argsort(-radii):
+            if not keep[k]:
+                continue
+            held = distance <= radii[None] + 1e-9
+            held[:, ~keep] = False
+            others = held.copy()
+            others[:, k] = False
+            mine = surface[held[:, k] & ~others.any(axis=1)]
+            if not len(mine):
+                if keep.sum() > 1:
+                    keep[k] = False
+                continue
+            centre, radius = enclosing_ball(mine)
+            if radius < radii[k]:
+                centres[k], radii[k] = centre, radius + 1e-7
+                distance[:, k] = np.linalg.norm(surface - centre, axis=1)
+    return SphereCover(centres[keep], radii[keep])
+
+
+def enclosing_ball(points: np.ndarray, rounds: int = 60) -> tuple[np.ndarray, float]:
+    """A near-smallest ball around points (N, 3): Badoiu-Clarkson core-set steps, then the exact
+    radius about the centre found, so the ball always contains every point."""
+    centre = points.mean(axis=0)
+    for step in range(1, rounds + 1):
+        farthest = points[np.argmax(np.einsum("ij,ij->i", points - centre, points - centre))]
+        centre = centre + (farthest - centre) / (step + 1)
+    return centre, float(np.sqrt(np.max(np.einsum("ij,ij->i", points - centre, points - centre))))
+
+
+def _protrusion(cover: SphereCover, target: SphereTarget, rng: np.random.Generator, per_sphere: int = 200) -> np.ndarray:
+    """How far (m) points of the union's outer surface lie beyond the body, approximated by their
+    distance beyond the body's surface points (0 where a surface point is as far out)."""
+    shell = cover.surface_points(per_sphere, rng)
+    tree = cKDTree(target.centres)
+    depth_of, index = tree.query(shell)
+    # Outside by at least (distance to the nearest candidate) - (its clearance); candidates fill the
+    # body, so this is the distance beyond the body to within their spacing.
+    return np.maximum(depth_of - target.clearance[index], 0.0)
+
+
+def cover_metrics(cover: SphereCover, surface: np.ndarray, interior: np.ndarray, body_volume: float,
+                  outside_distance, inside, rng: np.random.Generator, per_sphere: int = 400) -> dict:
+    """cuRobo's sphere metrics of a cover against a body (one frame, m).
+
+    ``surface`` (S, 3) and ``interior`` (P, 3) sample the body; ``outside_distance(points)`` (m, 0
+    inside) and ``inside(points)`` (bool) answer for the body; ``body_volume`` m^3.
+    """
+    gaps = cover.outside_distance(surface)
+    shell = cover.surface_points(per_sphere, rng)
+    out = ~inside(shell)
+    distance = outside_distance(shell[out]) if out.any() else np.zeros(1)
+    return {
+        "spheres": int(len(cover.radii)),
+        "coverage": float(np.mean(cover.contains(interior))) if len(interior) else 1.0,
+        "surface_coverage": float(np.mean(gaps <= 1e-9)),
+        "surface_gap_mean_mm": 1000.0 * float(gaps[gaps > 0].mean()) if np.any(gaps > 0) else 0.0,
+        "surface_gap_p95_mm": 1000.0 * float(np.percentile(gaps, 95)),
+        "largest_gap_mm": 1000.0 * float(gaps.max()),
+        "protrusion_share": float(out.mean()) if len(shell) else 0.0,
+        "protrusion_mean_mm": 1000.0 * float(distance.mean()),
+        "protrusion_p95_mm": 1000.0 * float(np.percentile(distance, 95)),
+        "volume_ratio": cover.summed_volume / body_volume if body_volume > 0 else float("inf"),
+    }

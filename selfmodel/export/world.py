@@ -1,0 +1,182 @@
+"""A robot and box obstacles as a planner sees them: the URDF's collision geometry, less the pairs
+an SRDF disables, checked with coal (FCL's successor) through Pinocchio.
+
+This is how the export is judged, in the terms of the tools that load it: Pinocchio reads the URDF
+(``buildGeomFromUrdf``) and the SRDF (``removeCollisionPairs``) as they are written. Meshes may be
+read as their convex hulls (``convex=True``: exact for the export's convex pieces, and what pybullet
+and mplib's ``use_convex`` do) or as triangle soups (``convex=False``, FCL's default for a mesh:
+surfaces that cross collide, a body wholly inside another does not).
+
+A world that stands for the true shapes (the simulated truth, a description's meshes checked for
+real contact) reads its mesh files with trimesh instead (``read_meshes="trimesh"``), as the rest
+of selfcal does: Pinocchio's mesh loader (assimp) reads pybullet_data's Panda link4 and link5 OBJ
+files with triangles whose corners belong to different parts (on link5 3,135 edges over 50 mm,
+the longest 335 mm, where trimesh reads 373 and 100 mm), and those slivers touched boxes that
+the arm's surface stays 8 mm clear of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import trimesh
+
+from rigs.errors import InputError
+
+
+@dataclass(frozen=True)
+class Box:
+    """A box obstacle: full side lengths (3,) m, pose (4, 4) in the robot's base link frame."""
+
+    name: str
+    size: np.ndarray
+    base_T_box: np.ndarray
+
+    def contains(self, points_base: np.ndarray) -> np.ndarray:
+        """(N, 3) base frame -> (N,) bool inside the box."""
+        local = (np.asarray(points_base) - self.base_T_box[:3, 3]) @ self.base_T_box[:3, :3]
+        return np.all(np.abs(local) <= self.size / 2, axis=1)
+
+
+def _pin():
+    import pinocchio as pin  # Pinocchio loads only where a planner's view of the URDF is built
+
+    return pin
+
+
+def mesh_geometry(mesh: trimesh.Trimesh):
+    """A coal triangle-soup geometry of a trimesh."""
+    import coal  # coal loads only where a planner's view of the URDF is built
+
+    bvh = coal.BVHModelOBBRSS()
+    bvh.beginModel(len(mesh.faces), len(mesh.vertices))
+    bvh.addVertices(np.asarray(mesh.vertices, dtype=float))
+    bvh.addTriangles(np.asarray(mesh.faces, dtype=np.int64))
+    bvh.endModel()
+    return bvh
+
+
+class CollisionWorld:
+    """Configure with the URDF (and SRDF), then ask ``collides(q)`` / ``colliding_pairs(q)``.
+
+    ``joint_names``: the joints a configuration ``q`` (dof,) sets, in order; ``held``: other joints
+    and their positions (rad or m); every other joint sits at Pinocchio's neutral. ``obstacles``:
+    boxes in the base link frame. ``extra``: link -> trimesh (link frame) added to that link (a board
+    bolted to the tip). ``geometry``: ``"collision"`` or ``"visual"`` elements of the URDF.
+    ``pairs``: keep only these link pairs (sorted names) of the robot's own; obstacles are checked
+    against every robot geometry. ``read_meshes``: ``"pinocchio"`` (the files as Pinocchio reads
+    them: how a consumer sees an export) or ``"trimesh"`` (the shapes themselves, for truth).
+    """
+
+    def __init__(self, urdf: Path, joint_names: list[str], base_link: str, srdf: Path | None = None,
+                 held: dict[str, float] | None = None, obstacles: list[Box] = (), convex: bool = True,
+                 geometry: str = "collision", extra: dict[str, trimesh.Trimesh] | None = None,
+                 pairs: set[tuple[str, str]] | None = None, read_meshes: str = "pinocchio"):
+        pin = _pin()
+        import coal  # coal loads only where a planner's view of the URDF is built
+
+        if read_meshes not in ("pinocchio", "trimesh"):
+            raise ValueError(f"read_meshes {read_meshes!r}: 'pinocchio' or 'trimesh'.")
+        urdf = Path(urdf)
+        self.urdf, self.srdf = urdf, srdf
+        self.model = pin.buildModelFromUrdf(str(urdf))
+        kind = pin.GeometryType.COLLISION if geometry == "collision" else pin.GeometryType.VISUAL
+        self.geometry = pin.buildGeomFromUrdf(self.model, str(urdf), kind, package_dirs=[str(urdf.parent)])
+        if read_meshes == "trimesh":
+            for item in self.geometry.geometryObjects:
+                if isinstance(item.geometry, coal.BVHModelBase) and item.meshPath:
+                    mesh = trimesh.load(item.meshPath, force="mesh")
+                    mesh.apply_scale(np.asarray(item.meshScale, dtype=float))
+                    item.geometry = mesh_geometry(mesh)
+        for link, mesh in (extra or {}).items():
+            frame = self.model.getFrameId(link)
+            placement = self.model.frames[frame].placement
+            self.geometry.addGeometryObject(pin.GeometryObject(f"{link}_extra", self.model.frames[frame].parentJoint,
+                                                               frame, placement, mesh_geometry(mesh)))
+        if convex:
+            for item in self.geometry.geometryObjects:
+                if isinstance(item.geometry, coal.BVHModelBase):
+                    item.geometry.buildConvexRepresentation(False)
+                    item.geometry = item.geometry.convex
+        self.robot_geometries = self.geometry.ngeoms
+        self.geometry.addAllCollisionPairs()
+        if srdf is not None:
+            pin.removeCollisionPairs(self.model, self.geometry, str(srdf))
+        self.link_of = [self.model.frames[item.parentFrame].name for item in self.geometry.geometryObjects]
+        if pairs is not None:
+            for k in range(len(self.geometry.collisionPairs) - 1, -1, -1):
+                pair = self.geometry.collisionPairs[k]
+                if tuple(sorted((self.link_of[pair.first], self.link_of[pair.second]))) not in pairs:
+                    self.geometry.removeCollisionPair(pair)
+        if not self.model.existFrame(base_link):
+            raise InputError(f"{urdf}: base link {base_link!r} is not a link of this URDF.")
+        data = self.model.createData()
+        pin.framesForwardKinematics(self.model, data, pin.neutral(self.model))
+        self.root_T_base = data.oMf[self.model.getFrameId(base_link)].homogeneous
+        self.obstacles = list(obstacles)
+        for box in self.obstacles:
+            placement = pin.SE3(self.root_T_base @ box.base_T_box)
+            index = self.geometry.addGeometryObject(pin.GeometryObject(f"obstacle:{box.name}", 0, 0, placement,
+                                                                       coal.Box(*np.asarray(box.size, dtype=float))))
+            self.link_of.append(f"obstacle:{box.name}")
+            for other in range(self.robot_geometries):
+                self.geometry.addCollisionPair(pin.CollisionPair(other, index))
+        self.data = self.model.createData()
+        self.geometry_data = pin.GeometryData(self.geometry)
+        self.joint_names = list(joint_names)
+        self._columns = []
+        for name in self.joint_names:
+            if not self.model.existJointName(name):
+                raise InputError(f"{urdf}: joint {name!r} is not in this URDF.")
+            self._columns.append(self.model.joints[self.model.getJointId(name)])
+        self._neutral = pin.neutral(self.model)
+        for name, value in (held or {}).items():
+            if self.model.existJointName(name):
+                self._set(self._neutral, self.model.joints[self.model.getJointId(name)], value)
+
+    @staticmethod
+    def _set(full: np.ndarray, joint, value: float) -> None:
+        if joint.nq == 1:
+            full[joint.idx_q] = value
+        else:  # continuous: (cos, sin)
+            full[joint.idx_q], full[joint.idx_q + 1] = np.cos(value), np.sin(value)
+
+    def full(self, q: np.ndarray) -> np.ndarray:
+        """(dof,) joint values in ``joint_names`` order -> Pinocchio configuration (nq,)."""
+        full = self._neutral.copy()
+        for joint, value in zip(self._columns, np.asarray(q, dtype=float)):
+            self._set(full, joint, value)
+        return full
+
+    def collides(self, q: np.ndarray) -> bool:
+        pin = _pin()
+        return bool(pin.computeCollisions(self.model, self.data, self.geometry, self.geometry_data, self.full(q), True))
+
+    def colliding_pairs(self, q: np.ndarray) -> set[tuple[str, str]]:
+        """Link pairs (sorted; an obstacle is ``obstacle:<name>``) whose geometry overlaps at ``q``."""
+        pin = _pin()
+        pin.computeCollisions(self.model, self.data, self.geometry, self.geometry_data, self.full(q), False)
+        found = set()
+        for pair, result in zip(self.geometry.collisionPairs, self.geometry_data.collisionResults):
+            if result.isCollision():
+                found.add(tuple(sorted((self.link_of[pair.first], self.link_of[pair.second]))))
+        return found
+
+    def link_pose(self, link: str, q: np.ndarray) -> np.ndarray:
+        """(4, 4) pose of ``link`` in the base link frame at ``q``."""
+        pin = _pin()
+        pin.framesForwardKinematics(self.model, self.data, self.full(q))
+        return np.linalg.inv(self.root_T_base) @ self.data.oMf[self.model.getFrameId(link)].homogeneous
+
+    def link_poses(self, links: list[str], q: np.ndarray) -> np.ndarray:
+        """(L, 4, 4) poses of ``links`` in the base link frame at ``q``, from one forward kinematics."""
+        pin = _pin()
+        pin.framesForwardKinematics(self.model, self.data, self.full(q))
+        base_T_root = np.linalg.inv(self.root_T_base)
+        return np.stack([base_T_root @ self.data.oMf[self.model.getFrameId(link)].homogeneous for link in links])
+
+    @property
+    def checked_pairs(self) -> set[tuple[str, str]]:
+        return {tuple(sorted((self.link_of[p.first], self.link_of[p.second]))) for p in self.geometry.collisionPairs}
