@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -21,10 +17,6 @@ selfmodel_app = typer.Typer(help="Learn the arm's shape from depth images, evalu
 
 def register(app: typer.Typer) -> None:
     app.add_typer(selfmodel_app, name="selfmodel")
-
-
-def _partial(out: Path) -> Path:
-    return out.with_name(out.name + ".partial")
 
 
 def parse_holds(items: list[str]) -> dict[str, float]:
@@ -132,77 +124,16 @@ def camera_poses_from_calibration(folder: Path) -> tuple[dict, dict]:
     return calibration.base_T_camera, fitted
 
 
-def board_with_fitted_mount(board: dict | None, calibration: Path | None) -> dict | None:
-    """The session's board with the mount the calibration in folder ``calibration`` fitted from its
-    corners (``tip_T_board_fitted``), when it fitted one; the board as it is otherwise. Only for a
-    model that trains on that calibration's robot.urdf: the fitted mount is in its tip frame."""
-    if not board or calibration is None:
-        return board
-    import numpy as np
-
+def fitted_board_mount(calibration: Path | None):
+    """(tip_T_board (4, 4), where it was measured) that the calibration in folder ``calibration`` fitted
+    from its board corners, or None. Only for a model that trains on that calibration's robot.urdf:
+    the fitted mount is in its tip frame."""
+    if calibration is None:
+        return None
     from calib.calibration import Calibration
 
     fitted = Calibration.load(calibration).tip_T_board
-    if fitted is None:
-        return board
-    return {**board, "tip_T_board_fitted": np.asarray(fitted, dtype=float).tolist(),
-            "tip_T_board_fitted_from": str(Path(calibration) / "calibration.yaml")}
-
-
-@contextlib.contextmanager
-def _training_folder(out: Path, run: dict, resume: bool):
-    """``MODEL.partial/`` for a training's checkpoints: yields (folder, whether a checkpoint continues).
-
-    The folder appears whole (run.json in it) and is locked while training, so a second run stops
-    with a sentence; a run refused for bad input removes the folder it made, so nothing blocks the
-    next valid run; an interrupted one leaves it for ``--resume``; a finished one removes it.
-    """
-    from rigs.errors import InputError
-    from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, current_umask, is_locked, locked_folder,
-                            make_parents, read_json, remove_empty_folders, rename_no_replace)
-    from selfmodel.learn.trainer import CHECKPOINT
-
-    partial = _partial(out)
-    busy = f"{partial}: another training is writing it now; wait for it to finish or choose another --out."
-    if is_locked(partial):
-        raise InputError(busy)
-    if resume:
-        if not (partial / "run.json").is_file():
-            raise InputError(f"{partial}: nothing to resume (no interrupted training for {out}); run without --resume.")
-        previous = read_json(partial / "run.json", "training record")
-        if previous != run:
-            raise InputError(f"{partial}/run.json: the interrupted training used other options ({previous}); "
-                             f"resume with the same ones.")
-    elif partial.exists():
-        raise InputError(f"{partial}: an interrupted training is there; run the same command with --resume to continue "
-                         f"it, or remove {partial} to start over.")
-    clean_leftovers(partial)
-    created = False
-    if not resume:
-        parents = make_parents(partial.parent)
-        layout = Path(tempfile.mkdtemp(dir=partial.parent, prefix=f".{partial.name}{TEMPORARY_TAG}", suffix=".tmp"))
-        try:
-            atomic_write_json(layout / "run.json", run)
-            os.chmod(layout, 0o777 & ~current_umask())  # mkdtemp makes 0700
-            rename_no_replace(layout, partial)
-        except FileExistsError:
-            shutil.rmtree(layout, ignore_errors=True)
-            raise InputError(busy) from None
-        except BaseException:
-            shutil.rmtree(layout, ignore_errors=True)
-            remove_empty_folders(parents)
-            raise
-        created = True
-    with locked_folder(partial, busy):
-        try:
-            # Killed before its first checkpoint, a resumed training starts over: the same run, bit for bit.
-            yield partial, resume and (partial / CHECKPOINT).is_file()
-        except InputError:
-            if created:
-                shutil.rmtree(partial, ignore_errors=True)
-                remove_empty_folders(parents)
-            raise
-    shutil.rmtree(partial, ignore_errors=True)
+    return None if fitted is None else (fitted, str(Path(calibration) / "calibration.yaml"))
 
 
 @selfmodel_app.command("train")
@@ -233,9 +164,10 @@ def train(
     with user_errors():
         from capture.session import load_session
         from rigs.errors import InputError
-        from rigs.files import check_new_output, output_folder
+        from rigs.files import check_new_output
         from selfmodel.learn.trainer import SelfModelTrainer
-        from selfmodel.model.folder import load_model, save_model
+        from selfmodel.learn.workflow import train_model
+        from selfmodel.model.folder import load_model
 
         check_new_output(out)
         from selfmodel.learn.placement import PlacementSettings
@@ -267,54 +199,13 @@ def train(
             poses, intrinsics = camera_poses_from_calibration(cameras)
             loaded = [session.with_camera_poses(poses, str(cameras / "calibration.yaml"), intrinsics)
                       for session in loaded]
-        from selfmodel.labels.depth import check_depth_sessions, check_no_depth, no_depth_summary
-
-        check_depth_sessions(loaded)  # before anything is written: a refusal leaves no folder behind
-        check_no_depth(trainer.labels, loaded)
-        zeros = no_depth_summary(loaded, trainer.labels)
-        import contextlib
-
-        with contextlib.ExitStack() as scratch_folder:
-            discovered = None
-            if no_urdf:
-                import tempfile
-
-                from selfmodel.discovery.urdf_writer import discover_urdf
-
-                # The discovered URDF is written to a scratch folder the model copies it from, removed
-                # whatever happens to the training.
-                scratch = Path(scratch_folder.enter_context(tempfile.TemporaryDirectory(prefix="selfcal-discovered-")))
-                with progress_bar("discovering the chain", len(loaded[0].joint_names), unit="joints") as update:
-                    discovered, urdf = discover_urdf(loaded[0], scratch, update)
-            run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
-                   "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
-                   "cameras": None if cameras is None else str(cameras), "placements": "held" if held else "fitted",
-                   **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {}),
-                   "no_depth": zeros}
-            with _training_folder(out, run, resume) as (partial, continues):
-                with progress_bar(f"training {kind} self-model", steps, unit="steps" if steps else "‰ of --minutes") as update:
-                    result = trainer.fit(loaded, urdf, checkpoint_dir=partial, resume=continues, progress=update,
-                                         previous=before)
-                # The board's nominal mount is in the described tip frame: a discovered chain's tip
-                # frame is another, so its model names no board (the export would add it astray).
-                board = (loaded[0].manifest.get("sensors") or {}).get("board") if trainer.board_on_tip else None
-                # Held on a calibration's URDF (placements_held names it only then), the board sits where
-                # that calibration measured it: the export then takes the plate as exact
-                # (selfmodel.export.sources.with_board).
-                board = board_with_fitted_mount(board, calibration)
-                changes = None
-                if before is not None and before.kind == "structured":
-                    from selfmodel.inspect.changes import what_changed
-
-                    changes = what_changed(before, result.model)
-                with output_folder(out) as folder:
-                    save_model(result, folder, loaded, run, board)
-                    if changes is not None:
-                        from rigs.files import atomic_write_json
-
-                        atomic_write_json(folder / "changes.json", {"previous": str(previous), **changes})
-                    if discovered is not None:
-                        discovered.save(folder / "discovered_chain.json")
+        run = {"kind": kind, "seed": seed, "minutes": minutes, "steps": steps, "sessions": [str(s) for s in sessions],
+               "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
+               "cameras": None if cameras is None else str(cameras), "placements": "held" if held else "fitted",
+               **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
+        trained = train_model(loaded, out, trainer, urdf, run, resume=resume, previous=before, discover=no_urdf,
+                              fitted_board_mount=fitted_board_mount(calibration), bars=progress_bar)
+        result, zeros, changes, discovered = trained.result, trained.no_depth, trained.changes, trained.discovered
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations, "no_depth": zeros}

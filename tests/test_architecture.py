@@ -16,7 +16,7 @@ MAY_IMPORT = {"rigs": set(), "capture": {"rigs"}, "calib": {"rigs", "capture"}, 
 CALIB_ORDER = ("calib.model", "calib.sensors", "calib.fit", "calib.dynamics", "calib.deflection", "calib.io", "calib.calibration",
                "calib.calibrator", "calib.workflows")
 # selfmodel's sub-rooms, lowest first, the same way; every selfmodel module lives in one of them.
-SELFMODEL_ORDER = ("selfmodel.model", "selfmodel.labels", "selfmodel.discovery", "selfmodel.learn", "selfmodel.inspect",
+SELFMODEL_ORDER = ("selfmodel.model", "selfmodel.labels", "selfmodel.discovery", "selfmodel.inspect", "selfmodel.learn",
                    "selfmodel.export", "selfmodel.evaluation")
 # Rooms that read a simulated truth (truth/), which no fit and no export may reach, even through another module.
 TRUTH_READERS = ("selfmodel.evaluation",)
