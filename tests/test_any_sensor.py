@@ -108,6 +108,7 @@ def camera_fits(camera_sessions):
     return {mode: Calibrator(deflection=mode, holdout=0.0).fit(camera_sessions) for mode in ("none", "compliance")}
 
 
+@pytest.mark.slow  # three camera sessions rendered and fitted with compliance: half a minute
 def test_compliance_from_camera_images_predicts_an_unseen_payload(camera_fits, capture_session):
     unseen = load_session(capture_session(CAMERA_RIG, 16, 64, 4.0))
     rigid, compliant = validate_corners(camera_fits["none"], unseen), validate_corners(camera_fits["compliance"], unseen)
@@ -115,6 +116,7 @@ def test_compliance_from_camera_images_predicts_an_unseen_payload(camera_fits, c
     assert compliant["reprojection_rms_px"] < rigid["reprojection_rms_px"]
 
 
+@pytest.mark.slow  # shares the camera fits above
 def test_a_camera_only_calibration_reads_back_and_predicts_the_same(camera_fits, camera_sessions, tmp_path):
     fitted = camera_fits["compliance"]
     assert fitted.tracker_T_base == {} and fitted.targets == {}

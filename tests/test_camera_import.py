@@ -421,6 +421,7 @@ def test_folder_problems_are_one_sentence(native, tmp_path):
 
 # -- camera poses from the board on the flange -----------------------------------------------------
 
+@pytest.mark.slow  # capture, camera calibration and a training end to end
 def test_camera_poses_from_the_board_feed_the_self_model(capture_session, tmp_path):
     """A bag without /tf_static: `selfcal calibrate` finds the cameras from the board on the flange,
     and `selfmodel train --cameras` trains with them; the model evaluates on a native session."""

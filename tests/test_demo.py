@@ -8,6 +8,8 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 
+import pytest
+
 
 class Sections(HTMLParser):
     """The page's sections: heading and the text of what follows it, tags apart."""
@@ -48,6 +50,7 @@ def assert_a_person_can_read(index: str) -> None:
             assert re.match(r"\s*(PASS|FAIL|CANNOT TELL):", text), f"section {heading!r}: {text[:80]!r}"
 
 
+@pytest.mark.slow  # the whole demo, every job end to end: five minutes on two cores
 def test_quick_demo_runs_every_step_and_links_every_report(tmp_path):
     out = tmp_path / "demo"
     # The timeout only catches a hang: the quick demo takes about 3 minutes on an idle 2-core machine

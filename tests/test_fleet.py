@@ -24,7 +24,12 @@ INTACT = 5
 POSES = 12
 
 
-@pytest.fixture(scope="module", autouse=True)
+# Fleets run on a local Ray instance, started once for the file's fleet runs; a fleet end to end is
+# among the slow tests (the file's other tests need no Ray).
+slow_fleet = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
 def ray_instance():
     import ray
 
@@ -41,7 +46,7 @@ def _capture(rig: str, arm_seed: int, poses: int, seed: int, out):
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
+def fleet(tmp_path_factory, ray_instance):
     """FLEET.csv with five intact arms, arm6 crashed (link 3 bent 2 degrees), arm1 and arm6 with a held-out
     session, a row whose session is damaged and one whose options `selfcal calibrate` refuses."""
     root = tmp_path_factory.mktemp("fleet")
@@ -73,6 +78,7 @@ def first_run(fleet):
     return result, json.loads(result.stdout)
 
 
+@slow_fleet
 def test_every_arm_gets_its_calibration_and_the_broken_rows_their_sentences(fleet, first_run):
     result, document = first_run
     assert result.exit_code == 1  # not every arm succeeded
@@ -98,6 +104,7 @@ def test_every_arm_gets_its_calibration_and_the_broken_rows_their_sentences(flee
     assert json.loads((fleet / "out" / "fleet.json").read_text())["complete"] is True
 
 
+@slow_fleet
 def test_an_arms_folder_is_exactly_what_selfcal_calibrate_writes(fleet, first_run, monkeypatch):
     import yaml
 
@@ -112,6 +119,7 @@ def test_an_arms_folder_is_exactly_what_selfcal_calibrate_writes(fleet, first_ru
     assert sorted(p.name for p in (fleet / "out" / "arm1").iterdir()) == sorted(p.name for p in (fleet / "direct").iterdir())
 
 
+@slow_fleet
 def test_the_bent_arm_is_named_by_joint_and_link_and_no_intact_arm_is_flagged(fleet, first_run):
     _, document = first_run
     damage = json.loads((fleet / "sessions" / f"arm{INTACT + 1}" / "truth" / "damage.json").read_text())
@@ -164,6 +172,7 @@ def _page_text(path) -> tuple[list[str], str, list[str]]:
     return reader.headings, " ".join(" ".join(reader.text).split()), reader.header_cells
 
 
+@slow_fleet
 def test_the_fleet_report_gives_the_verdict_then_flags_failures_every_arm_and_the_distributions(fleet, first_run):
     _, document = first_run
     headings, text, header = _page_text(fleet / "out" / "index.html")
@@ -188,6 +197,7 @@ def test_the_fleet_report_gives_the_verdict_then_flags_failures_every_arm_and_th
     assert arm1["outliers"] >= 0
 
 
+@slow_fleet
 def test_resume_keeps_verified_results_and_redoes_what_changed(fleet, first_run):
     out = fleet / "out"
     before = json.loads((out / "fleet.json").read_text())
@@ -216,6 +226,7 @@ def test_resume_keeps_verified_results_and_redoes_what_changed(fleet, first_run)
     assert document["summary"]["failed"] == 1 and result.exit_code == 1  # the damaged session still fails
 
 
+@slow_fleet
 def test_an_interrupted_fleet_continues_where_it_stopped(fleet, tmp_path):
     """Ctrl-C after the first arm finishes: that arm's folder and record stay, the others are pending;
     --resume runs only the others."""
@@ -246,6 +257,7 @@ def test_an_interrupted_fleet_continues_where_it_stopped(fleet, tmp_path):
     assert document["complete"] and document["summary"]["ok"] == 3
 
 
+@slow_fleet
 def test_a_crashed_worker_fails_only_its_arm(fleet, tmp_path):
     """A task whose worker dies outright (a segfault, the OOM killer) is that arm's failure."""
     import ray.cloudpickle
@@ -270,6 +282,7 @@ def _die_for_one(job: dict, blob: bytes) -> dict:
     return {"arm": job["arm"], "status": "ok", "message": None, "outputs": {}, "result": None}
 
 
+@slow_fleet
 def test_sessions_travel_as_bytes_without_truth_and_the_task_needs_no_shared_disk(fleet, tmp_path):
     """A worker gets the sessions only as bytes: the arm calibrates with the original folders gone,
     and a fit's input never carries truth/ (a held-out session does: evaluation reads it)."""
@@ -297,6 +310,7 @@ def test_sessions_travel_as_bytes_without_truth_and_the_task_needs_no_shared_dis
     assert set(shipped_folders(row, fleet)[0]) == {"sessions/arm1"}
 
 
+@slow_fleet
 def test_a_command_that_crashes_is_its_arms_sentence(monkeypatch, fleet):
     from selfcal.fleet import commands, tasks
     from selfcal.fleet.archive import pack
@@ -313,6 +327,7 @@ def test_a_command_that_crashes_is_its_arms_sentence(monkeypatch, fleet):
     assert "Traceback" in outcome["traceback"]
 
 
+@slow_fleet
 def test_progress_counts_done_running_and_failed(fleet, tmp_path):
     from selfcal.fleet.compare import add_calibration_comparison
     from selfcal.fleet.engine import RaySettings
@@ -362,7 +377,8 @@ def test_capture_resume_refuses_another_arm(tmp_path):
 BOX_RIG = __import__("pathlib").Path(__file__).parent / "data" / "selfmodel" / "two_joint_box.toml"
 
 
-def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path):
+@slow_fleet
+def test_a_fleet_of_self_models_trains_evaluates_and_checks_each_arm(tmp_path, ray_instance):
     """Two box arms train (3 steps), one is evaluated on a held-out session with truth, each is checked
     against its URDF; a row whose options the trainer refuses fails with the trainer's sentence."""
     for k in (1, 2):

@@ -93,6 +93,7 @@ def _fleet(table: Path, out: Path, address: str, env: dict) -> tuple[int, dict]:
     return process.returncode, json.loads(process.stdout)
 
 
+@pytest.mark.slow  # a Ray head node started and stopped here: a minute of the machine
 def test_a_fleet_runs_on_a_cluster_through_ray_client_and_auto(head, table, tmp_path):
     _, document = _fleet(table, tmp_path / "client", head["client"], head["env"])
     assert document["ray"]["address"] == head["client"] and document["summary"]["ok"] == 2

@@ -24,6 +24,9 @@ import yaml
 JOINTS = [f"joint{k}" for k in range(1, 7)]
 RECORDED = 12
 
+# The xArm6 trained, exported and planned on end to end (a minute of the machine): with the slow tests.
+pytestmark = pytest.mark.slow
+
 
 def xarm_urdf() -> Path:
     import pybullet_data

@@ -179,6 +179,7 @@ def test_without_the_training_sessions_nothing_is_carved_and_the_report_warns(ri
         assert staged.bodies[link].solid.sum() == plain.bodies[link].solid.sum()
 
 
+@pytest.mark.slow  # a whole export loaded into the planner at every recorded pose
 def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_path):
     from selfmodel.export.exporter import CollisionExporter, write_export
 

@@ -257,10 +257,10 @@ def test_cuda_without_a_gpu_is_one_sentence_and_exit_2(intact, sessions, tmp_pat
 
 
 def test_thread_defaults_leave_a_core_free(monkeypatch):
-    import selfmodel.learn.trainer as training
+    import selfmodel.model.runtime as runtime
 
     for cores, expected in ((1, 1), (2, 1), (3, 1), (16, 8)):
-        monkeypatch.setattr(training, "usable_cores", lambda cores=cores: cores)
+        monkeypatch.setattr(runtime, "usable_cores", lambda cores=cores: cores)
         assert default_threads() == expected
     before = torch.get_num_threads()
     try:

@@ -323,6 +323,16 @@ def pixel_rays(K: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return pixels @ inverse.T
 
 
+def pixel_of(local: np.ndarray, K: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points (N, 3) in a camera's frame (m) -> the pixel each falls on (u, v: (N,) int, rounded) and
+    whether it is in front of the camera and inside the image ((N,) bool; u and v mean nothing elsewhere)."""
+    z = local[:, 2]
+    front = z > 1e-3
+    u = np.rint(K[0, 0] * local[:, 0] / np.where(front, z, 1) + K[0, 2]).astype(int)
+    v = np.rint(K[1, 1] * local[:, 1] / np.where(front, z, 1) + K[1, 2]).astype(int)
+    return u, v, front & (u >= 0) & (u < width) & (v >= 0) & (v < height)
+
+
 def depth_training_data(sessions: list[Session], settings: LabelSettings, rng: np.random.Generator,
                         progress=None, arm_region: ArmRegion | None = None) -> TrainingData:
     """Labelled points from every pose and camera of ``sessions`` (see the module docstring).
@@ -490,10 +500,7 @@ def _shell_ends(origin: np.ndarray, directions: np.ndarray, d: np.ndarray, band:
             t = d[hit] + band[hit] + fraction * shell
             local = (origin + t[:, None] * directions[hit]) @ camera_T_base[:3, :3].T + camera_T_base[:3, 3]
             z = local[:, 2]
-            front = z > 1e-3
-            u = np.rint(K[0, 0] * local[:, 0] / np.where(front, z, 1) + K[0, 2]).astype(int)
-            v = np.rint(K[1, 1] * local[:, 1] / np.where(front, z, 1) + K[1, 2]).astype(int)
-            inside = front & (u >= 0) & (u < width) & (v >= 0) & (v < height)
+            u, v, inside = pixel_of(local, K, width, height)
             vouched = np.zeros(len(z))
             vouched[inside] = free_end[v[inside], u[inside]]
             seen_free[:, k] |= inside & (z < vouched)
@@ -547,10 +554,7 @@ def never_seen_free(sessions: list[Session], base_T_links: np.ndarray, candidate
                     camera_T_link = camera_T_base @ base_T_links[config, link]
                     local = points @ camera_T_link[:3, :3].T + camera_T_link[:3, 3]
                     z = local[:, 2]
-                    front = z > 1e-3
-                    u = np.rint(K[0, 0] * local[:, 0] / np.where(front, z, 1) + K[0, 2]).astype(int)
-                    v = np.rint(K[1, 1] * local[:, 1] / np.where(front, z, 1) + K[1, 2]).astype(int)
-                    inside = front & (u >= 0) & (u < width) & (v >= 0) & (v < height)
+                    u, v, inside = pixel_of(local, K, width, height)
                     # A zero that means nothing in range vouches up to the far range (free_end holds it).
                     reach = np.zeros(len(points))
                     reach[inside] = free_end[v[inside], u[inside]]
