@@ -38,7 +38,7 @@ def _capture(root: Path, rig: str, poses: int, seed: int, payload: float = 0.0) 
 
     # A rig may be a path to a TOML file: name the folder by its stem, inside root.
     out = root / f"{Path(rig).stem}-{poses}-{seed}-{payload:g}"
-    # One worker records a session while the others wait for it; a folder is there only once whole.
+    # One worker records a session while the others wait on its lock; then they all read it.
     with FileLock(str(out) + ".lock"):
         if not out.exists():
             capture_simulated(load_rig(rig), poses, seed, out, payload_kg=payload)

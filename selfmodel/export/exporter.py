@@ -112,7 +112,7 @@ class CollisionExport:
     separation: Separation | None = None
     carving: Carving | None = None
     margins: dict[str, float] = field(default_factory=dict)  # m, link -> the margin its geometry grew by
-    board: dict | None = None  # the declared board's mount and blur, as export_sources.board_report says
+    board: dict | None = None  # the declared board's mount and blur, as selfmodel.export.sources.board_report says
     sphere_starts: dict | None = None  # the greedy starts the sphere fit refined, and the one kept
 
     @property
