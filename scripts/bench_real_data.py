@@ -144,7 +144,7 @@ def bench_payload(root: Path) -> None:
         for kg in (1.0, 2.5, 5.0):
             session = capture_simulated(rig, 100, 300 + 10 * seed + int(2 * kg), root / f"payload-{seed}-{kg}",
                                         payload_kg=kg)
-            payload = PayloadIdentifier(dynamics).fit(load_session(session))
+            payload = PayloadIdentifier().fit(load_session(session), dynamics)
             mass_error = abs(payload.mass_kg - kg) / kg
             com_error = float(np.linalg.norm(payload.com - truth_com))
             worst_mass, worst_com = max(worst_mass, mass_error), max(worst_com, com_error)

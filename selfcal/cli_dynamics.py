@@ -71,7 +71,7 @@ def payload(
 
         if out is not None:
             check_new_output(out, force)
-        identified = PayloadIdentifier(IdentifiedDynamics.load(dynamics_dir)).fit(load_session(session))
+        identified = PayloadIdentifier().fit(load_session(session), IdentifiedDynamics.load(dynamics_dir))
         if out is not None:
             with output_folder(out, force) as folder:
                 identified.save(folder)

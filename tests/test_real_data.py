@@ -363,6 +363,32 @@ def test_payload_mass_and_centre_of_mass_from_torques(dynamics_dir, torque_sessi
     assert yaml.safe_load((out / "payload.yaml").read_text())["mass_kg"] == payload["mass_kg"]
 
 
+def test_an_identified_payload_saves_and_loads_back_the_same_and_no_payload_too(dynamics_dir, torque_sessions, tmp_path):
+    from calib.dynamics.model import IdentifiedDynamics
+    from calib.dynamics.payload import IdentifiedPayload, PayloadIdentifier
+    from capture.session import load_session
+    from rigs.errors import InputError
+
+    dynamics = IdentifiedDynamics.load(dynamics_dir)
+    for kg in (0.0, 2.5):
+        identified = PayloadIdentifier().fit(load_session(torque_sessions[kg]), dynamics)
+        assert (identified.com is None) == (kg == 0.0)
+        folder = tmp_path / f"p{kg:g}"
+        folder.mkdir()
+        identified.save(folder, report=False)
+        back = IdentifiedPayload.load(folder)
+        assert back.document() == identified.document()
+    # A stricter "no payload" setting is the identifier's and the result's: it says so, and keeps it.
+    strict = PayloadIdentifier(no_payload_sigmas=1e6).fit(load_session(torque_sessions[2.5]), dynamics)
+    assert strict.com is None and "within 1e+06 standard deviations" in strict.verdict()
+    with pytest.raises(InputError, match="no_payload_sigmas should be a positive number"):
+        PayloadIdentifier(no_payload_sigmas=0)
+    text = (tmp_path / "p2.5" / "payload.yaml").read_text()
+    (tmp_path / "p2.5" / "payload.yaml").write_text("\n".join(line for line in text.splitlines() if not line.startswith("poses:")))
+    with pytest.raises(InputError, match=r"payload.yaml: key 'poses' is missing"):
+        IdentifiedPayload.load(tmp_path / "p2.5")
+
+
 def test_the_identified_payload_feeds_deflection(torque_sessions, dynamics_dir, tmp_path):
     calibration = tmp_path / "cal"
     result = runner.invoke(app, ["calibrate", str(torque_sessions[0.0]), str(torque_sessions[2.5]), "--out",

@@ -26,7 +26,7 @@ import yaml
 
 from calib.dynamics.report import write_dynamics_report, write_payload_report
 from rigs import urdf as urdf_io
-from rigs.documents import check_format
+from rigs.documents import Table, check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_text, inside_folder, load_npz, read_yaml
 from rigs.kinematics import ChainModel
@@ -136,14 +136,19 @@ def write_payload(payload, folder: Path, report: bool = True) -> None:
         write_payload_report(payload, folder / "report.html")
 
 
-def read_payload(path: Path) -> dict:
-    """``mass_kg``, ``com`` (3,) m tip frame (None when no payload was seen), their standard
-    deviations and the rest of a payload.yaml (a file, or a payload folder holding one)."""
+def payload_document(path: Path) -> tuple[Path, dict, Table]:
+    """(the payload.yaml, its document, its checked top table) of a payload file or folder."""
     path = Path(path)
     if path.is_dir():
         path = path / "payload.yaml"
     document = _read_yaml(path, "payload")
-    top = check_format(document, path, PAYLOAD_FORMAT, FORMAT_VERSION, "selfcal payload file")
+    return path, document, check_format(document, path, PAYLOAD_FORMAT, FORMAT_VERSION, "selfcal payload file")
+
+
+def read_payload(path: Path) -> dict:
+    """``mass_kg``, ``com`` (3,) m tip frame (None when no payload was seen), their standard
+    deviations and the rest of a payload.yaml (a file, or a payload folder holding one)."""
+    path, document, top = payload_document(path)
     mass = top.get("mass_kg", "number")
     if mass < 0:
         raise InputError(f"{top.where('mass_kg')} should not be negative, got {mass}.")
