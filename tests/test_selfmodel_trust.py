@@ -256,6 +256,16 @@ def test_cuda_without_a_gpu_is_one_sentence_and_exit_2(intact, sessions, tmp_pat
     assert not (tmp_path / "m").exists() and not (tmp_path / "m.partial").exists()
 
 
+def test_a_trainer_keeps_its_settings_as_given_and_reads_the_kinds_defaults_through_its_rates():
+    free = SelfModelTrainer(kind="free", steps=5, device="cpu")
+    assert free.learning_rate is None and free.final_learning_rate is None
+    assert free.start_rate == 1e-4 and free.end_rate == pytest.approx(1e-4 / 40)
+    given = SelfModelTrainer(steps=5, learning_rate=1e-3, device="cpu")
+    assert given.learning_rate == 1e-3 and given.final_learning_rate is None
+    assert given.start_rate == 1e-3 and given.end_rate == pytest.approx(1e-3 / 40)
+    assert SelfModelTrainer(steps=5, device="cpu").start_rate == 2e-3
+
+
 def test_thread_defaults_leave_a_core_free(monkeypatch):
     import selfmodel.model.runtime as runtime
 

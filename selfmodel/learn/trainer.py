@@ -175,10 +175,8 @@ class SelfModelTrainer:
     hold: dict[str, float] = field(default_factory=dict)  # off-chain joints' positions stated by the user (rad or m)
 
     def __post_init__(self):
-        if self.learning_rate is None:
-            self.learning_rate = 2e-3 if self.kind == "structured" else 1e-4
-        if self.final_learning_rate is None:
-            self.final_learning_rate = self.learning_rate / 40
+        # Settings are checked here and kept as given: the kind's defaults are read through
+        # start_rate and end_rate, so a trainer's settings say what the caller asked for.
         if self.kind not in KINDS:
             raise InputError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}.")
         if self.steps is None and (self.minutes is None or self.minutes <= 0):
@@ -186,6 +184,18 @@ class SelfModelTrainer:
         resolve_device(self.device)  # an unknown or unavailable device is refused before any work
         if self.steps is not None and self.steps < 1:
             raise InputError(f"--steps must be at least 1, got {self.steps}.")
+
+    @property
+    def start_rate(self) -> float:
+        """The learning rate the schedule starts at: ``learning_rate``, or the kind's default."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 2e-3 if self.kind == "structured" else 1e-4
+
+    @property
+    def end_rate(self) -> float:
+        """The learning rate the cosine schedule ends at: ``final_learning_rate``, or a 40th of the start."""
+        return self.final_learning_rate if self.final_learning_rate is not None else self.start_rate / 40
 
     # -- the run ------------------------------------------------------------------------------
     def fit(self, sessions: list[Session], urdf_path: Path | None = None, checkpoint_dir: Path | None = None,
@@ -319,7 +329,7 @@ class SelfModelTrainer:
         configs = torch.from_numpy(data.config.astype(np.int64)).to(device)
         q_all = torch.from_numpy(data.q.astype(np.float32)).to(device)
         network_parameters = [p for name, p in model.named_parameters() if not name.startswith("chain.")]
-        groups = [{"params": network_parameters, "lr": self.learning_rate}]
+        groups = [{"params": network_parameters, "lr": self.start_rate}]
         structured = isinstance(model, StructuredSelfModel)
         optimizer = torch.optim.Adam(groups)
         generator = torch.Generator().manual_seed(self.seed)
@@ -386,7 +396,7 @@ class SelfModelTrainer:
             fraction = step / total if total is not None else (time.perf_counter() - started) / budget
             if fraction >= 1.0:
                 break
-            rate = self.final_learning_rate + 0.5 * (self.learning_rate - self.final_learning_rate) * (1 + math.cos(math.pi * fraction))
+            rate = self.end_rate + 0.5 * (self.start_rate - self.end_rate) * (1 + math.cos(math.pi * fraction))
             optimizer.param_groups[0]["lr"] = rate
             # The batch generator stays on the CPU: the same seed draws the same batches on any device.
             rows = torch.randint(0, len(points), (self.batch,), generator=generator).to(points.device)
