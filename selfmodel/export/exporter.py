@@ -52,7 +52,7 @@ from selfmodel.export.srdf import CollisionMatrix, LinkTree, collision_matrix, w
 from selfmodel.export.world import CollisionWorld
 from selfmodel.labels.description import board_mesh
 from selfmodel.model.chain import ChainSpec, link_poses_numpy
-from selfmodel.model.folder import surface_samples, training_session_paths
+from selfmodel.model.folder import load_model, surface_samples, training_session_paths
 
 Progress = Callable[[int, int], None]
 BOARD_SPHERES = 64  # the declared calibration board's own sphere group (0: the board counts as the tip's)
@@ -589,8 +589,6 @@ def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samp
 
 def load_model_folder(folder: Path):
     """The self-model saved in ``folder`` (by ``selfcal selfmodel train``)."""
-    from selfmodel.model.folder import load_model  # torch takes 2 s to load; only a model folder needs it
-
     return load_model(Path(folder))
 
 
