@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+# Not selfmodel.model.runtime.usable_cores: importing it loads torch, which must not start before
+# OMP_NUM_THREADS below is set.
 def _cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))

@@ -89,8 +89,9 @@ class IdentifiedPayload:
         if (com is None) != (com_std is None):
             raise InputError(f"{top.where('com_std')} should be given exactly when 'com' is.")
         joints = top.get("per_joint", "table")
-        per_joint = {name: {key: joints.get(name, "table").get(key, "number") for key in ("before_rms_nm", "after_rms_nm")}
-                     for name in joints.data}
+        rows = {name: joints.get(name, "table") for name in joints.data}
+        per_joint = {name: {key: row.get(key, "number") for key in ("before_rms_nm", "after_rms_nm")}
+                     for name, row in rows.items()}
         stated = top.get("stated_payload_kg", "vector", [])
         return cls(mass, top.get("mass_std_kg", "number"), com, com_std, per_joint, top.get("session", "str"),
                    top.get("frame", "str"), top.get("poses", "int"), [float(v) for v in stated],

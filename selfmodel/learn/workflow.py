@@ -32,7 +32,7 @@ from selfmodel.model.folder import save_model
 
 # ``bars(label, total, unit=...)`` -> a context that yields ``update(done, total)``: the command line's
 # progress bars (selfcal.ui.progress_bar), or nothing.
-Bars = Callable[[str, "int | None", str], ContextManager[Callable]]
+Bars = Callable[..., ContextManager[Callable]]
 
 
 @contextlib.contextmanager
