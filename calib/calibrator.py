@@ -603,6 +603,8 @@ class Calibrator:
     def _calibration(self, problem: Problem, fit: GeometryFit) -> Calibration:
         model, result = fit.model, fit.result
         theta, std = result.theta, result.standard_deviations
+        # The tool's stated values carry what the rule leaves open too; predictions do not need it.
+        value_std = result.value_standard_deviations
         deltas = theta[model.delta_slice].reshape(-1, 6).copy()
         zeros = theta[model.zero_slice].copy()
         first = problem.sessions[0]
@@ -626,7 +628,7 @@ class Calibrator:
                    "evaluations": result.evaluations,
                    "outliers": [{"point": o.label, "residual_sigma": round(o.residual_sigma, 2)} for o in result.outliers],
                    "sensor_std": {s: std[frames.owner_slice(s)].tolist() for s in frames.owners} if frames else {},
-                   "probe_std": {p: std[sl].tolist() for p, sl in model.probe_slices.items()}}
+                   "probe_std": {p: value_std[sl].tolist() for p, sl in model.probe_slices.items()}}
         if "tracker_poses" in problem.prepared:
             summary["pose_noise"] = fit.noise.get("tracker_poses", {"source": "stated"})
         calibration = Calibration(
@@ -634,7 +636,7 @@ class Calibrator:
             tracker_T_base={s: model.tracker_T_base(theta, s) for s in (frames.owners if frames else [])},
             targets={t: reflectors.offset(theta, t).copy() for t in (reflectors.owners if reflectors else [])},
             deltas=deltas, delta_std=std[model.delta_slice].reshape(-1, 6), zero_offsets=zeros,
-            zero_std=std[model.zero_slice], target_std={t: std[sl] for t, sl in model.target_slices.items()},
+            zero_std=std[model.zero_slice], target_std={t: value_std[sl] for t, sl in model.target_slices.items()},
             summary=summary, source_urdf=first.urdf_path, solve=result, error_model=model,
             tip_T_probe={p: model.tip_T_probe(theta, p) for p in model.probe_slices},
             payload_com=first.payload_com, validity=problem.envelope,

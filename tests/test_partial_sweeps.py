@@ -86,11 +86,7 @@ def test_sessions_with_their_own_mounts_are_refused_in_one_sentence_naming_the_o
 
 
 @slow
-@pytest.mark.parametrize("kind", [
-    pytest.param("points", marks=pytest.mark.xfail(
-        strict=True, reason="a reflector's offset along what the two-joint sweep cannot see still drifts (82 mm from "
-                            "the truth): the rule that fixes an undetermined offset at its shortest is still to come")),
-    "probes"])
+@pytest.mark.parametrize("kind", ["points", "probes"])
 def test_per_session_tools_fit_the_arm_once(kind, points, probes):
     sessions = points if kind == "points" else probes
     calibration = Calibrator(deflection="none", per_session=("tracker", "tool")).fit(sessions)

@@ -24,7 +24,7 @@ import scipy.optimize
 import scipy.special
 from threadpoolctl import ThreadpoolController
 
-from calib.fit.identifiability import Identifiability, analyse
+from calib.fit.identifiability import RANK_TOLERANCE, Identifiability, analyse
 from calib.model.error_model import ErrorModel
 from calib.sensors.blocks import ObservationBlock, stack, unit_count
 from rigs.errors import InputError
@@ -39,7 +39,9 @@ class Outlier:
 
 @dataclass
 class SolveResult:
-    """``theta`` (P,), ``covariance`` (P, P) in the identifiable subspace, per-unit whitened norms."""
+    """``theta`` (P,), ``covariance`` (P, P) in the identifiable subspace (what the data say, given
+    the rule that fixed the rest), ``rule`` (P, P) what the rule's assumption about the arm leaves
+    open along the other directions (``rule_covariance``)."""
 
     theta: np.ndarray
     covariance: np.ndarray
@@ -50,10 +52,19 @@ class SolveResult:
     evaluations: int
     seconds: float
     combination_covariance: np.ndarray = field(repr=False, default=None)
+    rule: np.ndarray = field(repr=False, default=None)
 
     @property
     def standard_deviations(self) -> np.ndarray:
+        """(P,) what the data determine: a prediction of poses like the fitted ones is this good."""
         return np.sqrt(np.clip(np.diag(self.covariance), 0.0, None))
+
+    @property
+    def value_standard_deviations(self) -> np.ndarray:
+        """(P,) how well each value itself is known: the data's part and the rule's (a reflector the
+        poses cannot tell from the last link is known as well as the URDF knows that link)."""
+        rule = 0.0 if self.rule is None else np.diag(self.rule)
+        return np.sqrt(np.clip(np.diag(self.covariance) + rule, 0.0, None))
 
 
 def unit_norms(residuals: np.ndarray, units: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -113,36 +124,51 @@ class RobustSolver:
         with blas_single_thread():
             return self._solve(blocks, model, theta0, identifiability)
 
-    def _gauge(self, blocks, model: ErrorModel, theta0: np.ndarray, theta: np.ndarray) -> np.ndarray:
-        """Among the solutions the data cannot tell apart, the one whose arm moves least from ``theta0``.
+    def _gauge(self, blocks, model: ErrorModel, theta0: np.ndarray, theta: np.ndarray,
+               final: Identifiability) -> np.ndarray:
+        """Among the solutions the data cannot tell apart, the one the stated rule picks.
 
-        The fit moves only along the combinations identifiable at its start; a calibration that
-        starts far from its minimum (cameras placed by hand-eye, a crashed arm) can drift along
-        directions that turn out unseen at the minimum, by an amount that depends on the solver's
-        path. So at the minimum the unseen directions are fixed explicitly: the arm's parameters
-        (placements, zero offsets, compliance) keep their start (the URDF's, or a previous
-        calibration's) as closely as the data allow, the sensors' frames absorb the rest, and a
-        last plain refit along the identifiable combinations removes what curvature the move left.
+        The fit moves along the combinations identifiable at its start; a calibration that starts
+        far from its minimum (cameras placed by hand-eye, a crashed arm) can drift along directions
+        that turn out unseen at the minimum, by an amount that depends on the solver's path, and a
+        partial sweep lets the unmodelled error push the fit along combinations it sees too faintly
+        to determine (``final``: the analysis at ``theta`` with the residuals' scale). The rule for
+        those directions: the arm's parameters (placements, zero offsets, compliance) keep their
+        start (the URDF's, or a previous calibration's) as closely as the data allow; of what is
+        left, each reflector's offset and each probe's origin take the shortest value consistent
+        with the data (no sensor offset grows along what the poses cannot see); the sensors' frames
+        absorb the rest. A last plain refit along the determined combinations removes what
+        curvature the move left.
         """
-        _, jac, _ = stack(blocks, model, theta)
-        final = analyse(jac, model.free, model.names, model.describe, words=False)
         null = final.null_basis
+        free = model.free
+        if null is None or not null.shape[1]:
+            return theta
         arm = np.zeros(model.size, bool)
         for group in model.groups.values():
             if group.arm:
                 arm[group.slice] = True
-        free = model.free
-        if null is None or not null.shape[1] or not (arm & free).any():
-            return theta
-        # Scaled coordinates: null's columns are orthonormal where u = theta * column norm.
-        norms = np.linalg.norm(jac, axis=0)
         rows = arm & free
+        # Scaled coordinates: null's columns are orthonormal where u = theta * column norm.
+        _, jac, _ = stack(blocks, model, theta)
+        norms = np.linalg.norm(jac, axis=0)
         difference = (theta - theta0)[rows] * norms[rows]
         moved = null[rows] * norms[rows][:, None]
-        w = np.linalg.lstsq(moved, -difference, rcond=None)[0]
-        if np.abs(moved @ w).max(initial=0.0) <= 1e-9 * max(np.abs(difference).max(initial=0.0), 1e-300):
-            return theta  # the fit did not drift along what the data cannot see
-        shifted = theta + null @ w
+        w, left = _least_change(moved, -difference, np.eye(null.shape[1]))
+        # Negligible moves leave the fit as it is (a refit for nothing could only add round-off).
+        changes = np.abs(moved @ w).max(initial=0.0) > 1e-9 * max(np.abs(difference).max(initial=0.0), 1e-300)
+        offsets, values = _offset_rows(model, theta)
+        if offsets is not None and left.shape[1]:
+            # Shortest offsets among what keeps the arm: minimise |values + along (w + left k)|.
+            along = offsets @ null
+            k, _ = _least_change(along @ left, -(values + along @ w), np.eye(left.shape[1]))
+            shorter = along @ left @ k
+            if np.abs(shorter).max(initial=0.0) > OFFSET_RESOLUTION_M:
+                w, changes = w + left @ k, True
+        if not changes:
+            return theta  # the fit already sits where the rule says
+        step = null @ w
+        shifted = theta + step
         refined = _levenberg_marquardt(blocks, model, shifted, final.basis, np.zeros(final.rank), None,
                                        self.max_evaluations)
         return shifted + final.basis @ refined.x
@@ -192,16 +218,120 @@ class RobustSolver:
             result = self._least_squares(kept, model, theta0, ident.basis, z, "linear", 1.0)
             z, evaluations = result.x, evaluations + result.nfev
 
-        theta = self._gauge(kept, model, theta0, theta0 + ident.basis @ z)
-        residuals, jac, units = stack(kept, model, theta)
-        final = analyse(jac, free, model.names, model.describe)
+        theta = theta0 + ident.basis @ z
+        judged = on_the_arm(model)
+        # The rule fixes what the data leave open; a move along an undetermined combination can
+        # make another one faint, so the analysis is redone where the rule put the fit.
+        for _ in range(GAUGE_ROUNDS):
+            residuals, jac, units = stack(kept, model, theta)
+            variance_factor = float(residuals @ residuals / max(len(residuals) - ident.rank, 1))
+            final = analyse(jac, free, model.names, model.describe, noise=np.sqrt(variance_factor), judged=judged)
+            gauged = self._gauge(kept, model, theta0, theta, final)
+            if gauged is theta:
+                break
+            theta = gauged
+        else:
+            residuals, jac, units = stack(kept, model, theta)
+            final = analyse(jac, free, model.names, model.describe,
+                            noise=np.sqrt(float(residuals @ residuals / max(len(residuals) - final.rank, 1))),
+                            judged=judged)
         reduced = jac @ final.basis
         dof = max(len(residuals) - final.rank, 1)
         variance_factor = float(residuals @ residuals / dof)
         combination_covariance = variance_factor * np.linalg.inv(reduced.T @ reduced)
         covariance = final.basis @ combination_covariance @ final.basis.T
         return SolveResult(theta, covariance, final, variance_factor, outliers, kept, evaluations,
-                           time.perf_counter() - start, combination_covariance)
+                           time.perf_counter() - start, combination_covariance, rule_covariance(model, final, jac))
+
+
+OFFSET_RESOLUTION_M = 1e-7  # a shorter offset by less than this is no change worth a refit
+def on_the_arm(model: ErrorModel) -> np.ndarray:
+    """(P,) bool: the arm's parameters and those of what is mounted on its flange (reflectors, probe,
+    board). Whether the data determine a combination is judged by these: a frame standing in the
+    room (a tracker, a camera) sits metres away, where millimetres along the line of sight are a
+    fair uncertainty of the data (a camera's distance trades with its focal length), not a fit that
+    ran along what the poses cannot see."""
+    mask = np.zeros(model.size, bool)
+    for key, group in model.groups.items():
+        if group.arm or key in ("target", "probe", "board"):
+            mask[group.slice] = True
+    return mask
+
+
+GAUGE_ROUNDS = 3  # the analysis, the rule's move and the refit, until the rule no longer moves the fit
+
+
+def _least_change(matrix: np.ndarray, target: np.ndarray, space: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w, left): the shortest ``w`` minimising ``|matrix @ w - target|``, and an orthonormal basis
+    (columns, in ``space``'s coordinates) of the directions that leave ``matrix @ w`` unchanged."""
+    if not matrix.size:
+        return np.zeros(matrix.shape[1]), space
+    u, values, vt = np.linalg.svd(matrix, full_matrices=True)
+    tolerance = RANK_TOLERANCE * max(values.max(initial=0.0), 1e-300)
+    rank = int(np.sum(values > tolerance))
+    w = vt[:rank].T @ ((u[:, :rank].T @ target) / values[:rank])
+    return w, space @ vt[rank:].T
+
+
+def _offset_rows(model: ErrorModel, theta: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The sensor offsets from the flange as a linear map of a small change of ``theta``: (rows
+    (3k, P), values (3k,) in m): each reflector's offset, each probe's origin (to first order
+    through its frame's right Jacobian)."""
+    rows, values = [], []
+    reflectors = model.group("target")
+    if reflectors is not None:
+        for name in reflectors.owners:
+            block = np.zeros((3, model.size))
+            block[:, reflectors.owner_slice(name)] = np.eye(3)
+            rows.append(block)
+            values.append(reflectors.offset(theta, name))
+    probes = model.group("probe")
+    if probes is not None:
+        for name in probes.owners:
+            frame = probes.transform(theta, name)
+            # d(origin) = R (v part of the frame's twist change), the twist change = J d(xi).
+            block = np.zeros((3, model.size))
+            block[:, probes.owner_slice(name)] = frame[:3, :3] @ probes.right_jacobian(theta, name)[:3]
+            rows.append(block)
+            values.append(frame[:3, 3])
+    if not rows:
+        return None, None
+    return np.vstack(rows), np.concatenate(values)
+
+
+# What the rule assumes of the arm where the data leave it open: its URDF (or previous calibration)
+# holds each joint's placement to this much (1 sd), per translation component and per rotation and
+# zero offset. Real arms leave the factory tenths of a millimetre and of a milliradian off.
+ARM_TOLERANCE_M = 1e-3
+ARM_TOLERANCE_RAD = 1e-3
+
+
+def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray) -> np.ndarray:
+    """(P, P) the uncertainty the rule leaves in what it fixed.
+
+    Where the data cannot separate the tool (or a frame) from the arm, the rule keeps the arm at
+    its start and gives the rest to the sensors; had the arm been off its start by d, the solution
+    would have been ``G d`` further along the directions the data leave open. So the values carry
+    ``G Sigma G^T`` with Sigma the arm's tolerance (``ARM_TOLERANCE_M``, ``ARM_TOLERANCE_RAD``) on top
+    of what the data say: a reflector the poses cannot tell from the last link is known as well as
+    the URDF knows that link, not to the micrometre. Being along those directions, the term adds
+    nothing to the prediction of a pose like the fitted ones, so predictions leave it out; it is
+    what a stated value (a reflector's offset, a probe's mount) does not know."""
+    null = final.null_basis
+    arm = np.zeros(model.size, bool)
+    for group in model.groups.values():
+        if group.arm:
+            arm[group.slice] = True
+    rows = arm & model.free
+    if null is None or not null.shape[1] or not rows.any():
+        return np.zeros((model.size, model.size))
+    norms = np.linalg.norm(jac, axis=0)
+    moved = null[rows] * norms[rows][:, None]
+    # w = pinv(moved) (norms d): the move along the open directions that takes the arm to start + d.
+    gain = null @ (np.linalg.pinv(moved, rcond=RANK_TOLERANCE) * norms[rows][None, :])
+    units = np.array([info.unit for info in model.names])[rows]
+    tolerance = np.where(units == "m", ARM_TOLERANCE_M, np.where(units == "rad", ARM_TOLERANCE_RAD, 0.0))
+    return (gain * tolerance ** 2) @ gain.T
 
 
 def runaway(model: ErrorModel, start: np.ndarray, theta: np.ndarray) -> str:
