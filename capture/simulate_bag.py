@@ -89,11 +89,14 @@ class _Messages:
         return self.types["sensor_msgs/msg/CompressedImage"](self.header(stamp, frame), form,
                                                              np.frombuffer(data, dtype=np.uint8))
 
-    def camera_info(self, stamp: float, frame: str, width: int, height: int, K: np.ndarray):
+    def camera_info(self, stamp: float, frame: str, width: int, height: int, K: np.ndarray,
+                    distortion: np.ndarray | None = None):
+        """``distortion``: plumb_bob k1, k2, p1, p2, k3 of the unrectified image (default none)."""
         types = self.types
         P = np.hstack([K, np.zeros((3, 1))])
+        distortion = np.zeros(5) if distortion is None else np.asarray(distortion, dtype=float)
         return types["sensor_msgs/msg/CameraInfo"](
-            self.header(stamp, frame), height, width, "plumb_bob", np.zeros(5), K.astype(float).ravel(),
+            self.header(stamp, frame), height, width, "plumb_bob", distortion, K.astype(float).ravel(),
             np.eye(3).ravel(), P.ravel(), 0, 0, types["sensor_msgs/msg/RegionOfInterest"](0, 0, 0, 0, False))
 
     def transform(self, stamp: float, parent: str, child: str, parent_T_child: np.ndarray):

@@ -56,14 +56,17 @@ def _board_image(board, pixels_per_m: float):
 
 
 def render(board, camera_T_board: np.ndarray, K: np.ndarray, distortion: np.ndarray, rng: np.random.Generator,
-           blur_px: float = 1.0, noise_grey: float = 2.0, texture: np.ndarray | None = None) -> np.ndarray:
-    """One grey photo (HEIGHT, WIDTH) uint8 of ``board`` at ``camera_T_board`` (board frame, m)
-    through a lens ``K``, ``distortion`` (plumb_bob), with uneven light, blur and noise."""
+           blur_px: float = 1.0, noise_grey: float = 2.0, texture: np.ndarray | None = None,
+           size: tuple[int, int] = (WIDTH, HEIGHT)) -> np.ndarray:
+    """One grey photo (height, width) uint8 of ``board`` at ``camera_T_board`` (board frame, m)
+    through a lens ``K``, ``distortion`` (plumb_bob), with uneven light, blur and noise; ``size``
+    (width, height) px."""
     import cv2
 
+    width, height = size
     pixels_per_m = 4000.0
     texture = _board_image(board, pixels_per_m) if texture is None else texture
-    u, v = np.meshgrid(np.arange(WIDTH, dtype=np.float64), np.arange(HEIGHT, dtype=np.float64))
+    u, v = np.meshgrid(np.arange(width, dtype=np.float64), np.arange(height, dtype=np.float64))
     points = np.stack([u.ravel(), v.ravel()], axis=1).reshape(-1, 1, 2)
     rays = cv2.undistortPoints(points, K, distortion, None, None, None,
                                    (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 1e-9)).reshape(-1, 2)
@@ -75,9 +78,9 @@ def render(board, camera_T_board: np.ndarray, K: np.ndarray, distortion: np.ndar
     depth = (origin @ normal) / (rays @ normal)
     hits = rays * depth[:, None]
     local = (hits - origin) @ camera_T_opencv[:3, :3]
-    map_x = (local[:, 0] * pixels_per_m - 0.5).reshape(HEIGHT, WIDTH).astype(np.float32)
-    map_y = (local[:, 1] * pixels_per_m - 0.5).reshape(HEIGHT, WIDTH).astype(np.float32)
-    map_x[(depth <= 0).reshape(HEIGHT, WIDTH)] = -1e6
+    map_x = (local[:, 0] * pixels_per_m - 0.5).reshape(height, width).astype(np.float32)
+    map_y = (local[:, 1] * pixels_per_m - 0.5).reshape(height, width).astype(np.float32)
+    map_x[(depth <= 0).reshape(height, width)] = -1e6
     # Anti-aliasing: the board texture is much finer than a pixel; blur it to about a pixel first.
     scale = pixels_per_m * float(np.median(depth[depth > 0])) / K[0, 0]
     smooth = cv2.GaussianBlur(texture, (0, 0), max(0.5, 0.5 * scale)) if scale > 1.5 else texture
@@ -86,9 +89,9 @@ def render(board, camera_T_board: np.ndarray, K: np.ndarray, distortion: np.ndar
     # Uneven light: a gradient across the frame and a soft spot, as from one lamp beside the cell.
     direction = rng.normal(size=2)
     direction /= np.linalg.norm(direction)
-    gradient = ((u - WIDTH / 2) * direction[0] + (v - HEIGHT / 2) * direction[1]) / WIDTH
-    centre = rng.uniform([0, 0], [WIDTH, HEIGHT])
-    spot = np.exp(-((u - centre[0]) ** 2 + (v - centre[1]) ** 2) / (2 * (0.3 * WIDTH) ** 2))
+    gradient = ((u - width / 2) * direction[0] + (v - height / 2) * direction[1]) / width
+    centre = rng.uniform([0, 0], [width, height])
+    spot = np.exp(-((u - centre[0]) ** 2 + (v - centre[1]) ** 2) / (2 * (0.3 * width) ** 2))
     light = np.clip(0.75 + 0.45 * gradient + 0.25 * spot, 0.3, 1.2)
     image = image * light + 15.0
     image = cv2.GaussianBlur(image, (0, 0), blur_px)

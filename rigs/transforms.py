@@ -53,6 +53,18 @@ def log6(transform: np.ndarray) -> np.ndarray:
     return np.asarray(pin.log6(pin.SE3(transform[:3, :3].copy(), transform[:3, 3].copy())).vector)
 
 
+def interpolate_pose(a_T_b0: np.ndarray, a_T_b1: np.ndarray, fraction: float) -> np.ndarray:
+    """The pose ``fraction`` (0 to 1) of the way from ``a_T_b0`` to ``a_T_b1`` (4x4 each): the
+    position along the straight line, the rotation along the shorter arc at constant rate (slerp),
+    as tf2 interpolates between two samples."""
+    rotation0 = np.asarray(a_T_b0[:3, :3], dtype=float)
+    relative = pin.log3(rotation0.T @ np.asarray(a_T_b1[:3, :3], dtype=float))
+    pose = np.eye(4)
+    pose[:3, :3] = rotation0 @ pin.exp3(float(fraction) * relative)
+    pose[:3, 3] = (1.0 - fraction) * np.asarray(a_T_b0[:3, 3], float) + fraction * np.asarray(a_T_b1[:3, 3], float)
+    return pose
+
+
 def to_se3(transform: np.ndarray) -> pin.SE3:
     return pin.SE3(np.asarray(transform[:3, :3], dtype=float).copy(), np.asarray(transform[:3, 3], dtype=float).copy())
 

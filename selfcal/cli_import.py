@@ -176,17 +176,57 @@ FAR_RANGE = typer.Option(None, "--far-range", help="The cameras' far range in m:
 BOARD = typer.Option(None, "--board", help="The ChArUco board on the flange, charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY: lets `selfcal calibrate` find the camera poses.")
 
 
+FLANGE_POSES = typer.Option(None, "--flange-poses", help="The robot's reported flange pose per photo, in place of "
+                            "--urdf and joints: CSV pose,x,y,z,qx,qy,qz,qw; CSV pose,m00,...,m33 (row-major 4x4); or a "
+                            "folder of <pose>.yaml with keys x, y, z, qx, qy, qz, qw. Lengths in --length-unit (default m).")
+SETUP = typer.Option("eye-to-hand", "--setup", help="With --flange-poses or --flange-frames: eye-to-hand (board on the "
+                     "flange, cameras standing still) or eye-in-hand (cameras on the flange, board standing still).")
+
+
+def _no_robot(flag: str, urdf, base_link, tip_link) -> None:
+    """A flange-pose import takes no robot description: refuse the first of its flags given."""
+    from rigs.errors import InputError
+
+    given = [name for name, value in (("--urdf", urdf), ("--base-link", base_link), ("--tip-link", tip_link))
+             if value is not None]
+    if given:
+        raise InputError(f"{given[0]}: a flange-pose import needs no robot description (the flange poses replace the "
+                         f"joints and the URDF); leave {given[0]} out or {flag} out.")
+
+
+def _board_counter(board: str | None):
+    """(RGB image -> corners of --board found, the board in words), or (None, "") without --board."""
+    if board is None:
+        return None, ""
+    from calib.sensors.board import BoardDetector, parse_board
+
+    spec = parse_board(board)
+    detector = BoardDetector(spec)
+    return (lambda image: detector.detect(image).count), spec.describe()
+
+
+def _require_robot(urdf, base_link, tip_link, instead: str) -> None:
+    from rigs.errors import InputError
+
+    missing = [flag for flag, value in (("--urdf", urdf), ("--base-link", base_link), ("--tip-link", tip_link))
+               if value is None]
+    if missing:
+        raise InputError(f"{missing[0]} is required: {instead}")
+
+
 @import_app.command("rosbag")
 def import_rosbag(
     bag: Path = typer.Argument(..., help="ROS 2 bag folder (sqlite3 or MCAP storage)."),
     topic: str = typer.Option("/joint_states", "--topic", help="sensor_msgs/msg/JointState topic."),
-    urdf: Path = URDF, base_link: str = BASE, tip_link: str = TIP,
+    urdf: Optional[Path] = typer.Option(None, "--urdf", help="Robot description (URDF); not with --flange-frames or --flange-poses."),
+    base_link: Optional[str] = typer.Option(None, "--base-link", help="Link the chain starts at (the robot base)."),
+    tip_link: Optional[str] = typer.Option(None, "--tip-link", help="Link the chain ends at (the flange the reflectors, probe or board sit on)."),
     points: Optional[Path] = POINTS, poses: Optional[Path] = POSES, out: Path = OUT,
-    length_unit: LengthUnit = LENGTH,
+    length_unit: Optional[LengthUnit] = typer.Option(None, "--length-unit", help="Unit of lengths in the files: mm, m, cm or in (default mm; m for --flange-poses)."),
     angle_unit: AngleUnit = typer.Option("deg", "--angle-unit", help="Unit of 6-DoF pose rotations (joint states are always rad)."),
     rotation: Optional[Rotation] = ROTATION, match: Match = MATCH,
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Largest time gap in seconds between a measurement and its joint state (--match time)."),
-    still: float = typer.Option(1e-4, "--still", help="Joint states within this many rad count as one standing pose; camera frames are kept only where no joint moved more within --still-window."),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="Largest time gap in seconds between a measurement and its joint state (--match time), or between a photo's stamp and the nearest sample of each /tf transform (--flange-frames)."),
+    still: float = typer.Option(1e-4, "--still", help="Joint states within this many rad count as one standing pose; camera frames are kept only where no joint moved more within --still-window. With --flange-frames: m and rad the flange may move."),
     still_window: float = typer.Option(0.1, "--still-window", help="Seconds either side of a camera frame's stamp over which the arm must have stood still."),
     payload: Optional[float] = typer.Option(None, "--payload", help="Payload at the tool in kg during the whole bag."),
     camera: List[str] = typer.Option([], "--camera", help="NAME=DEPTH_TOPIC[,COLOUR_TOPIC]: the image topics of one camera (repeatable; default: one camera per topic namespace)."),
@@ -195,12 +235,38 @@ def import_rosbag(
     depth_scale: Optional[float] = DEPTH_SCALE, camera_poses: CameraPoses = CAMERA_POSES, mount_plane: str = MOUNT_PLANE,
     depth_noise: Optional[float] = DEPTH_NOISE, board: Optional[str] = BOARD,
     no_depth: List[str] = NO_DEPTH, far_range: Optional[float] = FAR_RANGE,
+    flange_frames: Optional[str] = typer.Option(None, "--flange-frames", help="PARENT,CHILD tf frames, the robot's base and its flange (e.g. base_link,tool0): a hand-eye session of the bag's photos with the flange pose at each photo's stamp from /tf and /tf_static, in place of --urdf and joints."),
+    flange_poses: Optional[Path] = typer.Option(None, "--flange-poses", help="The robot's reported flange pose per photo, in place of --urdf and joints (hand-eye): a file or folder as for `import images`; the k-th image of each camera is pose p0000, p0001, ... Lengths in --length-unit (default m)."),
+    setup: HandEyeSetup = SETUP,
     package_dir: List[Path] = PACKAGE, target: List[str] = TARGET, payload_com: Optional[str] = PAYLOAD_COM,
     force: bool = FORCE, json_output: bool = JSON,
 ) -> None:
-    """A ROS 2 bag -> a session: JointState with tracker points and/or 6-DoF poses, or with camera images."""
+    """A ROS 2 bag -> a session: JointState with tracker points and/or 6-DoF poses, or with camera images; or photos with the flange pose from /tf (hand-eye)."""
     with user_errors():
-        robot = _robot(urdf, base_link, tip_link, package_dir, payload_com, length_unit)
+        from rigs.errors import InputError
+
+        if flange_frames is not None or flange_poses is not None:
+            flag = "--flange-frames" if flange_frames is not None else "--flange-poses"
+            _no_robot(flag, urdf, base_link, tip_link)
+            if flange_frames is not None and flange_poses is not None:
+                raise InputError("--flange-frames and --flange-poses both give the flange poses; keep one (the bag's "
+                                 "/tf or the controller's file).")
+            other = next((name for name, value in (("--points", points), ("--poses", poses)) if value is not None), None)
+            if other is not None:
+                raise InputError(f"{other}: a hand-eye import of photos takes no tracker data; import the tracker data "
+                                 f"with --urdf into a session of its own.")
+            from capture.importers.flange_bag import FlangeBagOptions, import_flange_bag
+
+            options = FlangeBagOptions(flange_frames, flange_poses, length_unit or "m", setup, list(camera) or None,
+                                       depth_scale, tolerance, still, still_window)
+            count_corners, name = _board_counter(board)
+            with progress_bar("importing photos", None, unit="photos") as update:
+                summary = import_flange_bag(bag, options, _board_entry(board), out, force, update, count_corners, name)
+            _flange_report(summary, json_output)
+            return
+        _require_robot(urdf, base_link, tip_link, "the bag's joint states need the robot's description, or give "
+                       "--flange-frames PARENT,CHILD (or --flange-poses FILE) for a hand-eye import of photos.")
+        robot = _robot(urdf, base_link, tip_link, package_dir, payload_com, length_unit or "mm")
         if points is None and poses is None:
             from capture.importers.camera_import import CameraOptions, import_rosbag_cameras
 
@@ -213,7 +279,8 @@ def import_rosbag(
             return
         from capture.importers.assemble import Measurements, import_rosbag as run
 
-        measurements = Measurements(points, poses, length_unit, angle_unit, rotation, match, tolerance, _targets(target))
+        measurements = Measurements(points, poses, length_unit or "mm", angle_unit, rotation, match, tolerance,
+                                    _targets(target))
         with progress_bar("importing", None, unit="poses") as update:
             run(robot, bag, topic, measurements, out, still, payload, force, update)
         _report(out, json_output)
@@ -236,13 +303,6 @@ def _image_topics(bag: Path) -> list[str]:
         return sorted({c.topic for c in reader.connections if c.msgtype in (IMAGE, COMPRESSED)})
 
 
-FLANGE_POSES = typer.Option(None, "--flange-poses", help="The robot's reported flange pose per photo, in place of "
-                            "--urdf and joints: CSV pose,x,y,z,qx,qy,qz,qw; CSV pose,m00,...,m33 (row-major 4x4); or a "
-                            "folder of <pose>.yaml with keys x, y, z, qx, qy, qz, qw. Lengths in --length-unit (default m).")
-SETUP = typer.Option("eye-to-hand", "--setup", help="With --flange-poses: eye-to-hand (board on the flange, cameras "
-                     "standing still) or eye-in-hand (cameras on the flange, board standing still).")
-
-
 @import_app.command("images")
 def import_images(
     folder: Path = typer.Argument(..., help="Image folder: joints.csv and cameras/<name>/ (camera_info.yaml, <pose>_depth.png, <pose>_rgb.png, pose.yaml); with --flange-poses also camera_info.yaml and <pose>.png|jpg photos."),
@@ -260,34 +320,18 @@ def import_images(
 ) -> None:
     """A folder of images taken at the poses of a joints CSV (or at reported flange poses) -> a camera session."""
     with user_errors():
-        from rigs.errors import InputError
-
         if flange_poses is not None:
             from capture.importers.flange_images import import_flange_photos
 
-            given = [flag for flag, value in (("--urdf", urdf), ("--base-link", base_link), ("--tip-link", tip_link))
-                     if value is not None]
-            if given:
-                raise InputError(f"{given[0]}: a flange-pose import needs no robot description (the flange poses "
-                                 f"replace the joints and the URDF); leave {given[0]} out or --flange-poses out.")
-            entry = _board_entry(board)
-            count_corners, name = None, ""
-            if entry is not None:
-                from calib.sensors.board import BoardDetector, parse_board
-
-                spec = parse_board(board)
-                detector = BoardDetector(spec)
-                count_corners, name = (lambda image: detector.detect(image).count), spec.describe()
+            _no_robot("--flange-poses", urdf, base_link, tip_link)
+            count_corners, name = _board_counter(board)
             with progress_bar("importing photos", None, unit="photos") as update:
-                summary = import_flange_photos(folder, flange_poses, entry, out, length_unit or "m",
+                summary = import_flange_photos(folder, flange_poses, _board_entry(board), out, length_unit or "m",
                                                setup, force, update, count_corners, name)
             _flange_report(summary, json_output)
             return
-        missing = [flag for flag, value in (("--urdf", urdf), ("--base-link", base_link), ("--tip-link", tip_link))
-                   if value is None]
-        if missing:
-            raise InputError(f"{missing[0]} is required: the images come with joint angles (joints.csv) and the "
-                             f"robot's description, or give --flange-poses with the robot's reported flange poses.")
+        _require_robot(urdf, base_link, tip_link, "the images come with joint angles (joints.csv) and the robot's "
+                       "description, or give --flange-poses with the robot's reported flange poses.")
         from capture.importers.camera_import import CameraOptions
         from capture.importers.image_folder import import_image_folder
 
@@ -305,7 +349,17 @@ def _flange_report(summary: dict, json_output: bool) -> None:
         print_json(summary)
         return
     flange = summary["flange_poses"]
+    if "frames" in flange:  # from a bag's /tf
+        source = (f"{' -> '.join(flange['frames'])} from /tf at each photo's stamp, {flange['stands']} stands of the "
+                  f"flange")
+    else:
+        source = (f"{flange['given']} poses in {flange['file']}, read in {flange['length_unit']}"
+                  + (f", {flange['without_photo']} without a photo left out" if flange["without_photo"] else ""))
     typer.echo(f"{summary['session']}: {summary['photos']} photos at {summary['poses']} flange poses "
-               f"({summary['setup']}; {flange['given']} poses in {flange['file']}, read in {flange['length_unit']}"
-               + (f", {flange['without_photo']} without a photo left out" if flange["without_photo"] else "")
-               + f") in {summary['seconds']:.1f} s; calibrate with `selfcal calibrate {summary['session']} --model hand-eye`")
+               f"({summary['setup']}; {source}) in {summary['seconds']:.1f} s; calibrate with "
+               f"`selfcal calibrate {summary['session']} --model hand-eye`")
+    for name, camera in summary["cameras"].items():
+        if "topic" in camera:  # a bag's camera: its frames kept and dropped
+            dropped = ", ".join(f"{n} {reason}" for reason, n in camera["dropped"].items()) or "none"
+            typer.echo(f"  {name} ({camera['topic']}): {camera['kept']} of {camera['frames']} frames kept "
+                       f"(dropped: {dropped})")

@@ -50,6 +50,7 @@ class Fixtures:
     targets: Path  # a valid correct targets CSV (m)
     camera_bag: Path | None = None  # a ROS 2 bag of the box arm's joint states and 3 cameras' images
     camera_folder: Path | None = None  # the box session as an image folder (joints in degrees, depth in mm)
+    hand_eye_bag: Path | None = None  # a bag of board photos (camera at 4 Hz) with /tf (50 Hz): 3 stands, eye-to-hand
 
 
 def build_fixtures(root: Path) -> Fixtures:
@@ -98,8 +99,13 @@ def build_fixtures(root: Path) -> Fixtures:
     record_bag(load_rig(BOX_RIG), load_session(box).q[:2], 1, camera_bag, BagPlan(hold_s=0.3, move_s=0.2))
     camera_folder = root / "images"
     write_image_folder(load_session(box), camera_folder)
+    from calib.sensors.board import parse_board
+    from capture.simulate_hand_eye_bag import HandEyeBagPlan, record_hand_eye_bag
+
+    hand_eye_bag = root / "hand-eye-bag"
+    record_hand_eye_bag(hand_eye_bag, parse_board(HAND_EYE_BOARD), "eye-to-hand", 3, 1, HandEyeBagPlan(size=(320, 240)))
     return Fixtures(root, session, root / "cal", box, root / "audit", root / "model", secret, bag, plan, joints, targets,
-                    camera_bag, camera_folder)
+                    camera_bag, camera_folder, hand_eye_bag)
 
 
 def write_image_folder(session, folder: Path) -> None:
@@ -740,18 +746,21 @@ def _camera_bag(fx, case, *extra: str, bag: Path | None = None) -> list[str]:
             "--out", _s(case / "out"), *extra]
 
 
-def _rewrite_bag(fx, case, change) -> Path:
-    """A copy of the camera bag with ``change(topic, message)`` applied to every message."""
+def _rewrite_bag(fx, case, change, source: Path | None = None) -> Path:
+    """A copy of the camera bag (or ``source``) with ``change(topic, message)`` applied to every
+    message; a message it turns into None is left out."""
     from rosbags.highlevel import AnyReader
     from rosbags.rosbag2 import Writer
     from rosbags.typesys import Stores, get_typestore
 
     store = get_typestore(Stores.ROS2_HUMBLE)
     target = case / "bag"
-    with AnyReader([fx.camera_bag]) as reader, Writer(target, version=8) as writer:
+    with AnyReader([source or fx.camera_bag]) as reader, Writer(target, version=8) as writer:
         connections = {}
         for connection, stamp, raw in reader.messages():
             message = change(connection.topic, reader.deserialize(raw, connection.msgtype))
+            if message is None:
+                continue
             if connection.topic not in connections:
                 connections[connection.topic] = writer.add_connection(connection.topic, connection.msgtype,
                                                                       typestore=store)
@@ -790,6 +799,50 @@ def _(fx, case):
 @case("import rosbag: --still-window 0")
 def _(fx, case):
     return _camera_bag(fx, case, "--still-window", "0")
+
+
+# import rosbag of hand-eye photos, the flange pose from /tf --------------------------------------
+
+HAND_EYE_BOARD = "charuco:7:5:0.04:0.03:5X5_100"
+
+
+def _hand_eye_bag(fx, case, *extra: str, frames: str = "base_link,tool0", bag: Path | None = None) -> list[str]:
+    return ["import", "rosbag", _s(bag or fx.hand_eye_bag), "--flange-frames", frames, "--board", HAND_EYE_BOARD,
+            "--out", _s(case / "out"), *extra]
+
+
+@case("import rosbag: --flange-frames with a frame the bag's tf tree lacks")
+def _(fx, case):
+    return _hand_eye_bag(fx, case, frames="base_link,flange")
+
+
+@case("import rosbag: --flange-frames linked by /tf_static alone")
+def _(fx, case):
+    return _hand_eye_bag(fx, case, frames="world,base_link")
+
+
+@case("import rosbag: a photo's stamp outside the /tf time range")
+def _(fx, case):
+    def change(topic, message):
+        # /tf stops after the first of its three stands: the later photos have no flange pose.
+        stamp = message.transforms[0].header.stamp if topic == "/tf" else None
+        return None if stamp is not None and stamp.sec + 1e-9 * stamp.nanosec > 1_700_000_000.8 else message
+    return _hand_eye_bag(fx, case, bag=_rewrite_bag(fx, case, change, fx.hand_eye_bag))
+
+
+@case("import rosbag: --flange-frames with --urdf")
+def _(fx, case):
+    return _hand_eye_bag(fx, case, "--urdf", _s(fx.box / "robot.urdf"))
+
+
+@case("import rosbag: --flange-frames not PARENT,CHILD")
+def _(fx, case):
+    return _hand_eye_bag(fx, case, frames="base_link,tool0,flange")
+
+
+@case("import rosbag: --flange-frames and --flange-poses both")
+def _(fx, case):
+    return _hand_eye_bag(fx, case, "--flange-poses", _s(case / "flange.csv"))
 
 
 # import images ------------------------------------------------------------------------------------

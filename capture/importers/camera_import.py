@@ -460,10 +460,7 @@ def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOp
     """JointState and camera topics of a ROS 2 bag -> a camera session at ``out``; returns a summary."""
     import time as clock
 
-    from rosbags.highlevel import AnyReader
-    from rosbags.highlevel.anyreader import AnyReaderError
-
-    from capture.importers.rosbag import read_joint_states
+    from capture.importers.rosbag import open_bag, read_joint_states
     from capture.importers.rosbag_cameras import decode_frames, scan_cameras
     from capture.importers.units import check_joint_values
 
@@ -475,11 +472,7 @@ def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOp
     log = read_joint_states(bag, topic, chain)
     check_joint_values(log.q, log.q, chain.names, chain.types, chain.lower, chain.upper,
                        [f"message {n}" for n in log.lines], f"{bag} ({topic})", "rad")
-    try:
-        reader = AnyReader([Path(bag)])
-        reader.open()
-    except (AnyReaderError, OSError, ValueError, KeyError) as error:
-        raise InputError(f"{bag}: not a readable ROS 2 bag ({error}).") from None
+    reader = open_bag(Path(bag))
     try:
         found = scan_cameras(reader, Path(bag), options.cameras, options.units_m)
         if not found:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -71,15 +71,74 @@ def _read_photo(path: Path) -> np.ndarray:
 MIN_BOARD_CORNERS = 6  # fewer corners than this fix no pose of the board (as the calibration's rule)
 
 
-def _board_corners(plan: list, count_corners: Callable[[np.ndarray], int], describe: str) -> dict[str, int]:
-    """Corners of the board found per photo; InputError when no photo shows enough of it."""
-    counts = {str(path): int(count_corners(_read_photo(path))) for _, _, path in plan}
-    if max(counts.values()) < MIN_BOARD_CORNERS:
-        first = plan[0][2]
-        raise InputError(f"{first}: the board {describe} (--board) shows {counts[str(first)]} corners here and at most "
-                         f"{max(counts.values())} in any of the {len(plan)} photos, fewer than the {MIN_BOARD_CORNERS} a "
-                         f"pose needs; is --board (squares, dictionary) the board in the photos?")
-    return counts
+def flange_manifest(board: dict | None, setup: str, source: dict) -> dict:
+    """The session.json of a hand-eye session (module docstring) before its cameras are filled in;
+    InputError when the board or the setup is missing or unknown."""
+    if board is None:
+        raise InputError("--board is required: a hand-eye session needs the board the photos show (--board "
+                         "charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY).")
+    if setup not in SETUPS:
+        raise InputError(f"--setup {setup!r} is not one of {', '.join(SETUPS)}.")
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "units": {"length": "m", "angle": "rad", "mass": "kg"},
+        "robot": {"urdf": None, "base_link": "base", "tip_link": FLANGE_SESSION_TIP, "joint_names": [],
+                  "payload_com": [0.0, 0.0, 0.0], "flange_poses": "flange_poses.csv"},
+        "sensors": {"tracker": None, "cameras": {}, "board": {**board, "mount": SETUPS[setup]}},
+        "scene": {"mount_plane_z": None},
+        "source": {"kind": "import", **source, "setup": setup, "selfcal_version": VERSION},
+    }
+
+
+def write_flange_session(out: Path, manifest: dict, pose_ids: list[str], base_T_flange: np.ndarray,
+                         cameras: dict[str, tuple[CameraInfo, dict]],
+                         photos: Iterable[tuple[str, str, str, np.ndarray]], total: int, force: bool = False,
+                         progress: Callable[[int, int], None] | None = None,
+                         count_corners: Callable[[np.ndarray], int] | None = None, board_name: str = "") -> dict[str, int]:
+    """Write a hand-eye session at ``out``, all or nothing; returns the board corners found per photo.
+
+    ``manifest``: from :func:`flange_manifest`; ``pose_ids`` (N,) in order with ``base_T_flange``
+    (N, 4, 4) m; ``cameras[name]`` = (its intrinsics as recorded, distortion included; its manifest
+    entry's ``recorded``, ``frames`` and ``frame_id``); ``photos`` yields (camera, pose, where the
+    photo came from, (H, W, 3) uint8 RGB as recorded), ``total`` of them. ``count_corners``: RGB image
+    -> board corners found (the calibration's detector), so that a board no photo shows is refused
+    and nothing is left behind.
+    """
+    corners: dict[str, int] = {}
+    first = None
+    with output_folder(out, force) as target:
+        writer = SessionWriter.create(target, manifest, [], with_payload=False)
+        write_flange_csv(target / "flange_poses.csv", pose_ids, base_T_flange)
+        for name, (info, _) in cameras.items():
+            info.save(target / "cameras" / name / "camera_info.yaml")
+        for done, (name, pose, where, image) in enumerate(photos, start=1):
+            info = cameras[name][0]
+            if (image.shape[1], image.shape[0]) != (info.width, info.height):
+                raise InputError(f"{where}: the photo is {image.shape[1]}x{image.shape[0]} but its camera_info says "
+                                 f"{info.width}x{info.height}.")
+            if count_corners is not None:
+                corners[where] = int(count_corners(image))
+            first = first or where
+            writer.add_images(pose, name, image, None, None, 0.001)
+            if progress is not None:
+                progress(done, total)
+        if corners and max(corners.values()) < MIN_BOARD_CORNERS:
+            raise InputError(f"{first}: the board {board_name} (--board) shows {corners[first]} corners here and at "
+                             f"most {max(corners.values())} in any of the {len(corners)} photos, fewer than the "
+                             f"{MIN_BOARD_CORNERS} a pose needs; is --board (squares, dictionary) the board in the "
+                             f"photos?")
+        manifest["sensors"]["cameras"] = {
+            name: {"info": f"cameras/{name}/camera_info.yaml", "base_T_camera": None,
+                   "pose_source": "unknown: found by `selfcal calibrate --model hand-eye`",
+                   "frame_id": entry.get("frame_id"), "depth_scale": 0.001, "depth_noise": None,
+                   "depth_sigma_at_1m": None, "no_depth": "unknown", "undistorted_at_import": False,
+                   "recorded": entry["recorded"], "frames": entry["frames"]}
+            for name, (_, entry) in cameras.items()}
+        atomic_write_json(target / "session.json", manifest)
+        for pose in pose_ids:
+            writer.add_pose(pose, np.zeros(0))
+        load_session(target)  # what we wrote must read back
+    return corners
 
 
 def import_flange_photos(folder: Path, flange_file: Path, board: dict, out: Path, length_unit: str = "m",
@@ -90,7 +149,7 @@ def import_flange_photos(folder: Path, flange_file: Path, board: dict, out: Path
 
     ``board``: the manifest's ``sensors.board`` entry (``--board``), required: the photos are of it.
     ``count_corners``: RGB image -> board corners found (the calibration's detector), so that a
-    board no photo shows is refused before anything is written.
+    board no photo shows is refused with nothing written.
     """
     import time as clock
 
@@ -98,11 +157,8 @@ def import_flange_photos(folder: Path, flange_file: Path, board: dict, out: Path
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: image folder not found.")
-    if board is None:
-        raise InputError("--flange-poses: a hand-eye session needs the board the photos show: give --board "
-                         "charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY.")
-    if setup not in SETUPS:
-        raise InputError(f"--setup {setup!r} is not one of {', '.join(SETUPS)}.")
+    manifest = flange_manifest(board, setup, {"importer": "images", "folder": str(folder),
+                                              "flange_poses": str(flange_file), "flange_length_unit": length_unit})
     flange = read_flange_poses(flange_file, length_unit)
     index = flange.index()
     root = folder / "cameras"
@@ -132,48 +188,15 @@ def import_flange_photos(folder: Path, flange_file: Path, board: dict, out: Path
             raise InputError(f"{flange_file}: no flange pose for photo {photos[without[0]]} (pose {without[0]!r}); "
                              f"the file gives {len(flange.pose_ids)} poses for {len(photos)} photos of camera "
                              f"{name!r}, and every photo needs the pose the arm stood at.")
-        cameras[name] = (CameraInfo(name, info.width, info.height, info.K, info.distortion), camera_folder)
+        cameras[name] = (CameraInfo(name, info.width, info.height, info.K, info.distortion),
+                         {"recorded": {"folder": str(camera_folder)},
+                          "frames": {"frames": len(photos), "kept": len(photos), "dropped": {}}})
         plan += [(name, pose, path) for pose, path in photos.items()]
-    corners = _board_corners(plan, count_corners, board_name) if count_corners is not None else {}
     used = sorted({pose for _, pose, _ in plan}, key=lambda pose: index[pose])
     base_T_flange = flange.base_T_flange[[index[pose] for pose in used]]
-
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "units": {"length": "m", "angle": "rad", "mass": "kg"},
-        "robot": {"urdf": None, "base_link": "base", "tip_link": FLANGE_SESSION_TIP, "joint_names": [],
-                  "payload_com": [0.0, 0.0, 0.0], "flange_poses": "flange_poses.csv"},
-        "sensors": {"tracker": None, "cameras": {}, "board": {**board, "mount": SETUPS[setup]}},
-        "scene": {"mount_plane_z": None},
-        "source": {"kind": "import", "importer": "images", "folder": str(folder), "flange_poses": str(flange_file),
-                   "flange_length_unit": length_unit, "setup": setup, "selfcal_version": VERSION},
-    }
-    with output_folder(out, force) as target:
-        writer = SessionWriter.create(target, manifest, [], with_payload=False)
-        write_flange_csv(target / "flange_poses.csv", used, base_T_flange)
-        for name, (info, _) in cameras.items():
-            info.save(target / "cameras" / name / "camera_info.yaml")
-        for done, (name, pose, path) in enumerate(plan, start=1):
-            image = _read_photo(path)
-            info = cameras[name][0]
-            if (image.shape[1], image.shape[0]) != (info.width, info.height):
-                raise InputError(f"{path}: the photo is {image.shape[1]}x{image.shape[0]} but its camera_info says "
-                                 f"{info.width}x{info.height}.")
-            writer.add_images(pose, name, image, None, None, 0.001)
-            if progress is not None:
-                progress(done, len(plan))
-        manifest["sensors"]["cameras"] = {
-            name: {"info": f"cameras/{name}/camera_info.yaml", "base_T_camera": None,
-                   "pose_source": "unknown: found by `selfcal calibrate --model hand-eye`", "frame_id": None,
-                   "depth_scale": 0.001, "depth_noise": None, "depth_sigma_at_1m": None, "no_depth": "unknown",
-                   "undistorted_at_import": False, "recorded": {"folder": str(camera_folder)},
-                   "frames": {"frames": sum(1 for c, _, _ in plan if c == name),
-                              "kept": sum(1 for c, _, _ in plan if c == name), "dropped": {}}}
-            for name, (_, camera_folder) in cameras.items()}
-        atomic_write_json(target / "session.json", manifest)
-        for pose in used:
-            writer.add_pose(pose, np.zeros(0))
-        load_session(target)  # what we wrote must read back
+    photos = ((name, pose, str(path), _read_photo(path)) for name, pose, path in plan)
+    corners = write_flange_session(out, manifest, used, base_T_flange, cameras, photos, len(plan), force, progress,
+                                   count_corners, board_name)
     return {"session": str(out), "poses": len(used), "photos": len(plan), "setup": setup, "corners": corners,
             "flange_poses": {"file": str(flange_file), "given": len(flange.pose_ids),
                              "without_photo": len(flange.pose_ids) - len(used), "length_unit": length_unit},

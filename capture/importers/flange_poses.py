@@ -47,7 +47,7 @@ class FlangePoses:
     pose_ids: list[str]
     base_T_flange: np.ndarray
     rows: list[str]
-    source: Path
+    source: Path | str  # the file or folder; or the bag and its /tf frames
 
     def index(self) -> dict[str, int]:
         return {pose: i for i, pose in enumerate(self.pose_ids)}
@@ -64,7 +64,7 @@ def read_flange_poses(path: Path, length_unit: str = "m") -> FlangePoses:
         poses = _read_csv(path, length_unit)
     else:
         raise InputError(f"{path}: flange-pose file not found.")
-    _check(poses, length_unit)
+    check_flange_poses(poses, length_unit)
     return poses
 
 
@@ -168,7 +168,10 @@ def _read_yaml_folder(folder: Path, length_unit: str) -> FlangePoses:
     return FlangePoses(pose_ids, np.array(poses), where, folder)
 
 
-def _check(poses: FlangePoses, length_unit: str) -> None:
+def check_flange_poses(poses: FlangePoses, length_unit: str, from_tf: bool = False) -> None:
+    """The checks every flange-pose source passes (module docstring); InputError naming the source and row.
+    ``from_tf``: the poses came from a bag's /tf (metres by definition): the advice names the frames,
+    not the unit."""
     source = poses.source
     seen: dict[str, str] = {}
     for pose, row in zip(poses.pose_ids, poses.rows):
@@ -182,13 +185,18 @@ def _check(poses: FlangePoses, length_unit: str) -> None:
     far = int(np.argmax(distance))
     if distance[far] > MAX_FLANGE_DISTANCE_M:
         raise InputError(f"{source}: {poses.rows[far]}: the flange is {distance[far]:.4g} m from the base, farther than "
-                         f"any arm reaches; positions are read in {length_unit} (--length-unit {length_unit}): pass "
-                         f"--length-unit mm if the file is in millimetres.")
+                         f"any arm reaches; " + ("is the first frame of --flange-frames the robot's base?" if from_tf
+                                                 else f"positions are read in {length_unit} (--length-unit "
+                                                      f"{length_unit}): pass --length-unit mm if the file is in "
+                                                      f"millimetres."))
     spread = float(np.linalg.norm(positions.max(axis=0) - positions.min(axis=0))) if len(positions) > 1 else None
     if spread is not None and spread < MIN_FLANGE_SPREAD_M:
         raise InputError(f"{source}: every flange position lies within {1000 * spread:.3g} mm of the others, less than "
-                         f"any hand-eye recording moves; positions are read in {length_unit} (--length-unit "
-                         f"{length_unit}): pass --length-unit m if the file is in metres.")
+                         f"any hand-eye recording moves; " + ("is the second frame of --flange-frames the flange?"
+                                                              if from_tf else
+                                                              f"positions are read in {length_unit} (--length-unit "
+                                                              f"{length_unit}): pass --length-unit m if the file is in "
+                                                              f"metres."))
     for i in range(len(positions)):
         for j in range(i + 1, len(positions)):
             moved = float(np.linalg.norm(positions[i] - positions[j]))
@@ -198,8 +206,10 @@ def _check(poses: FlangePoses, length_unit: str) -> None:
             angle = float(np.arccos(np.clip((np.trace(rotation) - 1) / 2, -1, 1)))
             if angle < SAME_POSE_RAD:
                 raise InputError(f"{source}: {poses.rows[j]} (pose {poses.pose_ids[j]!r}) repeats the flange pose of "
-                                 f"{poses.rows[i]} (pose {poses.pose_ids[i]!r}); a copied row? Each photo needs the "
-                                 f"pose the arm stood at when it was taken.")
+                                 f"{poses.rows[i]} (pose {poses.pose_ids[i]!r}); " +
+                                 ("the arm stood at the same pose twice, and each photo needs a pose of its own."
+                                  if from_tf else "a copied row? Each photo needs the pose the arm stood at when it "
+                                  "was taken."))
 
 
 FLANGE_HEADER = ["pose", *QUATERNION_KEYS]

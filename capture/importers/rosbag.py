@@ -19,11 +19,9 @@ from rigs.errors import InputError, first_line
 JOINT_STATE = "sensor_msgs/msg/JointState"
 
 
-def read_joint_states(bag: Path, topic: str, chain: ChainJoints) -> JointLog:
-    """Every JointState message of ``topic``, in time order; pose ids ``p0000``... by message order.
-
-    ``lines`` of the result are message numbers (1-based, in bag order) for error messages.
-    """
+def open_bag(bag: Path):
+    """An open ``rosbags`` AnyReader of a bag folder (sqlite3 or MCAP); the caller closes it.
+    InputError when the folder is missing or not a bag."""
     from rosbags.highlevel import AnyReader
     from rosbags.highlevel.anyreader import AnyReaderError
 
@@ -35,6 +33,16 @@ def read_joint_states(bag: Path, topic: str, chain: ChainJoints) -> JointLog:
         reader.open()
     except (AnyReaderError, OSError, ValueError, KeyError) as error:
         raise InputError(f"{bag}: not a readable ROS 2 bag ({first_line(error)}).") from None
+    return reader
+
+
+def read_joint_states(bag: Path, topic: str, chain: ChainJoints) -> JointLog:
+    """Every JointState message of ``topic``, in time order; pose ids ``p0000``... by message order.
+
+    ``lines`` of the result are message numbers (1-based, in bag order) for error messages.
+    """
+    bag = Path(bag)
+    reader = open_bag(bag)
     where = f"{bag}: topic {topic}"
     try:
         connections = [c for c in reader.connections if c.topic == topic]

@@ -2,8 +2,10 @@
 
 Static transforms form a forest of frames (parent -> child, the child's pose in the parent). A
 camera's pose in the robot base is the chain of transforms between the base link and the image's
-``header.frame_id``, through their common ancestor. ``/tf`` (the moving links) is not read: a
+``header.frame_id``, through their common ancestor. ``/tf`` (the moving links) is not read here: a
 camera whose frame hangs off a moving link (a wrist camera) is not a fixed camera and gets no pose.
+(:mod:`capture.importers.tf_tree` reads ``/tf`` over time with :func:`transform_messages`, for the
+flange pose of a hand-eye recording.)
 
 Frame conventions (REP 103 and REP 104): an ``*_optical_frame`` has x right, y down, z forward,
 the convention of the image; a camera's body frame (``camera_link``) has x forward, y left, z up.
@@ -14,9 +16,11 @@ optical frame is ``body_T_optical`` = the rotation below.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
+from capture.importers.ros_images import message_time
 from rigs.errors import InputError
 from rigs.transforms import invert, quat_xyzw_to_matrix
 
@@ -66,21 +70,19 @@ class StaticTransforms:
         return invert(root_T_target) @ root_T_source
 
 
-def read_static_transforms(reader, bag_name: str) -> StaticTransforms | None:
-    """Every transform on /tf_static; None when the bag has no /tf_static topic."""
-    connections = [c for c in reader.connections if c.topic == TF_STATIC]
-    if not connections:
-        return None
-    transforms = StaticTransforms()
-    for number, (connection, _, raw) in enumerate(reader.messages(connections=connections), start=1):
-        where = f"{bag_name}: topic {TF_STATIC} message {number}"
+def transform_messages(reader, bag_name: str, topic: str) -> Iterator[tuple[str, str, str, np.ndarray, float]]:
+    """Every transform on ``topic`` (/tf or /tf_static), checked, in bag order: (where, parent frame,
+    child frame, parent_T_child (4, 4) m, stamp s: the transform's header stamp, or the bag's receive
+    time when the stamp is zero). Frame names without a leading ``/``."""
+    connections = [c for c in reader.connections if c.topic == topic]
+    for number, (connection, bag_time, raw) in enumerate(reader.messages(connections=connections), start=1):
+        where = f"{bag_name}: topic {topic} message {number}"
         if connection.msgtype != TF_MESSAGE:
-            raise InputError(f"{bag_name}: topic {TF_STATIC} carries {connection.msgtype}, expected {TF_MESSAGE}.")
+            raise InputError(f"{bag_name}: topic {topic} carries {connection.msgtype}, expected {TF_MESSAGE}.")
         try:
             message = reader.deserialize(raw, connection.msgtype)
         except Exception as error:  # a corrupt message: any decoder error means bad input
             raise InputError(f"{where} cannot be decoded ({type(error).__name__}).") from None
-        transforms.messages += 1
         for item in message.transforms:
             translation, rotation = item.transform.translation, item.transform.rotation
             quaternion = np.array([rotation.x, rotation.y, rotation.z, rotation.w], dtype=float)
@@ -94,7 +96,21 @@ def read_static_transforms(reader, bag_name: str) -> StaticTransforms | None:
             pose = np.eye(4)
             pose[:3, :3] = quat_xyzw_to_matrix(quaternion)
             pose[:3, 3] = values
-            transforms.add(str(item.header.frame_id), str(item.child_frame_id), pose, where)
+            yield (where, str(item.header.frame_id).lstrip("/"), str(item.child_frame_id).lstrip("/"), pose,
+                   message_time(item, bag_time))
+
+
+def read_static_transforms(reader, bag_name: str) -> StaticTransforms | None:
+    """Every transform on /tf_static; None when the bag has no /tf_static topic."""
+    if not any(c.topic == TF_STATIC for c in reader.connections):
+        return None
+    transforms = StaticTransforms()
+    last = None
+    for where, parent, child, pose, _ in transform_messages(reader, bag_name, TF_STATIC):
+        if where != last:
+            transforms.messages += 1
+            last = where
+        transforms.add(parent, child, pose, where)
     return transforms
 
 
