@@ -82,8 +82,8 @@ def main() -> None:
             geometry = Calibrator(deflection="none").fit(sessions[:1])
             for k in (2, 3):
                 session = load_session(sessions[k])
-                mine = validate(pooled, session, register=True, register_tool=True)
-                alone = validate(geometry, session, register=True, register_tool=True)
+                mine = validate(pooled, session, register=("tracker", "tool"))
+                alone = validate(geometry, session, register=("tracker", "tool"))
                 pooled_rows.append([seed, PAYLOADS[k], f"{mine['rms_mm']:.3f}", f"{alone['rms_mm']:.3f}",
                                     f"{mine['nominal_rms_mm']:.3f}", pooled.deflection["mode"]])
     body = (f"Rig iiwa-tracker-partial, {args.poses} poses a session, payloads {', '.join(map(str, PAYLOADS))} kg, "

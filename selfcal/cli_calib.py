@@ -228,7 +228,7 @@ def calibration_summary(calibration, out: Path) -> dict:
                    "solve_seconds": summary["solve_seconds"],
                    "deflection": (calibration.deflection or {}).get("mode", "none"),
                    "deflection_heldout_comparison": (calibration.deflection or {}).get("heldout_comparison"),
-                   "not_excited": ident.get("not_excited", []),
+                   "not_excited": ident.get("not_excited", []), "not_determined": ident.get("not_determined", []),
                    "validity": calibration.validity.document() if calibration.validity is not None else None}
     if calibration.base_T_camera:
         out_summary.update(camera=calibration.camera_summary,
@@ -254,6 +254,12 @@ def summary_line(summary: dict) -> str:
     text += f", {len(summary['outliers'])} outliers, deflection {summary['deflection']}"
     for sentence in summary.get("not_excited", []):
         text += f"\n  partial excitation: {sentence}"
+    if summary.get("not_determined"):
+        text += ("\n  not determined by these poses, so set by the rule (the arm keeps its URDF values, the tool's "
+                 "offsets take the shortest the data allow; their standard deviations include the URDF's 1 mm / "
+                 "1 mrad per joint):")
+        for sentence in summary["not_determined"]:
+            text += f"\n    {sentence}"
     if validation.get("description"):
         text += f"\n  held-out figures: {validation['description']}"
     for name, entry in (summary.get("intrinsics") or {}).items():
@@ -287,12 +293,11 @@ def validate(
     session: Path = typer.Argument(..., help="Session whose measurements are predicted."),
     outlier_sigma: float = typer.Option(5.0, "--outlier-sigma", help="Name points beyond this many robust standard deviations."),
     json_output: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
-    register: bool = typer.Option(False, "--register", help="Fit the tracker's placement on the session first (it "
-                                  "was moved since the calibration); the nominal URDF is registered the same way, "
-                                  "and the unregistered figures are reported too."),
-    register_tool: bool = typer.Option(False, "--register-tool", help="The tool was remounted: locate its reflectors "
-                                       "(or probe) anew on the registration poses, with the tracker when --register "
-                                       "is given too (tracker,tool); the nominal URDF is treated the same way."),
+    register: Optional[str] = typer.Option(None, "--register", help="Frames fitted anew on the session before "
+                                           "predicting, comma-separated: tracker (moved since the calibration), tool "
+                                           "(the marker or probe remounted: located anew, with the tracker when both "
+                                           "are named). The nominal URDF is treated the same way, and the "
+                                           "unregistered figures are reported too."),
     registration_poses: Optional[str] = typer.Option(None, "--registration-poses", help="Comma-separated pose ids "
                                                      "that register the tracker and locate reflectors the "
                                                      "calibration lacks; they are left out of the figures "
@@ -327,9 +332,16 @@ def validate(
                 raise InputError(f"{option} names no pose; give comma-separated pose ids.")
             return names
 
+        def register_frames(text: Optional[str]) -> tuple[str, ...]:
+            frames = tuple(frame.strip() for frame in (text or "").split(",") if frame.strip())
+            if text is not None and not frames:
+                raise InputError("--register names no frame; give tracker, tool or tracker,tool.")
+            return frames
+
         calibration, loaded = Calibration.load(calibration_dir), load_session(session)
         result = run_validation(calibration, loaded, outlier_sigma=outlier_sigma,
-                                register=register, register_tool=register_tool, registration_poses=pose_list(registration_poses, "--registration-poses"),
+                                register=register_frames(register),
+                                registration_poses=pose_list(registration_poses, "--registration-poses"),
                                 locate_poses=pose_list(locate_poses, "--locate-poses"))
         verdict = validation_verdict(calibration, loaded, result, tolerance_mm)
         if result.get("envelope_warning") and not json_output:

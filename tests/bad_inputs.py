@@ -1287,12 +1287,12 @@ def _(fx, case):
 
 @case("validate: --registration-poses names an unknown pose")
 def _(fx, case):
-    return ["validate", _s(fx.calibration), _s(fx.session), "--register", "--registration-poses", "p0000,p0001,nope"]
+    return ["validate", _s(fx.calibration), _s(fx.session), "--register", "tracker", "--registration-poses", "p0000,p0001,nope"]
 
 
 @case("validate: --registration-poses names too few poses")
 def _(fx, case):
-    return ["validate", _s(fx.calibration), _s(fx.session), "--register", "--registration-poses", "p0000,p0001"]
+    return ["validate", _s(fx.calibration), _s(fx.session), "--register", "tracker", "--registration-poses", "p0000,p0001"]
 
 
 # dynamics ----------------------------------------------------------------------------------------

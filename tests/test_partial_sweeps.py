@@ -25,10 +25,15 @@ slow = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def points(capture_session):
+def first_points(capture_session):
+    """The first payload session of the points rig."""
+    return capture_session("iiwa-tracker-partial", POSES, 10, 0.0)
+
+
+@pytest.fixture(scope="module")
+def points(first_points, capture_session):
     """Two payload sessions of the points rig: each its own adapter mount and tracker placement."""
-    return [capture_session("iiwa-tracker-partial", POSES, 10, 0.0),
-            capture_session("iiwa-tracker-partial", POSES, 11, 2.5)]
+    return [first_points, capture_session("iiwa-tracker-partial", POSES, 11, 2.5)]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +114,7 @@ def test_per_session_with_one_session_is_refused(points):
 @slow
 def test_validate_with_the_tool_and_tracker_registered_beats_nominal(points):
     calibration = Calibrator(deflection="none").fit(points[:1])
-    result = validate(calibration, load_session(points[1]), register=True, register_tool=True)
+    result = validate(calibration, load_session(points[1]), register=("tracker", "tool"))
     assert result["registration"]["tool_registered"] and set(result["located"]) == {"m0", "mx", "my"}
     assert result["rms_mm"] < 1.5 and result["rms_mm"] <= result["nominal_rms_mm"] * 1.05
     assert result["unregistered"]["rms_mm"] > 3 * result["rms_mm"]  # the remounted tool is what moved
@@ -185,3 +190,67 @@ def test_a_fit_that_runs_away_names_what_ran():
     theta[model.target_slices["m0"]] = [0.0, 2.3, 0.001]
     assert runaway(model, start, theta).startswith(": reflector m0's offset along y moved 2.3 m from its start")
     assert runaway(model, start, start) == ""
+
+
+def test_a_combination_seen_too_faintly_is_not_determined():
+    from calib.fit.identifiability import UNDETERMINED_LENGTH_M, analyse
+    from calib.model.parameters import ParameterInfo
+
+    names = [ParameterInfo(f"p{i}", "target", "m0", i, "m") for i in range(2)]
+    # Two lengths the rows see almost only together: their difference has singular value ~1e-3 of the sum's.
+    jacobian = np.array([[1.0, 1.0], [1.0, 1.001], [1.0, 0.999]]) * 1e4  # whitened: metres -> noise units
+    free = np.ones(2, bool)
+    assert analyse(jacobian, free, names).rank == 2  # seen: no direction is blind
+    noise = 1.0  # residuals as the noise model says: the difference's sd is ~70 mm, the sum's ~0.06 mm
+    faint = analyse(jacobian, free, names, noise=noise)
+    assert faint.rank == 1 and faint.undetermined == 1 and faint.null_basis.shape[1] == 1
+    assert faint.descriptions[0].startswith("p") and "not determined by the poses" in faint.descriptions[0]
+    assert faint.summary()["not_determined"] == faint.descriptions[:1]
+    quiet = analyse(jacobian * 1e3, free, names, noise=noise)  # a thousand times better data determine both
+    assert quiet.rank == 2 and not quiet.undetermined
+    assert 70e-3 * 1e-3 < UNDETERMINED_LENGTH_M < 70e-3
+
+
+def test_a_one_joint_sweep_leaves_the_tool_along_the_axis_undetermined_and_says_how_little_is_known(tmp_path):
+    from capture.simulate import capture_simulated
+
+    text = (load_rig("iiwa-tracker-partial").source.read_text()
+            .replace('joints = ["lbr_iiwa_joint_1", "lbr_iiwa_joint_2"]', 'joints = ["lbr_iiwa_joint_1"]')
+            .replace("held_deg = { ", "held_deg = { lbr_iiwa_joint_2 = 30.0, "))
+    rig = tmp_path / "one-joint.toml"
+    rig.write_text(text)
+    session = tmp_path / "session"
+    capture_simulated(load_rig(rig), 30, 3, session)
+    calibration = Calibrator(deflection="none").fit([session])
+    sentences = calibration.summary["identifiability"]["not_determined"]
+    assert any(s.startswith("reflector ") for s in sentences)
+    truth = _truth(session)["targets"]
+    for name, xyz in calibration.targets.items():
+        assert np.linalg.norm(xyz) < 0.5  # the shortest offset the data allow, never a runaway
+        # Along the axis the tool is only known to lie within the arm's reach: the sd says so.
+        assert calibration.target_std[name].max() > 0.3
+        assert np.all(np.abs(xyz - truth[name]) < 3 * calibration.target_std[name] + 1e-3)
+
+
+def test_calibrate_prints_what_the_poses_do_not_determine(first_points, tmp_path):
+    import yaml
+
+    from selfcal.cli import app
+
+    result = CliRunner().invoke(app, ["calibrate", str(first_points), "--out", str(tmp_path / "cal"), "--deflection", "none"])
+    assert result.exit_code == 0, result.output
+    assert "not determined by these poses, so set by the rule" in result.output
+    assert "is not determined by the poses" in result.output
+    document = yaml.safe_load((tmp_path / "cal" / "calibration.yaml").read_text())
+    assert len(document["identifiability"]["not_determined"]) == 2  # the tool trades with the still links twice
+
+
+@pytest.mark.parametrize("value, words", [("nope", "--register takes tracker, tool or tracker,tool, got 'nope'"),
+                                          (" , ", "--register names no frame")])
+def test_validate_register_names_the_frames_it_takes(first_points, tmp_path, value, words):
+    from selfcal.cli import app
+
+    cal = tmp_path / "cal"
+    assert CliRunner().invoke(app, ["calibrate", str(first_points), "--out", str(cal), "--deflection", "none"]).exit_code == 0
+    result = CliRunner().invoke(app, ["validate", str(cal), str(first_points), "--register", value])
+    assert result.exit_code == 2 and words in result.output

@@ -165,7 +165,7 @@ def _validate(*arguments) -> dict:
 
 def test_validate_register_gives_the_error_from_before_the_tracker_moved(another_day):
     before = _validate(another_day["cal"], another_day["before"])
-    after = _validate(another_day["cal"], another_day["after"], "--register")
+    after = _validate(another_day["cal"], another_day["after"], "--register", "tracker")
     assert after["registration"]["tracker_moved_mm"] == pytest.approx(10.0, abs=0.5)
     assert after["registration"]["tracker_turned_deg"] == pytest.approx(2.0, abs=0.2)
     assert after["rms_mm"] == pytest.approx(before["rms_mm"], rel=0.05)
@@ -185,7 +185,7 @@ def test_validate_register_registers_a_six_dof_tracker_too(capture_session, tmp_
     result = runner.invoke(app, ["calibrate", str(fit), "--out", str(cal), "--deflection", "none"])
     assert result.exit_code == 0, result.output
     plain = _validate(cal, before)
-    registered = _validate(cal, after, "--register")
+    registered = _validate(cal, after, "--register", "tracker")
     assert registered["registration"]["tracker_moved_mm"] == pytest.approx(10.0, abs=0.5)
     # Refitting 6 numbers on the evaluated poses can only match or beat the stored placement's
     # figure from before the move; both sit near the probe's noise floor.
@@ -197,7 +197,7 @@ def test_validate_register_registers_a_six_dof_tracker_too(capture_session, tmp_
 
 def test_registration_poses_are_left_out_of_the_figures(another_day):
     names = [f"p{i:04d}" for i in range(5)]
-    after = _validate(another_day["cal"], another_day["after"], "--register", "--registration-poses", ",".join(names))
+    after = _validate(another_day["cal"], another_day["after"], "--register", "tracker", "--registration-poses", ",".join(names))
     assert after["registration"]["poses"] == names and after["registration"]["evaluated_poses"] == 35
     assert after["n"] == 35 * 3
     assert after["rms_mm"] < 1.3 * after["floor_rms_mm"]
@@ -206,7 +206,7 @@ def test_registration_poses_are_left_out_of_the_figures(another_day):
 def test_a_validation_only_reflector_is_located_on_the_registration_poses(another_day):
     truth = json.loads((another_day["after"] / "truth" / "parameters.json").read_text())["targets"]["smr3"]
     names = ",".join(f"p{i:04d}" for i in range(8))
-    result = _validate(another_day["cal2"], another_day["after"], "--register", "--registration-poses", names)
+    result = _validate(another_day["cal2"], another_day["after"], "--register", "tracker", "--registration-poses", names)
     # Its offset is in the calibration's tip frame (whose place along the last axis the reflectors
     # fix), so it agrees with the true offset to a millimetre, and predicts to the noise floor.
     assert np.linalg.norm(np.array(result["located"]["smr3"]) - np.array(truth)) < 1e-3
@@ -215,17 +215,17 @@ def test_a_validation_only_reflector_is_located_on_the_registration_poses(anothe
 
 
 def test_a_validation_only_reflector_is_located_from_a_home_measurement(another_day):
-    result = _validate(another_day["cal2"], another_day["after"], "--register", "--locate-poses", "p0000")
+    result = _validate(another_day["cal2"], another_day["after"], "--register", "tracker", "--locate-poses", "p0000")
     assert result["registration"]["locating_poses"] == ["p0000"] and result["n"] == 39 * 3
     assert result["rms_mm_by_reflector"]["smr3"] < 2.5 * result["floor_rms_mm"]  # one pose: its noise stays in
     assert result["rms_mm_by_reflector"]["smr1"] < 1.3 * result["floor_rms_mm"]
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--register", "--registration-poses", "p0000,nope"], "--registration-poses: pose 'nope' is not a pose of"),
-    (["--register", "--registration-poses", "p0000,p0001"], "registering the tracker needs at least 3"),
+    (["--register", "tracker", "--registration-poses", "p0000,nope"], "--registration-poses: pose 'nope' is not a pose of"),
+    (["--register", "tracker", "--registration-poses", "p0000,p0001"], "registering the tracker needs at least 3"),
     ([], "tracker target 'smr3' is not a reflector of the calibration; name the poses that locate it"),
-    (["--register", "--locate-poses", "p0000,p9999"], "--locate-poses: pose 'p9999' is not a pose of"),
+    (["--register", "tracker", "--locate-poses", "p0000,p9999"], "--locate-poses: pose 'p9999' is not a pose of"),
 ])
 def test_registration_refusals_are_one_sentence(another_day, extra, words):
     result = runner.invoke(app, ["validate", str(another_day["cal2"]), str(another_day["after"]), *extra])

@@ -55,10 +55,11 @@ class Identifiability:
     descriptions: list[str]  # one sentence per non-identifiable direction
     null_basis: np.ndarray | None = None
     undetermined: int = 0  # of the directions in null_basis, how many the data see but cannot determine
+    # (their sentences lead ``descriptions``)
 
     def summary(self) -> dict:
         return {"parameters": self.free_count, "rank": self.rank, "condition_number": float(self.condition_number),
-                "not_identifiable": self.free_count - self.rank, "not_determined": self.undetermined,
+                "not_identifiable": self.free_count - self.rank, "not_determined": list(self.descriptions[:self.undetermined]),
                 "directions": list(self.descriptions)}
 
 

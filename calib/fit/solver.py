@@ -25,6 +25,7 @@ import scipy.special
 from threadpoolctl import ThreadpoolController
 
 from calib.fit.identifiability import RANK_TOLERANCE, Identifiability, analyse
+from calib.fit.physical import arm_reach
 from calib.model.error_model import ErrorModel
 from calib.sensors.blocks import ObservationBlock, stack, unit_count
 from rigs.errors import InputError
@@ -241,7 +242,8 @@ class RobustSolver:
         combination_covariance = variance_factor * np.linalg.inv(reduced.T @ reduced)
         covariance = final.basis @ combination_covariance @ final.basis.T
         return SolveResult(theta, covariance, final, variance_factor, outliers, kept, evaluations,
-                           time.perf_counter() - start, combination_covariance, rule_covariance(model, final, jac))
+                           time.perf_counter() - start, combination_covariance,
+                           rule_covariance(model, final, jac, theta))
 
 
 OFFSET_RESOLUTION_M = 1e-7  # a shorter offset by less than this is no change worth a refit
@@ -306,7 +308,7 @@ ARM_TOLERANCE_M = 1e-3
 ARM_TOLERANCE_RAD = 1e-3
 
 
-def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray) -> np.ndarray:
+def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """(P, P) the uncertainty the rule leaves in what it fixed.
 
     Where the data cannot separate the tool (or a frame) from the arm, the rule keeps the arm at
@@ -314,24 +316,40 @@ def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray) 
     would have been ``G d`` further along the directions the data leave open. So the values carry
     ``G Sigma G^T`` with Sigma the arm's tolerance (``ARM_TOLERANCE_M``, ``ARM_TOLERANCE_RAD``) on top
     of what the data say: a reflector the poses cannot tell from the last link is known as well as
-    the URDF knows that link, not to the micrometre. Being along those directions, the term adds
-    nothing to the prediction of a pose like the fitted ones, so predictions leave it out; it is
-    what a stated value (a reflector's offset, a probe's mount) does not know."""
+    the URDF knows that link, not to the micrometre. Where the tool trades with another sensor's
+    frame alone (a one-joint sweep cannot tell the tool's offset along the axis from the tracker's),
+    the rule's shortest offset is a choice, not a measurement: there the tool is only known to lie
+    within the arm's reach, and its offsets carry that (one standard deviation: the arm's length).
+    Being along those directions, the term adds nothing to the prediction of a pose like the fitted
+    ones, so predictions leave it out; it is what a stated value (a reflector's offset, a probe's
+    mount) does not know."""
     null = final.null_basis
+    covariance = np.zeros((model.size, model.size))
+    if null is None or not null.shape[1]:
+        return covariance
     arm = np.zeros(model.size, bool)
     for group in model.groups.values():
         if group.arm:
             arm[group.slice] = True
     rows = arm & model.free
-    if null is None or not null.shape[1] or not rows.any():
-        return np.zeros((model.size, model.size))
     norms = np.linalg.norm(jac, axis=0)
     moved = null[rows] * norms[rows][:, None]
-    # w = pinv(moved) (norms d): the move along the open directions that takes the arm to start + d.
-    gain = null @ (np.linalg.pinv(moved, rcond=RANK_TOLERANCE) * norms[rows][None, :])
-    units = np.array([info.unit for info in model.names])[rows]
-    tolerance = np.where(units == "m", ARM_TOLERANCE_M, np.where(units == "rad", ARM_TOLERANCE_RAD, 0.0))
-    return (gain * tolerance ** 2) @ gain.T
+    if rows.any():
+        # w = pinv(moved) (norms d): the move along the open directions that takes the arm to start + d.
+        gain = null @ (np.linalg.pinv(moved, rcond=RANK_TOLERANCE) * norms[rows][None, :])
+        units = np.array([info.unit for info in model.names])[rows]
+        tolerance = np.where(units == "m", ARM_TOLERANCE_M, np.where(units == "rad", ARM_TOLERANCE_RAD, 0.0))
+        covariance += (gain * tolerance ** 2) @ gain.T
+    _, left = _least_change(moved, np.zeros(len(moved)), np.eye(null.shape[1]))
+    offsets, _ = _offset_rows(model, theta)
+    if offsets is not None and left.shape[1]:
+        along = offsets @ null @ left
+        if np.abs(along).max(initial=0.0) > 0:
+            directions = null @ left
+            # Offsets along these directions get the arm's length as standard deviation: A C A^T = reach^2 P.
+            inner = np.linalg.pinv(along.T @ along, rcond=RANK_TOLERANCE, hermitian=True)
+            covariance += arm_reach(model.chain) ** 2 * (directions @ inner @ directions.T)
+    return covariance
 
 
 def runaway(model: ErrorModel, start: np.ndarray, theta: np.ndarray) -> str:

@@ -107,7 +107,7 @@ def validate_registered(calibration, session: Session, register: bool, names: li
                          f"the poses that locate it with --registration-poses (they are left out of the figures).")
     if not register and not tool and names is not None and not unknown:
         raise InputError("--registration-poses names the poses that register the tracker or locate a new reflector: "
-                         "add --register, or a reflector the calibration does not hold.")
+                         "add --register tracker, or a reflector the calibration does not hold.")
     if locate is not None and not unknown:
         raise InputError(f"--locate-poses locates reflectors the calibration does not hold, and every reflector of "
                          f"{session.path} is in it.")
@@ -191,7 +191,7 @@ def check_turns(tips: np.ndarray, session: Session, names: list[str] | None) -> 
         raise InputError(f"{session.path}: locating the tool together with the tracker needs registration poses that "
                          f"turn the flange about two different axes by at least {np.degrees(MIN_TURN_RAD):g} deg, and "
                          f"{where} turn it about at most one; name more poses with --registration-poses, or "
-                         f"register the tracker alone.")
+                         f"register the tracker alone (--register tracker).")
 
 
 def _points_of(tips: np.ndarray, targets: list[str], offsets: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:

@@ -160,21 +160,29 @@ def validate_corners(calibration, session: Session) -> dict:
     return result
 
 
+REGISTERED_FRAMES = ("tracker", "tool")  # what ``register`` may fit anew on the validated session
+
+
 def validate(calibration, session: Session, sensor: str | None = None, outlier_sigma: float = 5.0,
-             register: bool = False, registration_poses: list[str] | None = None,
-             locate_poses: list[str] | None = None, register_tool: bool = False) -> dict:
+             register: tuple[str, ...] = (), registration_poses: list[str] | None = None,
+             locate_poses: list[str] | None = None) -> dict:
     """The figures of every sensor ``session`` holds, predicted by ``calibration``.
 
     Reflector points lead (n, mean_mm, rms_mm, max_mm, p95_mm, nominal_rms_mm, floor_rms_mm); probe
     poses add position and angle figures (under ``tracker_poses`` when points lead); board images
     add reprojection figures (under ``camera`` when another sensor leads). ``sensor``: the
-    calibration's tracker frame to predict with (default its first). ``register``: fit the
-    tracker's placement on the session first (on ``registration_poses`` when named, which then
-    also locate reflectors the calibration lacks unless ``locate_poses`` names others, and are
-    left out of the figures; ``register_tool``: the tool remounted, its reflectors or probe located
-    anew on the same poses, with the tracker when ``register``); see
-    :mod:`calib.workflows.register`. ``envelope_warning``: a
-    sentence when the session's poses leave the calibration's validity envelope, else None."""
+    calibration's tracker frame to predict with (default its first). ``register``: the frames
+    (``REGISTERED_FRAMES``) fitted anew on the session first: "tracker" (moved since the
+    calibration) and "tool" (remounted: its reflectors or probe located anew, with the tracker when
+    both are named), on ``registration_poses`` when named (which then also locate reflectors the
+    calibration lacks unless ``locate_poses`` names others, and are left out of the figures),
+    else on every pose; see :mod:`calib.workflows.register`. ``envelope_warning``: a sentence when
+    the session's poses leave the calibration's validity envelope, else None."""
+    unknown = [frame for frame in register if frame not in REGISTERED_FRAMES]
+    if unknown:
+        raise InputError(f"--register takes tracker, tool or tracker,tool, got {unknown[0]!r}.")
+    register_tool = "tool" in register
+    register = "tracker" in register
     parts = []
     if session.tracker is not None and len(session.tracker.targets):
         if register or register_tool or registration_poses is not None or locate_poses is not None:
@@ -184,7 +192,8 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
             parts.append(("tracker_points", validate_points(calibration, session, sensor, outlier_sigma)))
     if session.tracker_poses is not None and len(session.tracker_poses.pose_index):
         if register_tool and not register:
-            raise InputError("--register-tool on probe poses locates the probe together with the tracker; add --register.")
+            raise InputError(f"{session.path}: a probe's mount is located anew together with the tracker's placement; "
+                             f"register tracker,tool.")
         if register:
             _check_joints(calibration, session)
             parts.append(("tracker_poses", validate_poses_registered(calibration, session, registration_poses, sensor,
@@ -192,7 +201,7 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
         else:
             parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
     if register and not parts:
-        raise InputError(f"{session.path}: --register registers a laser tracker, and the session has no tracker "
+        raise InputError(f"{session.path}: --register fits a laser tracker's frames, and the session has no tracker "
                          f"points (tracker.csv) or probe poses (tracker_poses.csv).")
     if has_board_images(session) and calibration.base_T_camera:
         parts.append(("camera", validate_corners(calibration, session)))
