@@ -145,11 +145,7 @@ class RobustSolver:
         free = model.free
         if null is None or not null.shape[1]:
             return theta
-        arm = np.zeros(model.size, bool)
-        for group in model.groups.values():
-            if group.arm:
-                arm[group.slice] = True
-        rows = arm & free
+        rows = arm_parameters(model) & free
         # Scaled coordinates: null's columns are orthonormal where u = theta * column norm.
         _, jac, _ = stack(blocks, model, theta)
         norms = np.linalg.norm(jac, axis=0)
@@ -247,15 +243,25 @@ class RobustSolver:
 
 
 OFFSET_RESOLUTION_M = 1e-7  # a shorter offset by less than this is no change worth a refit
+def arm_parameters(model: ErrorModel) -> np.ndarray:
+    """(P,) bool: the arm's own parameters (placements, zero offsets, compliance)."""
+    mask = np.zeros(model.size, bool)
+    for group in model.groups.values():
+        if group.arm:
+            mask[group.slice] = True
+    return mask
+
+
 def on_the_arm(model: ErrorModel) -> np.ndarray:
     """(P,) bool: the arm's parameters and those of what is mounted on its flange (reflectors, probe,
     board). Whether the data determine a combination is judged by these: a frame standing in the
     room (a tracker, a camera) sits metres away, where millimetres along the line of sight are a
     fair uncertainty of the data (a camera's distance trades with its focal length), not a fit that
     ran along what the poses cannot see."""
-    mask = np.zeros(model.size, bool)
-    for key, group in model.groups.items():
-        if group.arm or key in ("target", "probe", "board"):
+    mask = arm_parameters(model)
+    for key in ("target", "probe", "board"):
+        group = model.group(key)
+        if group is not None:
             mask[group.slice] = True
     return mask
 
@@ -327,11 +333,7 @@ def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray, 
     covariance = np.zeros((model.size, model.size))
     if null is None or not null.shape[1]:
         return covariance
-    arm = np.zeros(model.size, bool)
-    for group in model.groups.values():
-        if group.arm:
-            arm[group.slice] = True
-    rows = arm & model.free
+    rows = arm_parameters(model) & model.free
     norms = np.linalg.norm(jac, axis=0)
     moved = null[rows] * norms[rows][:, None]
     if rows.any():
