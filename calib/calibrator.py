@@ -75,6 +75,8 @@ def data_hash(sessions: list[Session]) -> str:
     digest = hashlib.sha256()
     for session in sessions:
         paths = [session.path / name for name in ("session.json", "robot.urdf", "joints.csv")]
+        if session.manifest["robot"].get("flange_poses"):  # a hand-eye session's reported flange poses
+            paths.append(session.path / session.manifest["robot"]["flange_poses"])
         for sensor in SENSORS:
             if sensor.present(session):
                 paths += sensor.files(session)
