@@ -40,6 +40,7 @@ from calib.dynamics.measured import has_torques
 from calib.dynamics.model import IdentifiedDynamics
 from calib.fit.physical import arm_reach, physical_problems, tool_disagreement, tool_points
 from calib.fit.checks import check_pose_set, spread_poses, structural_identifiability
+from calib.fit.identifiability import analyse
 from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
 from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
 from calib.model.chain import SerialChain
@@ -64,6 +65,9 @@ TORQUELESS_FRACTION = 1e-3
 MEASURED_TORQUE_SNR = 10.0  # a joint's measured torque must vary by this many noise deviations to show its sag
 PER_SESSION_FRAMES = ("tracker", "tool")  # what --per-session may give each session of its own
 MIN_LEARNED_POSES = 40  # auto tries a learned residual only where 5-fold evidence is possible
+# Gauss-Newton steps that take the nominal arm's frames from their start (a registration, or a robust
+# fit that saw the outliers too) to the plain least squares of every inlier pose, before its folds.
+NOMINAL_SETTLE_STEPS = 3
 
 
 def data_hash(sessions: list[Session]) -> str:
@@ -71,6 +75,8 @@ def data_hash(sessions: list[Session]) -> str:
     digest = hashlib.sha256()
     for session in sessions:
         paths = [session.path / name for name in ("session.json", "robot.urdf", "joints.csv")]
+        if session.manifest["robot"].get("flange_poses"):  # a hand-eye session's reported flange poses
+            paths.append(session.path / session.manifest["robot"]["flange_poses"])
         for sensor in SENSORS:
             if sensor.present(session):
                 paths += sensor.files(session)
@@ -705,7 +711,10 @@ class Calibrator:
         """The held-out figures of the delivered model, and how they were obtained."""
         residuals = calibration.summary["residuals"]
         total = int(sum(len(r) for r in problem.fit_rows) + sum(len(r) for r in problem.held_rows))
-        nominal_blocks = fit.inliers(fit.held_blocks if self.holdout > 0 else fit.fit_blocks)
+        # The nominal figure beside the held-out one is measured the same way: on the fixed hold-out
+        # with frames fitted on the fit poses, or on each fold with frames fitted on the other folds.
+        nominal_evidence = self._nominal_cross_validation(problem, fit) if self.holdout == 0 else None
+        held_blocks = fit.inliers(fit.held_blocks)
         for name in problem.sensor_names:
             sensor = BY_NAME[name]
             entry = residuals["by_sensor"][name]
@@ -714,7 +723,8 @@ class Calibrator:
                 entry["holdout"] = None
                 continue
             entry["holdout"] = sensor.figures_from(errors)
-            nominal = sensor.errors(nominal_blocks[name], fit.model, fit.theta0)
+            nominal = (sensor.errors(held_blocks[name], fit.model, fit.theta0) if nominal_evidence is None
+                       else nominal_evidence.errors.get(name))
             entry["holdout_nominal"] = sensor.figures_from(nominal)
             calibration.history[name].update(held_after=errors[0], held_before=nominal[0])
         calibration.summary["holdout_outliers"] = self._held_out_outliers(problem, fit, calibration) if self.holdout > 0 else []
@@ -736,9 +746,11 @@ class Calibrator:
                           "rms_spread": float(np.std(evidence.fold_rms)) if folds > 1 else None,
                           "rms_min": min(evidence.fold_rms) if folds else None,
                           "rms_max": max(evidence.fold_rms) if folds else None,
+                          "nominal_fold_rms": nominal_evidence.fold_rms,
                           "description": f"{describe_folds(folds, total)}: each fold refitted on the other poses "
-                                         f"and predicted on its own; the delivered calibration is fitted on every "
-                                         f"inlier pose",
+                                         f"and predicted on its own, and the nominal URDF's figure beside it "
+                                         f"measured on the same folds (its sensor frames fitted on the other "
+                                         f"poses); the delivered calibration is fitted on every inlier pose",
                           "folds_detail": [{"fold": k, "poses": p, "rms": r} for k, (p, r) in
                                            enumerate(zip(evidence.fold_poses, evidence.fold_rms))]
                           if folds <= 20 else []}
@@ -747,7 +759,7 @@ class Calibrator:
             residuals["tracker_poses"] = dict(residuals["by_sensor"]["tracker_poses"],
                                               noise=calibration.summary.get("pose_noise", {"source": "stated"}))
         if "board_corners" in residuals["by_sensor"]:
-            self._camera_summary(problem, fit, calibration, evidence)
+            self._camera_summary(problem, fit, calibration, evidence, nominal_evidence)
 
     def _held_out_outliers(self, problem: Problem, fit: GeometryFit, calibration: Calibration) -> list[dict]:
         """Held-out units beyond the outlier threshold, scored by the fit's own robust scale: named,
@@ -768,7 +780,8 @@ class Calibrator:
                         for i in np.flatnonzero(score > self.outlier_threshold)]
         return sorted(out, key=lambda o: -o["residual_sigma"])
 
-    def _camera_summary(self, problem: Problem, fit: GeometryFit, calibration: Calibration, evidence: Evidence) -> None:
+    def _camera_summary(self, problem: Problem, fit: GeometryFit, calibration: Calibration, evidence: Evidence,
+                        nominal_evidence: Evidence | None) -> None:
         blocks = fit.inliers(fit.fit_blocks)["board_corners"]
         held = fit.inliers(fit.held_blocks)["board_corners"] if self.holdout > 0 else []
         summary, _ = BY_NAME["board_corners"].summary(problem.prepared["board_corners"], blocks, held, fit.model,
@@ -777,6 +790,8 @@ class Calibrator:
         if self.holdout == 0 and errors is not None and len(errors[0]):
             summary["holdout_rms_px"] = float(np.sqrt(np.mean(errors[0] ** 2)))
             summary["corners"]["holdout"] = int(len(errors[0]))
+            nominal = (nominal_evidence.errors if nominal_evidence is not None else {}).get("board_corners")
+            summary["holdout_nominal_rms_px"] = _rms(nominal)
         calibration.summary["residuals"]["camera"] = summary
 
     # -- held-out evidence ---------------------------------------------------------------------------
@@ -796,12 +811,46 @@ class Calibrator:
             return out
         return self._cross_validation(problem, geometries, fits, wanted)
 
+    def _folds(self, problem: Problem) -> tuple[list[list[np.ndarray]], list]:
+        """The cross-validation folds (pose rows per session) and, per fold, the units it leaves out."""
+        counts = [len(s.pose_ids) for s in problem.sessions]
+        folds = fold_rows(counts, fold_count(sum(counts), self.folds), self.seed)
+        return folds, [_leaves(problem, rows) for rows in folds]
+
+    def _nominal_cross_validation(self, problem: Problem, fit: GeometryFit) -> Evidence:
+        """The nominal arm (the URDF, or the previous calibration) judged on the folds the delivered
+        model is judged on: its sensor frames (tracker, reflectors, probe, cameras, board) fitted on
+        each fold's other poses, its error on the fold's own. Frames fitted on every pose and judged on
+        the same poses would flatter it by what they absorb of each pose's error, and a
+        cross-validated figure beside an in-sample one does not compare."""
+        folds, leaves = self._folds(problem)
+        frames = ErrorModel(problem.chain, self._groups(problem, problem.start[0], False), self.model, frames_only=True)
+        inliers = fit.inliers(fit.fit_blocks)
+        flat = [b for name in problem.sensor_names for b in inliers[name]]
+        theta = frames.initial_vector()
+        with blas_single_thread():
+            _, jac, _ = stack(flat, frames, theta)
+        basis = analyse(jac, frames.free, frames.names, frames.describe, words=False).basis
+        leave_none = [lambda block: np.zeros(len(block.unit_labels), bool)]
+        for _ in range(NOMINAL_SETTLE_STEPS):
+            theta = fold_solutions(flat, frames, theta, basis, leave_none)[0]
+        thetas = fold_solutions(flat, frames, theta, basis, leaves)
+        parts = {name: [] for name in inliers}
+        fold_rms, fold_poses = [], []
+        for rows, leaving, solution in zip(folds, leaves, thetas):
+            for name, items in inliers.items():
+                test = keep_units(items, leaving)
+                parts[name].append(BY_NAME[name].errors(test, frames, solution) if test else None)
+            rms = _quoted_rms(problem, parts[problem.primary][-1])
+            if rms is not None:
+                fold_rms.append(rms)
+                fold_poses.append(int(sum(len(r) for r in rows)))
+        return Evidence({name: join_errors(p) for name, p in parts.items()}, fold_rms, fold_poses)
+
     def _cross_validation(self, problem: Problem, geometries: dict[str, GeometryFit], fits: dict[str, Calibration],
                           wanted: tuple[str, ...]) -> dict[str, Evidence]:
         """Every candidate refitted without each fold and judged on it (the same folds for all)."""
-        counts = [len(s.pose_ids) for s in problem.sessions]
-        folds = fold_rows(counts, fold_count(sum(counts), self.folds), self.seed)
-        leaves = [_leaves(problem, rows) for rows in folds]
+        folds, leaves = self._folds(problem)
         self.progress(f"cross-validation: {len(folds)} folds")
         thetas = {geometry: fold_solutions(fit.result.blocks, fit.model, fit.theta, fit.result.identifiability.basis, leaves)
                   for geometry, fit in geometries.items()}

@@ -171,27 +171,36 @@ def perturb(poses: np.ndarray, sigma_m: float, sigma_rad: float, rng: np.random.
 
 
 def write_recording(folder: Path, board, setup: str, poses: int, seed: int, flange_sigma: tuple[float, float] =
-                    (2e-4, np.radians(0.02)), partial: float = 0.25, recorded_distortion: np.ndarray | None = None) -> dict:
+                    (2e-4, np.radians(0.02)), partial: float = 0.25, recorded_distortion: np.ndarray | None = None,
+                    scene: HandEyeScene | None = None, scale: float = 1.0) -> dict:
     """Write a simulated recording (module docstring) to ``folder``; returns its truth.
 
     ``recorded_distortion``: what camera_info.yaml states (default: the true distortion, as a
-    camera calibrated beforehand would have it)."""
+    camera calibrated beforehand would have it). ``scene``: the cell's true frames (default: drawn
+    from ``seed``); pass another recording's to photograph the same camera and board mount again
+    (then ``seed`` draws only the views, the noise and the flange errors). ``scale``: the image size
+    and focal length times this (0.5: a 512 x 384 camera that sees the same)."""
     import cv2
 
     rng = np.random.default_rng(seed)
-    scene = make_scene(setup, rng)
+    scene = make_scene(setup, rng) if scene is None else scene
+    if scene.setup != setup:
+        raise ValueError(f"the scene is {scene.setup}, not {setup}")
     camera_T_board = views(scene, poses, rng, partial)
     true_flange = flange_poses(scene, camera_T_board)
     reported = perturb(true_flange, flange_sigma[0], flange_sigma[1], rng)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    info = CameraInfo("camera", WIDTH, HEIGHT, K_TRUE.copy(),
+    K = K_TRUE.copy()
+    K[:2] *= scale
+    size = (int(round(WIDTH * scale)), int(round(HEIGHT * scale)))
+    info = CameraInfo("camera", size[0], size[1], K.copy(),
                       DISTORTION_TRUE.copy() if recorded_distortion is None else np.asarray(recorded_distortion, float))
     info.save(folder / "camera_info.yaml")
     texture = _board_image(board, 4000.0)
     pose_ids = [f"p{k:04d}" for k in range(poses)]
     for pose, view in zip(pose_ids, camera_T_board):
-        image = render(board, view, K_TRUE, DISTORTION_TRUE, rng, blur_px=rng.uniform(0.6, 1.4), texture=texture)
+        image = render(board, view, K, DISTORTION_TRUE, rng, blur_px=rng.uniform(0.6, 1.4), texture=texture, size=size)
         cv2.imwrite(str(folder / f"{pose}.png"), image)
     with open(folder / "flange_poses.csv", "w") as stream:
         stream.write("pose,x,y,z,qx,qy,qz,qw\n")
@@ -201,7 +210,7 @@ def write_recording(folder: Path, board, setup: str, poses: int, seed: int, flan
     truth = {"setup": setup, "camera": scene.camera.tolist(), "board": scene.board.tolist(),
              "camera_is": "base_T_camera" if setup == "eye-to-hand" else "flange_T_camera",
              "board_is": "flange_T_board" if setup == "eye-to-hand" else "base_T_board",
-             "K": K_TRUE.tolist(), "distortion": DISTORTION_TRUE.tolist(),
+             "K": K.tolist(), "distortion": DISTORTION_TRUE.tolist(),
              "flange_sigma_m": flange_sigma[0], "flange_sigma_rad": flange_sigma[1],
              "base_T_flange_true": true_flange.tolist(), "pose_ids": pose_ids}
     (folder / "truth.json").write_text(json.dumps(truth))

@@ -308,6 +308,8 @@ def validate(
     tolerance_mm: Optional[float] = typer.Option(None, "--tolerance-mm", help="Largest acceptable RMS error on the "
                                                  "session, mm (default: twice the error the tracker's stated "
                                                  "uncertainty alone gives at its points)."),
+    flange_sigma: Optional[str] = typer.Option(None, "--flange-sigma", help="Hand-eye calibration: the session's "
+                                               "flange poses' own error, MM,DEG per axis (default: the calibration's)."),
     require_pass: bool = require_pass_option(),
 ) -> None:
     """Predict every measurement of a session with a calibration and report the errors."""
@@ -315,6 +317,7 @@ def validate(
         import numpy as np
 
         from calib.calibration import Calibration
+        from calib.workflows.hand_eye import HandEyeCalibration
         from calib.workflows.validate import validate as run_validation
         from capture.session import load_session
         from rigs.errors import InputError
@@ -322,6 +325,18 @@ def validate(
         check_positive(tolerance_mm=tolerance_mm)
         if not outlier_sigma > 0:
             raise InputError(f"--outlier-sigma must be positive, got {outlier_sigma}.")
+        if HandEyeCalibration.is_one(calibration_dir):
+            for option, value in (("--register", register), ("--registration-poses", registration_poses),
+                                  ("--locate-poses", locate_poses)):
+                if value is not None:
+                    raise InputError(f"{option}: {calibration_dir} is a hand-eye calibration, which has no laser "
+                                     f"tracker frames to register; leave {option} out.")
+            _validate_hand_eye(calibration_dir, session, _flange_sigma(flange_sigma), tolerance_mm, json_output,
+                               require_pass)
+            return
+        if flange_sigma is not None:
+            raise InputError(f"--flange-sigma: {calibration_dir} is a calibration of the arm's kinematics, predicted "
+                             f"from joint angles; the flange error only enters a hand-eye calibration's validation.")
         from calib.workflows.verdicts import validation_verdict
 
         def pose_list(text: Optional[str], option: str):
@@ -385,3 +400,45 @@ def validate(
                           f"tip_rms={tip:.4f} mm (after rigid registration; {camera['tip_rms_mm_base_frame']:.4f} mm in "
                           f"the fitted base frame) nominal_tip_rms={camera['nominal_tip_rms_mm']:.4f} mm"))
     exit_for(verdict, require_pass)
+
+
+def _validate_hand_eye(calibration_dir: Path, session: Path, flange_sigma, tolerance_mm: Optional[float],
+                       json_output: bool, require_pass: bool) -> None:
+    """``validate`` of a hand-eye calibration: the session's photos predicted through its flange poses."""
+    from calib.workflows.hand_eye import HandEyeCalibration
+    from calib.workflows.validate_hand_eye import validate_hand_eye
+    from calib.workflows.verdicts import hand_eye_validation_verdict
+    from capture.session import load_session
+
+    calibration, loaded = HandEyeCalibration.load(calibration_dir), load_session(session)
+    result = validate_hand_eye(calibration, loaded, calibration_dir, flange_sigma)
+    verdict = hand_eye_validation_verdict(calibration, loaded, result, tolerance_mm)
+    if json_output:
+        print_json({"verdict": verdict.as_dict()} | result)
+    else:
+        say_verdict(verdict)
+        typer.echo(hand_eye_validation_lines(result))
+    exit_for(verdict, require_pass)
+
+
+def hand_eye_validation_lines(result: dict) -> str:
+    """The text report of a hand-eye validation: figures beside the baseline and the floor, per photo."""
+    flange = result["flange_sigma"]
+    nominal = result["nominal_rms_px"]
+    several = len(result["reprojection_rms_px_by_camera"]) > 1  # then a pose has a photo per camera
+    lines = [f"hand-eye ({result['setup']}): {result['images']} photos, {result['corners']} corners predicted through "
+             f"the session's flange poses: reprojection RMS {result['reprojection_rms_px']:.3f} px, max "
+             f"{result['reprojection_max_px']:.3f} px, p95 {result['reprojection_p95_px']:.3f} px",
+             "  baseline: " + (f"{nominal:.3f} px, the {result['nominal_what']}" if nominal is not None
+                               else result["nominal_what"]),
+             f"  floor {result['floor_px']:.3f} px: corner noise {result['pixel_sigma']:.3f} px, flange error "
+             f"{flange['mm']:.3g} mm / {flange['deg']:.3g} deg per axis ({flange['source']})",
+             "  photos (corners, RMS / max px): " + "; ".join(
+                 f"{p['camera'] + '/' if several else ''}{p['pose']} {p['corners']}, {p['rms_px']:.2f}/{p['max_px']:.2f}"
+                 for p in result["photos"])]
+    if several:
+        lines.insert(1, "  per camera RMS: " + ", ".join(f"{name} {value:.3f} px" for name, value in
+                                                          result["reprojection_rms_px_by_camera"].items()))
+    lines += [f"  left out: {item['photo']}: {item['reason']}" for item in result["left_out"]]
+    return "\n".join(lines)
+

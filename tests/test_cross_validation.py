@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from calib.calibrator import Calibrator
 from calib.fit.solver import _levenberg_marquardt, fold_solutions
 from calib.fit.splits import fold_count, fold_rows
-from calib.sensors.blocks import keep_units
+from calib.sensors.blocks import keep_units, stack
 from calib.workflows.validate import validate
 from capture.session import load_session
 from selfcal.cli import app
@@ -123,6 +123,54 @@ def test_the_cross_validated_figure_predicts_a_separate_session(small, capture_s
     assert residuals["validation"]["method"] == "cross-validation"
     assert 0.7 < residuals["holdout"]["rms_mm"] / separate["rms_mm"] < 1.4
     assert residuals["holdout"]["rms_mm"] > residuals["fit"]["rms_mm"]  # held-out is worse than in-sample
+
+
+def test_the_nominal_figure_beside_the_held_out_one_is_cross_validated_on_the_same_folds(small, capture_session):
+    """The nominal URDF's frames fitted on every pose and judged on the same poses flatter it; beside a
+    cross-validated figure it is judged on each fold with its frames fitted on the others."""
+    from scipy.optimize import least_squares
+
+    from calib.model.error_model import ErrorModel
+    from calib.sensors.registry import BY_NAME
+    from rigs.kinematics import ChainModel
+
+    camera_session = capture_session("xarm6-cameras", 12, 3)
+    for model in ("full", "offsets"):
+        for session in (camera_session, small):
+            calibration = Calibrator(model=model, deflection="none").fit([session])
+            residuals = calibration.summary["residuals"]
+            unit = residuals["unit"]
+            validation = residuals["validation"]
+            assert len(validation["nominal_fold_rms"]) == validation["folds"] == fold_count(len(load_session(session).pose_ids), None)
+            assert residuals["holdout_nominal"][f"rms_{unit}"] > residuals["fit_nominal"][f"rms_{unit}"], (model, session)
+    assert residuals["holdout_nominal"]["rms_mm"] > 1.1 * residuals["fit_nominal"]["rms_mm"]  # 24 poses, tracker and 3 reflectors
+
+    # By hand on two folds of the camera session: the nominal arm's camera and board frames fitted to
+    # convergence on the other poses, the corners of the fold's own pose predicted with them.
+    calibration = Calibrator(deflection="none").fit([camera_session])
+    residuals = calibration.summary["residuals"]
+    assert residuals["camera"]["holdout_nominal_rms_px"] == pytest.approx(residuals["holdout_nominal"]["rms_px"])
+    loaded = load_session(camera_session)
+    chain = ChainModel.from_urdf(loaded.urdf_path, loaded.base_link, calibration.summary["tip_link"])
+    frames = ErrorModel.for_sensors(chain, reference_camera_T_base={name: np.linalg.inv(pose) for name, pose in
+                                                                    calibration.base_T_camera.items()},
+                                    reference_tip_T_board=calibration.tip_T_board, frames_only=True)
+    blocks, free = calibration.solve.blocks, frames.free
+    start = frames.initial_vector()
+    folds = fold_rows([len(loaded.pose_ids)], fold_count(len(loaded.pose_ids), None), seed=0)
+    for k in (0, 7):
+        leaves = lambda block, rows=folds[k][0]: np.isin(block.unit_pose, rows)  # noqa: E731
+        train, test = keep_units(blocks, lambda block: ~leaves(block)), keep_units(blocks, leaves)
+
+        def residual(x, train=train):
+            theta = start.copy()
+            theta[free] = x
+            return stack(train, frames, theta, jacobian=False)[0]
+
+        theta = start.copy()
+        theta[free] = least_squares(residual, start[free], xtol=1e-12, ftol=1e-12, gtol=1e-12).x
+        errors = BY_NAME["board_corners"].errors(test, frames, theta)[0]
+        assert np.sqrt(np.mean(errors ** 2)) == pytest.approx(residuals["validation"]["nominal_fold_rms"][k], rel=0.01)
 
 
 def test_the_report_and_the_command_say_how_the_held_out_figure_was_obtained(small, tmp_path):

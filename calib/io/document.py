@@ -280,6 +280,10 @@ def read_calibration(folder: Path) -> dict:
     """The attributes of a :class:`~calib.calibration.Calibration` from a calibration folder."""
     folder = Path(folder)
     path, document = read_calibration_document(folder)
+    if isinstance(document, dict) and document.get("model") == "hand-eye":
+        raise InputError(f"{path}: a hand-eye calibration (camera and board frames found with the arm held at its "
+                         f"flange poses) holds no model of the arm's kinematics, which this command needs; "
+                         f"`selfcal validate` takes it with a session of new photos.")
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise InputError(f"{path}: not a {FORMAT} file.")
     for key in ("robot", "joints", "tracker_T_base", "targets"):

@@ -40,14 +40,17 @@ def verdict(summary: dict) -> str:
     """One sentence: the calibration's expected error on new poses against the nominal URDF's."""
     residuals = summary.get("residuals") or {}
     unit = residuals.get("unit", "mm")
-    held, nominal = residuals.get("holdout"), residuals.get("fit_nominal")
+    held = residuals.get("holdout")
     key = f"rms_{unit}"
     validation = residuals.get("validation") or {}
+    # The nominal URDF measured as the held-out figure was (calibrations written before it was
+    # cross-validated too have only the in-sample one).
+    nominal = residuals.get("holdout_nominal") or residuals.get("fit_nominal")
     if held and nominal and held.get(key) is not None:
         ratio = nominal[key] / held[key] if held[key] else float("inf")
         return (f"Expected RMS error on new poses {held[key]:.4g} {unit} ({validation.get('description', 'held-out poses')}), "
                 f"{ratio:.1f} times better than the nominal URDF ({nominal[key]:.4g} {unit}).")
-    fit = residuals.get("fit") or {}
+    fit, nominal = residuals.get("fit") or {}, residuals.get("fit_nominal")
     return (f"Fit RMS {_number(fit.get(key))} {unit} against {_number((nominal or {}).get(key))} {unit} for the nominal "
             f"URDF; no held-out figure ({validation.get('description', 'no poses were held out')}).")
 
@@ -141,7 +144,8 @@ def _camera_section(calibration) -> str:
     text = (f"Board {calibration.board.describe()}; corner noise {_number(calibration.pixel_sigma)} px per axis "
             f"(estimated from per-image PnP fits unless given). Reprojection RMS: fit {_number(summary.get('fit_rms_px'))} px "
             f"(nominal URDF with fitted camera and board poses {_number(summary.get('fit_nominal_rms_px'))} px; hand-eye "
-            f"initialiser alone {_number(summary.get('hand_eye_fit_rms_px'))} px), held-out {_number(summary.get('holdout_rms_px'))} px.")
+            f"initialiser alone {_number(summary.get('hand_eye_fit_rms_px'))} px), held-out {_number(summary.get('holdout_rms_px'))} px "
+            f"(nominal URDF measured the same way {_number(summary.get('holdout_nominal_rms_px'))} px).")
     return (html_report.paragraph(text) + "<h3>Camera poses in the base frame (optical frame)</h3>" + cameras
             + _intrinsics_part(calibration) + "<h3>Board on the tip (tip_T_board)</h3>" + board_row)
 

@@ -28,6 +28,7 @@ from calib.calibration import Calibration
 from calib.sensors.registration import initial_frame_and_targets
 from calib.sensors.tracker_points import tracker_sqrt_information
 from calib.workflows import iso9283
+from calib.workflows.hand_eye import HandEyeCalibration
 from capture.session import Session
 from rigs.errors import InputError
 from rigs.kinematics import ChainModel
@@ -349,6 +350,12 @@ def instrument_repeatability(session: Session, frame: Frame, point: MeasuringPoi
 def audit_report(session: Session, calibration_dir: Path | None = None, point: str | None = None) -> dict:
     """AP, RP (and APa, RPa with 3+ reflectors) per pose, AD and RD between P2 and P4, per model, at
     the measuring point ``point`` names (see :func:`measuring_point`), with the instrument's RP there."""
+    if calibration_dir is not None and HandEyeCalibration.is_one(calibration_dir):
+        raise InputError(f"{calibration_dir} is a hand-eye calibration: it places the cameras and the board "
+                         f"around the flange and holds no model of the arm, so it commands no pose differently from "
+                         f"the nominal one and an ISO 9283 audit has nothing of it to judge; audit the arm without "
+                         f"--calibration, or with a kinematic calibration (`selfcal calibrate` of a session with "
+                         f"joint angles).")
     rows = check_audit_session(session)
     chosen = measuring_point(point, session)
     frames = [nominal_frame(session)]

@@ -32,6 +32,7 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares, nnls
 
+from calib.calibrator import data_hash
 from calib.fit.splits import describe_folds, fold_count, fold_rows
 from calib.sensors.board import MIN_CORNERS, BoardDetector, CharucoBoardSpec, parse_board
 from calib.sensors.board_corners import session_board
@@ -136,10 +137,20 @@ def session_setup(sessions: list[Session], setup: str | None) -> str:
     return setup or MOUNTS[mount]
 
 
+def flange_source(session: Session) -> str:
+    """Where a session's flange poses come from: "reported" by the controller, or the nominal "urdf"
+    at its joint readings."""
+    return "reported" if session.base_T_flange is not None else "urdf"
+
+
 def load_photos(sessions: list[Session], setup: str | None = None, min_corners: int = MIN_CORNERS,
                 tip_link: str | None = None, pixel_sigma: float | None = None,
-                progress: Callable[[int, int], None] | None = None) -> HandEyeData:
-    """Find the board in every photo of ``sessions``; InputError when no photo shows enough corners."""
+                progress: Callable[[int, int], None] | None = None,
+                intrinsics: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> HandEyeData:
+    """Find the board in every photo of ``sessions``; InputError when no photo shows enough corners.
+
+    ``intrinsics``: per camera (K (3, 3), plumb_bob distortion (5,)) to place the board with and to
+    carry in the result, instead of the sessions' camera_info (a calibration's, when validating it)."""
     if not sessions:
         raise InputError("no sessions to calibrate.")
     boards = {session_board(s) for s in sessions}
@@ -167,6 +178,8 @@ def load_photos(sessions: list[Session], setup: str | None = None, min_corners: 
                               not np.allclose(distortion[name], camera.info.distortion)):
                 raise InputError(f"{session.path}: camera {name!r} has other intrinsics than in the first session.")
             K[name], distortion[name] = camera.info.K.copy(), np.resize(np.asarray(camera.info.distortion, float), 5)
+            if intrinsics is not None and name in intrinsics:
+                K[name], distortion[name] = (np.asarray(value, float).copy() for value in intrinsics[name])
             for row, pose in enumerate(session.pose_ids):
                 done += 1
                 path = session.image_path(name, pose, "rgb")
@@ -497,6 +510,12 @@ class HandEyeCalibrator:
         calibration = self.fit_data(data, [str(s.path) for s in sessions])
         calibration.summary["image_sizes"] = {name: [camera.info.width, camera.info.height]
                                               for s in sessions for name, camera in s.cameras.items()}
+        calibration.summary["data_hash"] = data_hash(sessions)  # validate knows its own fit data by it
+        # What a validation session must hold to be predicted the same way (all sessions agree: model_choice).
+        source = flange_source(sessions[0])
+        calibration.summary["flange_poses"] = {"source": source} if source == "reported" else {
+            "source": source, "joint_names": list(sessions[0].joint_names),
+            "tip_link": self.tip_link or sessions[0].tip_link}
         return calibration
 
     def fit_data(self, data: HandEyeData, sources: list[str] | None = None) -> "HandEyeCalibration":
@@ -668,6 +687,16 @@ class HandEyeCalibration:
             CameraInfo(name, width, height, self.K[name], self.distortion[name]).save(
                 folder / "cameras" / name / "camera_info.yaml")
         atomic_write_text(folder / "report.html", _report_html(self))
+
+    @staticmethod
+    def is_one(folder: Path) -> bool:
+        """Whether ``folder`` holds a hand-eye calibration (its calibration.yaml says ``model: hand-eye``)."""
+        path = Path(folder) / "calibration.yaml"
+        try:
+            document = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return False  # not readable here: the loader that reads it says why
+        return isinstance(document, dict) and document.get("model") == "hand-eye"
 
     @classmethod
     def load(cls, folder: Path) -> "HandEyeCalibration":

@@ -26,6 +26,11 @@ from rigs.kinematics import ChainModel
 
 
 def _check_joints(calibration, session: Session) -> None:
+    if session.base_T_flange is not None and not session.joint_names:
+        raise InputError(f"{session.path / 'session.json'}: robot.flange_poses gives the controller's reported "
+                         f"flange poses and no joint angles, and this calibration of the arm's kinematics predicts "
+                         f"from joint angles; validate a hand-eye calibration (`selfcal calibrate` of such a "
+                         f"session) with it.")
     if session.joint_names != calibration.joint_names:
         raise InputError(f"{session.path}: its joints {session.joint_names} are not the calibration's "
                          f"{calibration.joint_names}.")

@@ -9,7 +9,9 @@ tolerance the user gives or a default derived from the data (never from truth/):
   for board images the corner noise found by per-image PnP, in px). A calibration that leaves
   no error the instrument could clearly see passes.
 - validate: the RMS error on the session, against the same default for that session; a session
-  that is the calibration's own fit data cannot judge it (CANNOT TELL, and says so).
+  that is the calibration's own fit data cannot judge it (CANNOT TELL, and says so). A hand-eye
+  calibration's validation is judged as its calibration was: the reprojection RMS against twice
+  the session's floor (corner noise and the calibration's flange error carried into its photos).
 - recalibrate: the cross-validated RMS error after the refit, against ``--tolerance-mm``; default
   RECALIBRATION_FACTOR times the previous calibration's own cross-validated RMS (back to the
   accuracy it had before the event), and never below the instrument's default above.
@@ -217,22 +219,53 @@ def hand_eye_verdict(summary: dict) -> Verdict:
     larger than a controller's report carries, the residuals may be a model error as well as
     flange error, and the data cannot tell which: CANNOT TELL, with the reason.
     """
-    floor = summary.get("floor_px")
     flange = summary.get("flange_sigma") or {}
-    held = (summary.get("holdout") or {}).get("rms_px")
-    what = "cross-validated RMS reprojection error on poses left out of each fold"
+    return _judge_hand_eye("cross-validated RMS reprojection error on poses left out of each fold",
+                           (summary.get("holdout") or {}).get("rms_px"), summary.get("floor_px"),
+                           summary.get("pixel_sigma"), flange, flange.get("source", "").startswith("estimated"),
+                           "too few poses to leave any out, so nothing measures the error on new poses")
+
+
+def hand_eye_validation_verdict(calibration, session: Session, result: dict, tolerance_mm: float | None = None) -> Verdict:
+    """The verdict of ``selfcal validate`` of a hand-eye calibration on another session's photos.
+
+    Judged as the calibration was: the RMS reprojection error against twice the floor of this
+    session's photos, the corners' noise (its own per-photo PnP) and the flange poses' error carried
+    into them. The flange error is the calibration's (the same controller reports both sessions'
+    poses) or stated with ``--flange-sigma``; it is never estimated from this session's residuals,
+    which would count the calibration's own error as flange error. An estimate the calibration had
+    to make beyond what a controller reports leaves the verdict CANNOT TELL, as it left calibrate's.
+    """
+    _tolerance(tolerance_mm, "px", None, "", TOLERANCE_FACTOR)  # refuses mm: photos are judged in px
+    flange = result["flange_sigma"]
+    measured = result.get("reprojection_rms_px")
+    if own_fit_data(calibration, session):
+        floor = result.get("floor_px")
+        return cannot_tell(f"{session.path} holds the photos the calibration was fitted on: their RMS error "
+                           f"({measured:.3g} px) is the fit's own, not what new photos will see; validate on a "
+                           f"session the fit did not use",
+                           None if floor is None else Tolerance(TOLERANCE_FACTOR * floor, "px", "the data's floor"),
+                           measured)
+    return _judge_hand_eye("RMS reprojection error on this session's photos, predicted through its flange poses",
+                           measured, result.get("floor_px"), result.get("pixel_sigma"), flange, flange["estimated"],
+                           "no photo of the session showed the board")
+
+
+def _judge_hand_eye(what: str, measured: float | None, floor: float | None, pixel_sigma: float | None, flange: dict,
+                    estimated: bool, missing: str) -> Verdict:
+    """``measured`` (px) against TOLERANCE_FACTOR times the ``floor`` (px) that the corners' noise
+    ``pixel_sigma`` and the flange error ``flange`` (m, rad, mm, deg, source) give; CANNOT TELL where
+    the flange error was ``estimated`` beyond what a controller reports."""
     if floor is None:
         return cannot_tell("no estimate of the corners' noise to derive a tolerance from")
-    floor_what = (f"the data's floor: the corners' noise ({summary['pixel_sigma']:.3g} px a coordinate, per-photo PnP) "
+    floor_what = (f"the data's floor: the corners' noise ({pixel_sigma:.3g} px a coordinate, per-photo PnP) "
                   f"and the flange poses' own error ({flange['mm']:.3g} mm, {flange['deg']:.3g} deg a axis, "
                   f"{flange['source']})")
     tolerance = Tolerance(TOLERANCE_FACTOR * floor, "px", f"default: {TOLERANCE_FACTOR:g} x {floor_what} = {floor:.3g} px")
-    if flange.get("source", "").startswith("estimated") and (flange["m"] > PLAUSIBLE_FLANGE_M or
-                                                              flange["rad"] > PLAUSIBLE_FLANGE_RAD):
+    if estimated and (flange["m"] > PLAUSIBLE_FLANGE_M or flange["rad"] > PLAUSIBLE_FLANGE_RAD):
         return cannot_tell(f"the residuals would need flange poses in error by {flange['mm']:.3g} mm and "
                            f"{flange['deg']:.3g} deg a axis to be noise, more than a controller reports "
                            f"({1e3 * PLAUSIBLE_FLANGE_M:g} mm, {np.degrees(PLAUSIBLE_FLANGE_RAD):g} deg); either the "
                            f"poses are that poor or the model misses something; state --flange-sigma to judge",
-                           tolerance, held)
-    return judge(what, held, tolerance, floor, "the data's floor",
-                 missing="too few poses to leave any out, so nothing measures the error on new poses")
+                           tolerance, measured)
+    return judge(what, measured, tolerance, floor, "the data's floor", missing=missing)
