@@ -16,27 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from calib.sensors.board import parse_board
 from capture.session import load_session
 from capture.simulate_hand_eye_bag import HandEyeBagPlan, record_hand_eye_bag
-from selfcal.cli import app
+from cli_runs import fails, invoke
 
-runner = CliRunner()
 BOARD = "charuco:7:5:0.04:0.03:5X5_100"  # large squares: the photos are small (640x480)
 FRAMES = "base_link,tool0"
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def fails(*args) -> str:
-    run = invoke(*args)
-    assert run.exit_code == 2, (run.output, run.exception)
-    assert "Traceback" not in run.output
-    return " ".join(run.output.split())
 
 
 def position_and_angle(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

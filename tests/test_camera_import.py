@@ -17,18 +17,16 @@ import cv2
 import numpy as np
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from capture.importers.camera_import import NO_COLOUR, SURPLUS
 from capture.importers.stills import MOVING
 from capture.session import load_session
 from capture.simulate_bag import BagPlan, CameraEncoding, record_bag
 from rigs import load_rig
-from selfcal.cli import app
+from cli_runs import fails, invoke
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 ROOM = DATA / "two_joint_box_room.toml"
-runner = CliRunner()
 
 # Every encoding at least once across the two bags; one camera stamps its images with its body frame.
 ENCODINGS = {
@@ -43,10 +41,6 @@ ENCODINGS = {
 
 def robot_args(session) -> list[str]:
     return ["--urdf", str(session.urdf_path), "--base-link", session.base_link, "--tip-link", session.tip_link]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")
@@ -257,12 +251,6 @@ def test_the_import_says_how_much_of_each_image_reads_nothing_and_what_it_takes_
 
 
 # -- refused, with one sentence and exit 2 ---------------------------------------------------------
-
-def fails(*args: str) -> str:
-    run = invoke(*args)
-    assert run.exit_code == 2, (run.output, run.exception)
-    assert "Traceback" not in run.output
-    return " ".join(run.output.split())
 
 
 def small_bag(path: Path, session, rig, encodings: dict, poses: int = 2, plan: BagPlan | None = None) -> Path:

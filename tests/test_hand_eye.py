@@ -15,26 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from calib.sensors.board import parse_board
 from capture.session import load_session
 from capture.simulate_hand_eye import write_recording
-from selfcal.cli import app
+from cli_runs import fails, invoke
 
-runner = CliRunner()
 BOARD = "charuco:9:7:0.03:0.022:5X5_100"
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def fails(*args: str) -> str:
-    run = invoke(*args)
-    assert run.exit_code == 2, (run.output, run.exception)
-    assert "Traceback" not in run.output
-    return " ".join(run.output.split())
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from calib.sensors.board import parse_board
 from calib.workflows.hand_eye import HandEyeCalibration
@@ -24,22 +23,10 @@ from calib.workflows.validate_hand_eye import validate_hand_eye
 from capture.session import load_session
 from capture.simulate_hand_eye import HandEyeScene, write_recording
 from rigs.transforms import invert
-from selfcal.cli import app
+from cli_runs import fails, invoke
 
-runner = CliRunner()
 BOARD = "charuco:9:7:0.03:0.022:5X5_100"
 SCALE = 0.75  # 768 x 576 photos: the board's markers still read, at half the rendering time
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def fails(*args) -> str:
-    run = invoke(*args)
-    assert run.exit_code == 2, (run.output, run.exception)
-    assert "Traceback" not in run.output
-    return " ".join(run.output.split())
 
 
 @pytest.fixture(scope="module")
