@@ -104,7 +104,7 @@ def analyse(jacobian: np.ndarray, free: np.ndarray, names: list[ParameterInfo],
     combinations[:, free_index] = vt[:rank] * np.where(blind, 0.0, norms)[None, :]
 
     descriptions, dependent = [], []
-    for position, row in enumerate(weak):
+    for position in range(len(weak)):
         moves = np.abs(scale * vt[rank + position]) * spreads[position][0]
         top = np.argsort(-moves)[:3]
         info = names[free_index[top[0]]]
