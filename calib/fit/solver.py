@@ -126,14 +126,15 @@ class RobustSolver:
             return self._solve(blocks, model, theta0, identifiability)
 
     def _gauge(self, blocks, model: ErrorModel, theta0: np.ndarray, theta: np.ndarray,
-               final: Identifiability) -> np.ndarray:
+               final: Identifiability, jac: np.ndarray) -> np.ndarray:
         """Among the solutions the data cannot tell apart, the one the stated rule picks.
 
         The fit moves along the combinations identifiable at its start; a calibration that starts
         far from its minimum (cameras placed by hand-eye, a crashed arm) can drift along directions
         that turn out unseen at the minimum, by an amount that depends on the solver's path, and a
         partial sweep lets the unmodelled error push the fit along combinations it sees too faintly
-        to determine (``final``: the analysis at ``theta`` with the residuals' scale). The rule for
+        to determine (``final``: the analysis at ``theta`` with the residuals' scale, of ``jac``, the
+        whitened Jacobian there). The rule for
         those directions: the arm's parameters (placements, zero offsets, compliance) keep their
         start (the URDF's, or a previous calibration's) as closely as the data allow; of what is
         left, each reflector's offset and each probe's origin take the shortest value consistent
@@ -147,7 +148,6 @@ class RobustSolver:
             return theta
         rows = arm_parameters(model) & free
         # Scaled coordinates: null's columns are orthonormal where u = theta * column norm.
-        _, jac, _ = stack(blocks, model, theta)
         norms = np.linalg.norm(jac, axis=0)
         difference = (theta - theta0)[rows] * norms[rows]
         moved = null[rows] * norms[rows][:, None]
@@ -223,7 +223,7 @@ class RobustSolver:
             residuals, jac, units = stack(kept, model, theta)
             variance_factor = float(residuals @ residuals / max(len(residuals) - ident.rank, 1))
             final = analyse(jac, free, model.names, model.describe, noise=np.sqrt(variance_factor), judged=judged)
-            gauged = self._gauge(kept, model, theta0, theta, final)
+            gauged = self._gauge(kept, model, theta0, theta, final, jac)
             if gauged is theta:
                 break
             theta = gauged
