@@ -307,11 +307,12 @@ def _offset_rows(model: ErrorModel, theta: np.ndarray) -> tuple[np.ndarray | Non
     return np.vstack(rows), np.concatenate(values)
 
 
-# What the rule assumes of the arm where the data leave it open: its URDF (or previous calibration)
-# holds each joint's placement to this much (1 sd), per translation component and per rotation and
-# zero offset. Real arms leave the factory tenths of a millimetre and of a milliradian off.
+# What the rule assumes of the arm where the data leave it open, and of the joints a sweep held
+# still: its URDF (or previous calibration) holds each joint's placement to this much (1 sd), per
+# translation component and per rotation and zero offset. Arms leave the factory 0.5-3 mm off at
+# the tool before calibration; 2 mrad a joint over about a metre of arm is the upper half of that.
 ARM_TOLERANCE_M = 1e-3
-ARM_TOLERANCE_RAD = 1e-3
+ARM_TOLERANCE_RAD = 2e-3
 
 
 def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -326,22 +327,38 @@ def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray, 
     frame alone (a one-joint sweep cannot tell the tool's offset along the axis from the tracker's),
     the rule's shortest offset is a choice, not a measurement: there the tool is only known to lie
     within the arm's reach, and its offsets carry that (one standard deviation: the arm's length).
-    Being along those directions, the term adds nothing to the prediction of a pose like the fitted
+    A joint the sweep held still is fixed at its start, yet off it by the same tolerance, and what
+    the data see of that lands in the fitted values; so each held parameter's response adds to the
+    term too. Being what poses like the fitted ones cannot tell apart, the term adds nothing to the prediction of a pose like the fitted
     ones, so predictions leave it out; it is what a stated value (a reflector's offset, a probe's
     mount) does not know."""
     null = final.null_basis
     covariance = np.zeros((model.size, model.size))
-    if null is None or not null.shape[1]:
-        return covariance
-    rows = arm_parameters(model) & model.free
+    arm = arm_parameters(model)
+    units = np.array([info.unit for info in model.names])
+    tolerance = np.where(units == "m", ARM_TOLERANCE_M, np.where(units == "rad", ARM_TOLERANCE_RAD, 0.0))
+    rows = arm & model.free
     norms = np.linalg.norm(jac, axis=0)
-    moved = null[rows] * norms[rows][:, None]
+    has_null = null is not None and null.shape[1] > 0
+    moved = null[rows] * norms[rows][:, None] if has_null else None
+    held = arm & ~model.free & (tolerance > 0) & (norms > 0)
+    if held.any() and final.basis is not None and final.basis.shape[1]:
+        # A joint held still keeps its URDF placement and zero, but the real arm is off them by its
+        # tolerance too, and whatever the data see of that lands in the fitted values (a reflector
+        # absorbs the held wrist's placement errors). Had a held parameter been off by d, the fit
+        # would have moved by -pinv(J B) J_held d along the determined combinations B, and the rule
+        # would then have kept the moving arm at its start along the open ones.
+        response = -final.basis @ np.linalg.lstsq(jac @ final.basis, jac[:, held], rcond=None)[0]
+        if has_null and rows.any():
+            w = np.linalg.pinv(moved, rcond=RANK_TOLERANCE) @ (-response[rows] * norms[rows][:, None])
+            response = response + null @ w
+        covariance += (response * tolerance[held] ** 2) @ response.T
+    if not has_null:
+        return covariance
     if rows.any():
         # w = pinv(moved) (norms d): the move along the open directions that takes the arm to start + d.
         gain = null @ (np.linalg.pinv(moved, rcond=RANK_TOLERANCE) * norms[rows][None, :])
-        units = np.array([info.unit for info in model.names])[rows]
-        tolerance = np.where(units == "m", ARM_TOLERANCE_M, np.where(units == "rad", ARM_TOLERANCE_RAD, 0.0))
-        covariance += (gain * tolerance ** 2) @ gain.T
+        covariance += (gain * tolerance[rows] ** 2) @ gain.T
     _, left = _least_change(moved, np.zeros(len(moved)), np.eye(null.shape[1]))
     offsets, _ = _offset_rows(model, theta)
     if offsets is not None and left.shape[1]:
