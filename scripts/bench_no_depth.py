@@ -14,7 +14,7 @@ Each bag is imported with the default ``--no-depth auto``, the no-background bag
 on the native session; Chamfer-L1 and false-free on held-out native poses. Targets: Chamfer within
 1.2x the native session's, false-free under 0.5 %.
 
-    nice -n 5 .venv/bin/python scripts/bench_no_depth.py --poses 30 --steps 300
+    nice -n 5 .venv/bin/python scripts/bench_no_depth.py --poses 30 --steps 1200
 """
 
 from __future__ import annotations
@@ -131,8 +131,10 @@ def trained_figures(workdir: Path, label: str, session_path: Path, heldout: Path
     if cache.is_file():
         return json.loads(cache.read_text())
     log(f"training {label} ({steps} steps) ...")
+    # The labels `selfcal selfmodel train` uses: fewer rays per image leave the surface too sparsely
+    # labelled for a false-free figure under half a percent even on the native session.
     trainer = SelfModelTrainer(steps=steps, seed=seed, batch=2048, prior_batch=512, threads=1,
-                               labels=LabelSettings(hit_rays_per_image=300, background_rays_per_image=300))
+                               labels=LabelSettings())
     start = time.perf_counter()
     model = trainer.fit([load_session(session_path)]).model
     seconds = time.perf_counter() - start
@@ -148,7 +150,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/no-depth-bench"))
     parser.add_argument("--poses", type=int, default=30)
     parser.add_argument("--heldout", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--seed", type=int, default=3)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -170,7 +172,7 @@ def main() -> None:
     results = {label: trained_figures(args.workdir, f"r{k}", path, heldout, args.steps, args.seed)
                for k, (label, (path, _)) in enumerate(runs.items())}
     native_chamfer = results["native session"]["chamfer_l1_mm"]
-    rows = []
+    rows, verdicts = [], []
     for label, figures in results.items():
         summary = runs[label][1]
         zeros = "-" if summary is None else ", ".join(
@@ -178,6 +180,8 @@ def main() -> None:
         ratio = figures["chamfer_l1_mm"] / native_chamfer
         met = "-" if summary is None else ("met" if ratio <= TARGETS["chamfer_over_native"]
                                            and figures["false_free_rate"] < TARGETS["false_free"] else "NOT met")
+        if label.endswith("--no-depth auto"):
+            verdicts.append(met == "met")
         rows.append([label, zeros, f"{figures['chamfer_l1_mm']:.2f}", f"x{ratio:.2f}", f"{figures['accuracy_mm']:.2f}",
                      f"{figures['completeness_mm']:.2f}", f"{100 * figures['false_free_rate']:.2f}", met])
     lines = [f"two_joint_box_room rig (3 stereo cameras, 160 x 120), {args.poses} poses natively and as ROS 2 bags "
@@ -185,7 +189,9 @@ def main() -> None:
              f"model on top; self-models of {args.steps} steps (seed {args.seed}, 1 thread) evaluated on "
              f"{args.heldout} held-out native poses. Targets: Chamfer-L1 within "
              f"{TARGETS['chamfer_over_native']}x the native session's and false-free under "
-             f"{100 * TARGETS['false_free']:.1f} % (both, per bag imported with auto).", "",
+             f"{100 * TARGETS['false_free']:.1f} % (both, per bag imported with auto); labels as `selfmodel train` "
+             f"makes them (LabelSettings' defaults).", "",
+             f"**Targets met on {sum(verdicts)} of {len(verdicts)} bags imported with auto.**", "",
              table(["training session", "no reading per camera", "Chamfer-L1 mm", "over native", "accuracy mm",
                     "completeness mm", "false-free %", "targets"], rows)]
     write_section("no-depth", "Depth with no background: what a pixel with no reading means", "\n".join(lines), command)
