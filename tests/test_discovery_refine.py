@@ -71,10 +71,12 @@ def test_the_random_poses_bring_back_an_axis_the_sweeps_placed_off():
               DiscoveredJoint("b", "revolute", off.tolist(), [0.0, 0.004, 0.506], 0, -2, 2, 1, 1, 1, 9, 100, 1)]
     chain = DiscoveredChain(joints, [0.0, 0.0], link_points={"a_link": home_points[0].tolist(),
                                                             "tip": home_points[1].tolist()})
-    report = AxisRefinement(voxel=0.004).fit(chain, _Frames(clouds), list(range(len(q))), noise, q)
+    refined = AxisRefinement(voxel=0.004).fit(chain, _Frames(clouds), list(range(len(q))), noise, q)
+    report = refined.report
     assert report["poses"] == 12
     assert report["residual_rms_mm_after"] < 0.8 * report["residual_rms_mm_before"], report  # measured 0.97 from 1.43
-    found = chain.joints[1]
+    assert chain.joints[1].direction == off.tolist()  # the chain it was given stays the sweeps' estimate
+    found = refined.chain.joints[1]
     direction = np.array(found.direction)
     error_deg = np.degrees(np.arccos(min(1.0, abs(direction @ TRUE[1][0]))))
     error_mm = 1000 * line_distance(TRUE[1][1], np.array(found.point), direction)
@@ -82,3 +84,18 @@ def test_the_random_poses_bring_back_an_axis_the_sweeps_placed_off():
     assert 0 < found.direction_sd_deg < 0.5 and 0 < found.position_sd_mm < 2.0, found
     # The sweeps' own estimate is the starting point the report measures the change from.
     assert report["joints"][1]["turned_deg"] > 1.0 and report["joints"][1]["moved_mm"] > 4.0, report
+
+
+def test_a_discovered_chain_predicts_where_its_links_go():
+    """predict(q) is the chain's forward kinematics: a turn of the first joint by 90 degrees about z
+    carries a point 1 m out along x to 1 m out along y, and the second link turns with it."""
+    joints = [DiscoveredJoint("a", "revolute", [0.0, 0.0, 1.0], [0.0, 0.0, 0.0], 0, -2, 2, 1, 1, 1, 9, 100, 1),
+              DiscoveredJoint("b", "prismatic", [1.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0, -2, 2, 1, 1, 1, 9, 100, 1)]
+    chain = DiscoveredChain(joints, [0.0, 0.1])
+    motions = chain.predict([[np.pi / 2, 0.3], [0.0, 0.1]])
+    assert motions.shape == (2, 2, 4, 4)
+    point = np.array([1.0, 0.0, 0.0, 1.0])
+    assert np.allclose(motions[0, 0] @ point, [0.0, 1.0, 0.0, 1.0], atol=1e-12)
+    # The slide moved 0.2 m from home along x, then the turn carried that to y.
+    assert np.allclose(motions[0, 1] @ point, [0.0, 1.2, 0.0, 1.0], atol=1e-12)
+    assert np.allclose(motions[1], np.eye(4))  # at home nothing moves

@@ -31,9 +31,9 @@ from rigs.documents import check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, read_json
 from selfmodel.discovery.depth_points import DepthFrames, Sweep, find_sweeps
-from selfmodel.discovery.refine import AxisRefinement
-from selfmodel.discovery.screws import (axis_point, cloud_with_normals, register, rotation_vector, screw_motion,
-                                        slide_motion, thin)
+from selfmodel.discovery.refine import AxisRefinement, RefinedAxes
+from selfmodel.discovery.screws import (axis_point, chain_motions, cloud_with_normals, register, rotation_vector,
+                                        screw_motion, slide_motion, thin)
 from selfmodel.discovery.segmentation import MotionSegmentation
 
 Progress = Callable[[int, int], None]
@@ -85,6 +85,18 @@ class DiscoveredChain:
     @property
     def joint_names(self) -> list[str]:
         return [j.name for j in self.joints]
+
+    def predict(self, q) -> np.ndarray:
+        """q (N, dof) or (dof,) readings, rad or m -> (N, dof, 4, 4): where the chain takes each
+        moving link (1..dof), as its motion from home in the base frame (a link's points at home,
+        ``link_points``, land at ``motion @ point``). The same kinematics the discovered URDF holds."""
+        q = np.atleast_2d(np.asarray(q, float))
+        if q.shape[1] != len(self.joints):
+            raise ValueError(f"q has {q.shape[1]} joints, the chain {len(self.joints)}")
+        axes = [(np.array(j.direction, float), np.array(j.point, float)) for j in self.joints]
+        revolute = [j.type == "revolute" for j in self.joints]
+        home = np.array(self.home, float)
+        return np.array([chain_motions(axes, revolute, pose - home) for pose in q]).reshape(len(q), len(axes), 4, 4)
 
     def save(self, path: Path) -> None:
         document = {"format": FORMAT, "format_version": FORMAT_VERSION, "units": {"length": "m", "angle": "rad"},
@@ -176,7 +188,9 @@ class ChainDiscovery:
         if others and self.refine_poses:
             # The axes rest on the sweeps' point sets: pixels that their own joint's sweep moved,
             # that the fitted motion explains, and that no later joint's sweep moved.
-            chain.source["refinement"] = self.refine(chain, frames, session, others)
+            refined = self.refine(chain, frames, session, others)
+            chain = refined.chain
+            chain.source["refinement"] = refined.report
         # What each link is, voted by every frame now that the chain's motion is known (each sweep's
         # own reference frame only saw its joint's part of the story): the links' shapes, not the
         # axes. The vote is inclusive where two links' motions explain a point alike (a flange board
@@ -208,9 +222,9 @@ class ChainDiscovery:
                                         "points": {name: len(points) for name, points in zip(names, links[1:])},
                                         "static_points": len(links[0]), "base_points": len(chain.base_points)}
 
-    def refine(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, rows: list[int]) -> dict:
+    def refine(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, rows: list[int]) -> RefinedAxes:
         """All axes refined at once over the poses ``rows`` (the random ones: every joint away from
-        home), and each axis's uncertainty from that fit; ``chain`` changes in place."""
+        home), and each axis's uncertainty from that fit: a refined copy of ``chain`` and a report."""
         noise = self._noise(frames, rows)
         return AxisRefinement(max_poses=self.refine_poses, voxel=max(self.voxel, noise),
                               seed=self.seed).fit(chain, frames, rows, noise, session.q)

@@ -17,18 +17,30 @@ one clustered by pose only, is far too confident.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import least_squares
 from scipy.spatial import cKDTree
 
-from selfmodel.discovery.screws import cloud_with_normals, screw_motion, slide_motion, thin
+from selfmodel.discovery.screws import chain_motions, cloud_with_normals, thin
+
+
+@dataclass
+class RefinedAxes:
+    """What :class:`AxisRefinement` gives back: ``chain``, a refined copy of the DiscoveredChain it
+    was given (directions, points and their standard deviations), and ``report``: poses used, RMS
+    point-to-plane residual (mm) before and after, per joint the change and the standard deviations."""
+
+    chain: object
+    report: dict
 
 
 @dataclass
 class AxisRefinement:
-    """Configure, then ``fit(chain, frames, rows, noise)`` refines ``chain``'s axes in place.
+    """Configure, then ``fit(chain, frames, rows, noise, q)`` -> :class:`RefinedAxes`; the chain it
+    is given stays as it was (the sweeps' estimate, which a caller may want to compare against).
 
     ``max_poses``: random poses used at most (spread over those recorded); ``points_per_link``:
     each link's home points used at most per pose; ``voxel`` (m): thinning of the observed clouds;
@@ -47,11 +59,10 @@ class AxisRefinement:
     patch: float = 0.03
     seed: int = 0
 
-    def fit(self, chain, frames, rows: list[int], noise: float, q: np.ndarray) -> dict:
-        """Refine the axes of ``chain`` (a DiscoveredChain, changed in place) with the frames of
-        session ``rows`` (random poses; ``q`` (N, dof) the session's readings). Returns a report:
-        poses used, RMS point-to-plane residual (mm) before and after, per joint the change and the
-        standard deviations."""
+    def fit(self, chain, frames, rows: list[int], noise: float, q: np.ndarray) -> RefinedAxes:
+        """The axes of ``chain`` (a DiscoveredChain) refined with the frames of session ``rows``
+        (random poses; ``q`` (N, dof) the session's readings; ``noise`` m, the depth noise)."""
+        chain = copy.deepcopy(chain)
         rng = np.random.default_rng(self.seed)
         if len(rows) > self.max_poses:
             rows = [rows[i] for i in np.linspace(0, len(rows) - 1, self.max_poses).round().astype(int)]
@@ -108,11 +119,7 @@ class AxisRefinement:
 
         def carried(x, delta):
             """(dof, 4, 4): the motion of each link (1..dof) from home to the pose ``delta`` from home."""
-            total, out = np.eye(4), []
-            for (d, p), rev, value in zip(axes(x), revolute, delta):
-                total = total @ (screw_motion(d, p, value) if rev else slide_motion(d, value))
-                out.append(total)
-            return out
+            return chain_motions(axes(x), revolute, delta)
 
         def posed(x, delta):
             motions = carried(x, delta)
@@ -147,7 +154,7 @@ class AxisRefinement:
 
         x = layout([(np.array(j.direction, float), np.array(j.point, float)) for j in joints], set())
         if not views or not len(x):
-            return {"poses": len(views), "joints": []}
+            return RefinedAxes(chain, {"poses": len(views), "joints": []})
         before = _robust_rms(residuals(x, match(x, self.gate)), noise)
         x, gate = solve(x, self.gate, self.rounds + 1)
         matched = match(x, gate)
@@ -213,7 +220,7 @@ class AxisRefinement:
             report["joints"].append({"joint": joint.name, "turned_deg": turn, "moved_mm": moved_mm,
                                      "crosses_previous": i in held, "direction_sd_deg": joint.direction_sd_deg,
                                      "position_sd_mm": joint.position_sd_mm})
-        return report
+        return RefinedAxes(chain, report)
 
 
 def _crossing_distance(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray],

@@ -28,6 +28,17 @@ def slide_motion(direction: np.ndarray, distance: float) -> np.ndarray:
     return motion
 
 
+def chain_motions(axes: list[tuple[np.ndarray, np.ndarray]], revolute: list[bool], delta) -> list[np.ndarray]:
+    """(dof,) list of (4, 4): the motion of each link 1..dof from home to the readings ``delta``
+    (dof,) rad or m from home, the product of the joints' screw motions (``axes``: per joint a unit
+    direction (3,) and a point (3,) m on it, base frame at home; a slide uses only the direction)."""
+    total, out = np.eye(4), []
+    for (direction, point), turns, value in zip(axes, revolute, delta):
+        total = total @ (screw_motion(direction, point, value) if turns else slide_motion(direction, value))
+        out.append(total)
+    return out
+
+
 def rotation_vector(motion: np.ndarray) -> np.ndarray:
     """(3,) axis times angle (rad) of a motion's rotation."""
     return Rotation.from_matrix(motion[:3, :3]).as_rotvec()

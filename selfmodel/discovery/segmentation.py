@@ -19,19 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial import cKDTree
 
-from selfmodel.discovery.screws import screw_motion, slide_motion, thin
+from selfmodel.discovery.screws import thin
 from selfmodel.labels.seen_through import pixels
-
-
-def link_motions(chain, delta: np.ndarray) -> np.ndarray:
-    """(dof + 1, 4, 4): each link's motion (base frame) from home to the readings ``home + delta``
-    (dof,); link 0 (the base) does not move."""
-    total, out = np.eye(4), [np.eye(4)]
-    for joint, value in zip(chain.joints, delta):
-        d, p = np.array(joint.direction, float), np.array(joint.point, float)
-        total = total @ (screw_motion(d, p, value) if joint.type == "revolute" else slide_motion(d, value))
-        out.append(total)
-    return np.stack(out)
 
 
 @dataclass
@@ -58,9 +47,11 @@ class MotionSegmentation:
     seed: int = 0
 
     def fit(self, chain, frames, q: np.ndarray, source_rows: list[int], vote_rows: list[int], noise: float):
-        home = np.array(chain.home, float)
         links = len(chain.joints) + 1
-        motions = {row: link_motions(chain, q[row] - home) for row in set(source_rows) | set(vote_rows)}
+        # Link 0 (the base) does not move; links 1..dof as the chain's kinematics take them.
+        rows = sorted(set(source_rows) | set(vote_rows))
+        moved = chain.predict(q[rows]) if rows else np.zeros((0, len(chain.joints), 4, 4))
+        motions = {row: np.concatenate([np.eye(4)[None], motion]) for row, motion in zip(rows, moved)}
         tolerance = max(self.tolerance * noise, self.min_tolerance)
         gathered = [[] for _ in range(links)]
         sources = []
