@@ -195,6 +195,7 @@ def hand_eye_lines(result) -> str:
              f"  held-out figures: {s['validation']['description']}",
              f"  floor {s['floor_px']:.3f} px: corner noise {s['pixel_sigma']:.3f} px, flange error {flange['mm']:.3g} mm / "
              f"{flange['deg']:.3g} deg per axis ({flange['source']})",
+             *([f"  least squares: {s['weighting']['reason']}"] if s.get("weighting") else []),
              "  closed-form methods (RMS px on every photo): " + ", ".join(
                  f"{m} {v:.3f}" for m, v in s["closed_form"]["methods_rms_px"].items())]
     camera_what = "base_T_camera" if result.setup == "eye-to-hand" else "flange_T_camera"

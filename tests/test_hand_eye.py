@@ -102,6 +102,9 @@ def test_eye_to_hand_finds_the_camera_and_passes_at_the_floor(sessions, recordin
     assert angle < 0.3
     # The least-squares fit beats the closed-form start on photos it did not see.
     assert summary["holdout"]["rms_px"] < summary["holdout_nominal"]["rms_px"]
+    # Of the two weightings, the delivered one is the one that held out better on the same folds.
+    weighting = summary["weighting"]
+    assert summary["holdout"]["rms_px"] == min(weighting["holdout_rms_px"].values()), weighting
     assert all(p["corners"] >= 6 and p["rms_px"] < 3 for p in summary["photos"])
     assert (tmp_path / "cal" / "calibration.yaml").is_file()
 
@@ -162,6 +165,24 @@ def test_the_verdict_knows_the_flange_error():
     huge = {**estimated, "m": 5e-3, "mm": 5.0}
     verdict = hand_eye_verdict({**base, "floor_px": 3.0, "flange_sigma": huge})
     assert verdict.result == "CANNOT TELL" and "--flange-sigma" in verdict.reason
+
+
+def test_the_weighting_that_holds_out_better_is_kept():
+    """Per-photo weighting (flange error in each photo's covariance) is kept unless weighting every
+    corner alike held out better: with few poses a flange turn and the camera mount's turn look alike
+    and the weighting can leave the mount loose (a real 7-photo recording: 6.8 px against 1.5 px)."""
+    from calib.workflows.hand_eye import _choose_weighting
+
+    def cross(per_photo, per_corner):
+        return {"per photo": None if per_photo is None else {"rms_px": per_photo},
+                "per corner": None if per_corner is None else {"rms_px": per_corner}}
+
+    loose = _choose_weighting(cross(6.848, 1.483), (0.0, 1.3e-3))
+    assert loose["chosen"] == "per corner" and "1.483 px against 6.848 px" in loose["reason"]
+    assert _choose_weighting(cross(0.70, 0.72), (2e-4, 3e-4))["chosen"] == "per photo"
+    assert _choose_weighting(cross(0.70, 0.70), (2e-4, 3e-4))["chosen"] == "per photo"  # a tie keeps the weighting
+    assert _choose_weighting(cross(None, None), (2e-4, 3e-4))["chosen"] == "per photo"  # too few poses to tell
+    assert "same fit" in _choose_weighting(cross(0.9, 0.8), (0.0, 0.0))["reason"]
 
 
 def test_auto_keeps_the_simplest_model_within_two_percent():
