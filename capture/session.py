@@ -364,6 +364,7 @@ def read_manifest(path: Path) -> dict:
             board.positive("square_m")
             board.positive("marker_m")
             board.get("dictionary", "str", "DICT_4X4_50")
+            board.get("legacy", "bool", False)
             board.get("tip_T_board_nominal", "matrix", None, shape=(4, 4), nullable=True)
     scene = top.get("scene", "table", None, nullable=True)
     if scene is not None:

@@ -38,6 +38,10 @@ class Table:
             if not isinstance(value, str) or not value:
                 raise InputError(f"{self.where(key)} should be a non-empty string, got {value!r}.")
             return value
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise InputError(f"{self.where(key)} should be true or false, got {value!r}.")
+            return value
         if kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"{self.where(key)} should be an integer, got {value!r}.")

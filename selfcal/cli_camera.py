@@ -18,8 +18,9 @@ def register(app: typer.Typer) -> None:
 
 def calibrate_camera(
     images: List[Path] = typer.Argument(..., help="PNG/JPEG images of a ChArUco board, all from one camera."),
-    board: str = typer.Option(..., "--board", help="charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY, "
-                                                   "e.g. charuco:7:5:0.035:0.026:4X4_50 (sizes in metres)."),
+    board: str = typer.Option(..., "--board", help="charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY[:legacy], "
+                                                   "e.g. charuco:7:5:0.035:0.026:4X4_50 (sizes in metres; "
+                                                   ":legacy for a board OpenCV drew before 4.6)."),
     out: Path = typer.Option(..., "--out", help="ROS camera_info YAML file to write."),
     name: Optional[str] = typer.Option(None, "--name", help="camera_name in the YAML (default: the file's stem)."),
     free_k3: bool = typer.Option(False, "--free-k3", help="Also fit the third radial coefficient (wide-angle lenses)."),

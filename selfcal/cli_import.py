@@ -128,8 +128,7 @@ def _board_entry(board: str | None) -> dict | None:
 
     spec = parse_board(board)
     # The board's pose on the flange is found by the calibration (hand-eye, then the fit).
-    return {"kind": "charuco", "squares": list(spec.squares), "square_m": spec.square, "marker_m": spec.marker,
-            "dictionary": spec.dictionary, "tip_T_board_nominal": np.eye(4).tolist()}
+    return {**spec.manifest(), "tip_T_board_nominal": np.eye(4).tolist()}
 
 
 def _mount_plane(text: str) -> float | None:
@@ -173,7 +172,7 @@ MOUNT_PLANE = typer.Option("0", "--mount-plane", help="Height in mm (base frame)
 DEPTH_NOISE = typer.Option(None, "--depth-noise", help="Depth noise sigma in m at 1 m (sigma = this * z^2, the stereo law); default: measured from still frames (bags).")
 NO_DEPTH = typer.Option([], "--no-depth", help=NO_DEPTH_HELP)
 FAR_RANGE = typer.Option(None, "--far-range", help="The cameras' far range in m: how far a 0 that means nothing in range is free space (default: the largest reading each camera gave; state a driver's clipping distance here).")
-BOARD = typer.Option(None, "--board", help="The ChArUco board on the flange, charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY: lets `selfcal calibrate` find the camera poses.")
+BOARD = typer.Option(None, "--board", help="The ChArUco board on the flange, charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY[:legacy] (:legacy for a board OpenCV drew before 4.6): lets `selfcal calibrate` find the camera poses.")
 
 
 FLANGE_POSES = typer.Option(None, "--flange-poses", help="The robot's reported flange pose per photo, in place of "

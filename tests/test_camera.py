@@ -141,6 +141,21 @@ def test_board_specs_are_checked():
         parse_board("charuco:20:20:0.02:0.015:4X4_50")
 
 
+def test_a_board_drawn_by_an_older_opencv_is_read_with_legacy():
+    """OpenCV 4.6 changed the pattern of boards with an even number of rows; a printout of the older
+    one shows no corners as today's board, and all of them with :legacy."""
+    from calib.sensors.board import BoardDetector
+
+    old = parse_board("charuco:7:10:0.024:0.018:4X4_250:legacy")
+    assert old.legacy and old.describe().endswith(":legacy")
+    assert parse_board(old.describe()) == old
+    image = old.opencv_board().generateImage((700, 1000), marginSize=40)
+    assert BoardDetector(parse_board("charuco:7:10:0.024:0.018:4X4_250")).detect(image).count == 0
+    assert BoardDetector(old).detect(image).count == old.corner_count
+    with pytest.raises(InputError, match="legacy"):
+        parse_board("charuco:7:10:0.024:0.018:4X4_250:old")
+
+
 def test_hand_eye_recovers_known_camera_and_board_poses():
     import cv2
 

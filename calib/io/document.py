@@ -130,8 +130,7 @@ def calibration_document(calibration) -> dict:
             for name, pose in calibration.base_T_camera.items()}
     if calibration.board is not None and calibration.tip_T_board is not None:
         board = calibration.board
-        document["board"] = {"kind": "charuco", "spec": board.describe(), "squares": list(board.squares),
-                             "square_m": board.square, "marker_m": board.marker, "dictionary": board.dictionary,
+        document["board"] = {**board.manifest(), "spec": board.describe(),
                              "tip_T_board": _frame(calibration.tip_T_board),
                              "twist_std": _floats(calibration.board_std if calibration.board_std is not None else np.zeros(6)),
                              "frame": BOARD_FRAME, "pixel_sigma": calibration.pixel_sigma}
@@ -368,7 +367,8 @@ def _read_cameras(path: Path, document: dict) -> dict:
     where = f"{path}: board"
     try:
         board = make_board(tuple(int(v) for v in board_entry["squares"]), float(board_entry["square_m"]),
-                           float(board_entry["marker_m"]), str(board_entry["dictionary"]), where)
+                           float(board_entry["marker_m"]), str(board_entry["dictionary"]), where,
+                           board_entry.get("legacy", False) is True)
     except (KeyError, TypeError, ValueError) as error:
         raise InputError(f"{where} is incomplete ({type(error).__name__}: {error}).") from None
     return {"base_T_camera": base_T_camera, "camera_std": camera_std, "intrinsics": intrinsics, "board": board,

@@ -24,12 +24,17 @@ MIN_CORNERS = 6  # fewer corners than this do not constrain a pose (PnP) or a vi
 
 @dataclass(frozen=True)
 class CharucoBoardSpec:
-    """A printed ChArUco board: ``squares`` (columns, rows), square and marker sides in metres."""
+    """A printed ChArUco board: ``squares`` (columns, rows), square and marker sides in metres.
+
+    ``legacy``: the pattern OpenCV drew before 4.6, which differs from today's on boards with an
+    even number of rows (the top-left square white, not black): such a board read as today's
+    shows no corners at all."""
 
     squares: tuple[int, int]
     square: float
     marker: float
     dictionary: str = "DICT_4X4_50"
+    legacy: bool = False
 
     @property
     def corner_count(self) -> int:
@@ -45,7 +50,10 @@ class CharucoBoardSpec:
         import cv2  # OpenCV takes 0.3 s to load; only camera work needs it
 
         dictionary = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, self.dictionary))
-        return cv2.aruco.CharucoBoard(self.squares, self.square, self.marker, dictionary)
+        board = cv2.aruco.CharucoBoard(self.squares, self.square, self.marker, dictionary)
+        if self.legacy:
+            board.setLegacyPattern(True)
+        return board
 
     def corners_opencv(self, ids: np.ndarray) -> np.ndarray:
         """Inner corners ``ids`` (N,) -> (N, 3) m in OpenCV's board frame (what cv2.solvePnP wants)."""
@@ -59,7 +67,17 @@ class CharucoBoardSpec:
 
     def describe(self) -> str:
         return (f"charuco:{self.squares[0]}:{self.squares[1]}:{self.square:g}:{self.marker:g}:"
-                f"{self.dictionary.removeprefix('DICT_')}")
+                f"{self.dictionary.removeprefix('DICT_')}" + (":legacy" if self.legacy else ""))
+
+    def manifest(self) -> dict:
+        """The board as a session manifest's ``sensors.board`` and a calibration document hold it."""
+        return {"kind": "charuco", "squares": list(self.squares), "square_m": self.square, "marker_m": self.marker,
+                "dictionary": self.dictionary, **({"legacy": True} if self.legacy else {})}
+
+
+# What a board that shows no corners may be, said beside the refusal.
+LEGACY_HINT = ("a board OpenCV drew before 4.6 with an even number of rows has the older pattern: "
+               "add :legacy to its description")
 
 
 def _dictionary_name(text: str, where: str) -> str:
@@ -74,26 +92,29 @@ def _dictionary_name(text: str, where: str) -> str:
 
 
 def parse_board(text: str) -> CharucoBoardSpec:
-    """``charuco:SQX:SQY:SQUARE_M:MARKER_M:DICT`` (e.g. ``charuco:7:5:0.035:0.026:4X4_50``)."""
+    """``charuco:SQX:SQY:SQUARE_M:MARKER_M:DICT[:legacy]`` (e.g. ``charuco:7:5:0.035:0.026:4X4_50``;
+    ``:legacy`` for a board drawn by OpenCV before 4.6)."""
     where = f"--board {text!r}"
     parts = text.split(":")
-    if len(parts) != 6 or parts[0].lower() != "charuco":
-        raise InputError(f"{where}: expected charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY, "
+    legacy = len(parts) == 7 and parts[6].strip().lower() == "legacy"
+    if len(parts) not in (6, 7) or parts[0].lower() != "charuco" or (len(parts) == 7 and not legacy):
+        raise InputError(f"{where}: expected charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY[:legacy], "
                          f"e.g. charuco:7:5:0.035:0.026:4X4_50.")
     try:
         squares = (int(parts[1]), int(parts[2]))
         square, marker = float(parts[3]), float(parts[4])
     except ValueError:
         raise InputError(f"{where}: squares must be integers and sizes numbers in metres.") from None
-    return make_board(squares, square, marker, _dictionary_name(parts[5], where), where)
+    return make_board(squares, square, marker, _dictionary_name(parts[5], where), where, legacy)
 
 
-def make_board(squares: tuple[int, int], square: float, marker: float, dictionary: str, where: str) -> CharucoBoardSpec:
+def make_board(squares: tuple[int, int], square: float, marker: float, dictionary: str, where: str,
+               legacy: bool = False) -> CharucoBoardSpec:
     if min(squares) < 2 or max(squares) > 100:
         raise InputError(f"{where}: a ChArUco board needs 2 to 100 squares a side, got {squares[0]} x {squares[1]}.")
     if not (0 < marker < square < 10):
         raise InputError(f"{where}: need 0 < marker ({marker} m) < square ({square} m); sizes are in metres.")
-    board = CharucoBoardSpec(squares, float(square), float(marker), _dictionary_name(dictionary, where))
+    board = CharucoBoardSpec(squares, float(square), float(marker), _dictionary_name(dictionary, where), bool(legacy))
     import cv2  # OpenCV takes 0.3 s to load; only camera work needs it
 
     markers = squares[0] * squares[1] // 2
@@ -113,7 +134,8 @@ def board_from_manifest(manifest: dict, where: str) -> CharucoBoardSpec | None:
         raise InputError(f"{where}: sensors.board.kind {entry.get('kind')!r} is not supported (only 'charuco').")
     try:
         return make_board((int(entry["squares"][0]), int(entry["squares"][1])), float(entry["square_m"]),
-                          float(entry["marker_m"]), str(entry.get("dictionary", "DICT_4X4_50")), where)
+                          float(entry["marker_m"]), str(entry.get("dictionary", "DICT_4X4_50")), where,
+                          entry.get("legacy", False) is True)
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise InputError(f"{where}: sensors.board is incomplete ({type(error).__name__}: {error}).") from None
 
