@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 MIN_CORNERS = 6  # fewer corners than this do not constrain a pose (PnP) or a view (intrinsics)
 
@@ -75,7 +75,7 @@ def _dictionary_name(text: str, where: str) -> str:
 
 def parse_board(text: str) -> CharucoBoardSpec:
     """``charuco:SQX:SQY:SQUARE_M:MARKER_M:DICT`` (e.g. ``charuco:7:5:0.035:0.026:4X4_50``)."""
-    where = f"--board {text!r}"
+    where = f"{setting('board')} {text!r}"
     parts = text.split(":")
     if len(parts) != 6 or parts[0].lower() != "charuco":
         raise InputError(f"{where}: expected charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY, "
