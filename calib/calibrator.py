@@ -326,13 +326,15 @@ class Calibrator:
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
         check_same_robot(sessions)
         if self.per_session and len(sessions) < 2:
-            raise InputError(f"{setting('per_session')} {','.join(self.per_session)} gives each session its own frames, and "
-                             f"{sessions[0].path} is the only session; calibrate it without {setting('per_session')}.")
+            raise InputError(f"{setting('per_session')} {','.join(self.per_session)} gives each session its own frames, "
+                             f"and {sessions[0].path} is the only session; calibrate it without "
+                             f"{setting('per_session')}.")
         if self.fit_intrinsics and not any(BY_NAME["board_corners"].present(s) for s in sessions):
             names = ", ".join(str(s.path) for s in sessions)
-            raise InputError(f"{setting('fit_intrinsics')} fits the cameras' focal lengths and principal points to images of the "
-                             f"board on the flange, but {names} {'has' if len(sessions) == 1 else 'have'} no camera "
-                             f"images of a board (cameras/ and sensors.board in session.json); calibrate without it.")
+            raise InputError(f"{setting('fit_intrinsics')} fits the cameras' focal lengths and principal points to "
+                             f"images of the board on the flange, but {names} {'has' if len(sessions) == 1 else 'have'} "
+                             f"no camera images of a board (cameras/ and sensors.board in session.json); calibrate "
+                             f"without it.")
         first = sessions[0]
         tip_link = self.tip_link or first.tip_link
         chain = ChainModel.from_urdf(first.urdf_path, first.base_link, tip_link)
@@ -377,10 +379,10 @@ class Calibrator:
                                np.concatenate([s.payload_kg[rows] for s, rows in zip(sessions, fit_rows)]),
                                chain.joint_names, SerialChain(chain).prismatic)
         if self.require_full and envelope.still:
-            raise InputError(f"{setting('require_full')}: {joint_list(envelope.still)} did not move (readings span under "
-                             f"{np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; record "
-                             f"poses that move every joint, or leave out {setting('require_full')} to fit what these poses "
-                             f"determine.")
+            raise InputError(f"{setting('require_full')}: {joint_list(envelope.still)} did not move (readings span "
+                             f"under {np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; "
+                             f"record poses that move every joint, or leave out {setting('require_full')} to fit what "
+                             f"these poses determine.")
         return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets, envelope,
                        torque_model)
 
@@ -389,8 +391,8 @@ class Calibrator:
         measured = all(has_torques(s) for s in sessions)
         if self.torques == "measured" and not measured:
             lacking = next(s for s in sessions if not has_torques(s))
-            raise InputError(f"{lacking.path / 'joints.csv'}: {setting('torques')} measured needs an effort_<joint> column "
-                             f"(N m) for every chain joint.")
+            raise InputError(f"{lacking.path / 'joints.csv'}: {setting('torques')} measured needs an effort_<joint> "
+                             f"column (N m) for every chain joint.")
         wants_compliance = self.deflection == "auto" or modes.geometry_of(self.deflection) == "compliance"
         if self.torques == "model" or not measured or not wants_compliance:
             return None

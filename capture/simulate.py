@@ -297,14 +297,16 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
         raise InputError(f"{setting('poses')} must be at least 1, got {poses}.")
     if payload_kg < 0:
         raise InputError(f"{setting('payload_kg')} must not be negative, got {payload_kg} kg.")
-    busy = f"{partial}: another capture is recording into it now; wait for it to finish or choose another {setting('out')}."
+    busy = (f"{partial}: another capture is recording into it now; wait for it to finish or choose another "
+            f"{setting('out')}.")
     if is_locked(partial):
         raise InputError(busy)
     if partial.exists() and not resume:
-        raise InputError(f"{partial}: an interrupted capture is there; run the same command with {setting('resume')} to continue "
-                         f"it, or remove {partial} to start over.")
+        raise InputError(f"{partial}: an interrupted capture is there; run the same command with {setting('resume')} to "
+                         f"continue it, or remove {partial} to start over.")
     if resume and not partial.is_dir():
-        raise InputError(f"{partial}: nothing to resume (no interrupted capture for {out}); run without {setting('resume')}.")
+        raise InputError(f"{partial}: nothing to resume (no interrupted capture for {out}); run without "
+                         f"{setting('resume')}.")
     clean_leftovers(partial)  # a layout a killed run left half done
     check_new_output(out)
 

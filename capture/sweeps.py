@@ -34,8 +34,8 @@ def parse_joint_ranges(texts: list[str]) -> list[SweepRange]:
         low_text, sep2, high_text = span.partition(":")
         name = name.strip()
         if not sep or not sep2 or not name or "," in name:
-            raise InputError(f"{setting('joint_ranges')} {text!r}: write NAME=LOWER:UPPER (radians, or metres for a sliding joint), "
-                             f"e.g. joint1=-0.5:0.5.")
+            raise InputError(f"{setting('joint_ranges')} {text!r}: write NAME=LOWER:UPPER (radians, or metres for a "
+                             f"sliding joint), e.g. joint1=-0.5:0.5.")
         try:
             lower, upper = float(low_text), float(high_text)
         except ValueError:
@@ -46,7 +46,8 @@ def parse_joint_ranges(texts: list[str]) -> list[SweepRange]:
             raise InputError(f"{setting('joint_ranges')} {name!r} is given twice.")
         ranges.append(SweepRange(name, lower, upper))
     if not ranges:
-        raise InputError(f"give the arm's joints as {setting('joint_ranges')} NAME=LOWER:UPPER, base to tip, or a {setting('rig')}.")
+        raise InputError(f"give the arm's joints as {setting('joint_ranges')} NAME=LOWER:UPPER, base to tip, or a "
+                         f"{setting('rig')}.")
     return ranges
 
 

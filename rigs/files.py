@@ -192,7 +192,8 @@ def check_new_output(out: Path, force: bool = False) -> None:
     if os.path.lexists(out) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder.")
     if out.exists() and not force:
-        raise InputError(f"{out}: output folder already exists; choose another {setting('out')} or pass {setting('force')}.")
+        raise InputError(f"{out}: output folder already exists; choose another {setting('out')} or pass "
+                         f"{setting('force')}.")
     _check_writable(out)
     clean_leftovers(out)
 

@@ -316,8 +316,8 @@ PACKAGE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z0-9_.-]+)*$")
 def check_package_name(package: str) -> None:
     """InputError unless ``package`` is a ROS package name, optionally with a folder inside it."""
     if not PACKAGE_NAME.match(package) or ".." in package.split("/"):
-        raise InputError(f"{setting('ros_package')} {package!r}: give a ROS package name (letters, digits, underscores), "
-                         f"optionally with the folder inside it, e.g. my_robot_description/calibration.")
+        raise InputError(f"{setting('ros_package')} {package!r}: give a ROS package name (letters, digits, "
+                         f"underscores), optionally with the folder inside it, e.g. my_robot_description/calibration.")
 
 
 def use_package_uris(path: Path, package: str) -> None:

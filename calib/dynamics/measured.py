@@ -90,9 +90,9 @@ def check_sign(measured: np.ndarray, modelled: np.ndarray, where: str, flipped: 
     if r is not None and r < 0:
         if flipped:
             raise InputError(f"{where}: the measured joint torques, flipped by {setting('flip_torque_sign')}, correlate "
-                             f"negatively (r = {r:.2f}) with {model_words}: the drive already reports Pinocchio's "
-                             f"sign; leave out {setting('flip_torque_sign')}.")
+                             f"negatively (r = {r:.2f}) with {model_words}: the drive already reports Pinocchio's sign; "
+                             f"leave out {setting('flip_torque_sign')}.")
         raise InputError(f"{where}: the measured joint torques correlate negatively (r = {r:.2f}) with {model_words}: "
-                         f"the drive reports the opposite sign of the torque that holds the arm up; pass {setting('flip_torque_sign')} "
-                         f"to use them.")
+                         f"the drive reports the opposite sign of the torque that holds the arm up; pass "
+                         f"{setting('flip_torque_sign')} to use them.")
     return r

@@ -98,7 +98,7 @@ def tool_disagreement(tools: list[tuple[str, dict[str, np.ndarray], float]]) -> 
     if worst is None:
         return None
     _, path_a, path_b, name, apart, limit = worst
-    return (f"the tool differs between sessions {path_a} and {path_b}: {name} sits {apart * 1e3:.1f} mm apart on "
-            f"the flange when each session places it alone (their own scatter allows {limit * 1e3:.1f} mm), so one "
-            f"tool cannot fit both; if the marker was remounted between them, calibrate with {setting('per_session')} tool "
+    return (f"the tool differs between sessions {path_a} and {path_b}: {name} sits {apart * 1e3:.1f} mm apart on the "
+            f"flange when each session places it alone (their own scatter allows {limit * 1e3:.1f} mm), so one tool "
+            f"cannot fit both; if the marker was remounted between them, calibrate with {setting('per_session')} tool "
             f"(each session its own tool, the arm fitted once).")

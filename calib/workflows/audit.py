@@ -263,8 +263,8 @@ def measuring_point(text: str | None, session: Session) -> MeasuringPoint:
         return MeasuringPoint("reflector", text)
     if text == "tcp" or "," in text:
         if not registered:
-            raise InputError(f"{setting('point')} {text}: a point other than a reflector is registered from three or more "
-                             f"reflectors; {session.path / 'tracker.csv'} has {len(names)} ({', '.join(names)}).")
+            raise InputError(f"{setting('point')} {text}: a point other than a reflector is registered from three or "
+                             f"more reflectors; {session.path / 'tracker.csv'} has {len(names)} ({', '.join(names)}).")
         if text == "tcp":
             return MeasuringPoint("tcp", "tcp")
         try:
@@ -272,7 +272,8 @@ def measuring_point(text: str | None, session: Session) -> MeasuringPoint:
         except ValueError:
             xyz = ()
         if len(xyz) != 3 or not np.all(np.isfinite(xyz)):
-            raise InputError(f"{setting('point')} {text!r}: give X,Y,Z in mm in the tip frame, e.g. {setting('point')} 0,0,120.")
+            raise InputError(f"{setting('point')} {text!r}: give X,Y,Z in mm in the tip frame, e.g. {setting('point')} "
+                             f"0,0,120.")
         return MeasuringPoint("point", text, xyz)
     raise InputError(f"{setting('point')} {text!r}: not tcp, X,Y,Z (mm, tip frame) or a reflector of the session "
                      f"({', '.join(names)}).")
@@ -351,11 +352,11 @@ def audit_report(session: Session, calibration_dir: Path | None = None, point: s
     """AP, RP (and APa, RPa with 3+ reflectors) per pose, AD and RD between P2 and P4, per model, at
     the measuring point ``point`` names (see :func:`measuring_point`), with the instrument's RP there."""
     if calibration_dir is not None and HandEyeCalibration.is_one(calibration_dir):
-        raise InputError(f"{calibration_dir} is a hand-eye calibration: it places the cameras and the board "
-                         f"around the flange and holds no model of the arm, so it commands no pose differently from "
-                         f"the nominal one and an ISO 9283 audit has nothing of it to judge; audit the arm without "
-                         f"{setting('calibration_dir')}, or with a kinematic calibration (`selfcal calibrate` of a session with "
-                         f"joint angles).")
+        raise InputError(f"{calibration_dir} is a hand-eye calibration: it places the cameras and the board around the "
+                         f"flange and holds no model of the arm, so it commands no pose differently from the nominal "
+                         f"one and an ISO 9283 audit has nothing of it to judge; audit the arm without "
+                         f"{setting('calibration_dir')}, or with a kinematic calibration (`selfcal calibrate` of a "
+                         f"session with joint angles).")
     rows = check_audit_session(session)
     chosen = measuring_point(point, session)
     frames = [nominal_frame(session)]

@@ -41,11 +41,12 @@ def registration_rows(session: Session, names: list[str] | None) -> tuple[np.nda
         return rows, rows
     chosen = pose_rows(session, names, setting("registration_poses"))
     if len(chosen) < MIN_REGISTRATION_POSES:
-        raise InputError(f"{setting('registration_poses')}: names {len(chosen)} poses; registering the tracker needs at least "
-                         f"{MIN_REGISTRATION_POSES}.")
+        raise InputError(f"{setting('registration_poses')}: names {len(chosen)} poses; registering the tracker needs at "
+                         f"least {MIN_REGISTRATION_POSES}.")
     rest = np.setdiff1d(np.arange(count), chosen)
     if not len(rest):
-        raise InputError(f"{setting('registration_poses')}: names every pose of {session.path}; leave some to validate on.")
+        raise InputError(f"{setting('registration_poses')}: names every pose of {session.path}; leave some to validate "
+                         f"on.")
     return chosen, rest
 
 
@@ -104,20 +105,21 @@ def validate_registered(calibration, session: Session, register: bool, names: li
     unknown = sorted(set(tracker.targets) - (set() if tool else set(calibration.targets)))
     if unknown and names is None and locate is None and not tool:
         raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration; name "
-                         f"the poses that locate it with {setting('registration_poses')} (they are left out of the figures).")
+                         f"the poses that locate it with {setting('registration_poses')} (they are left out of the "
+                         f"figures).")
     if not register and not tool and names is not None and not unknown:
-        raise InputError(f"{setting('registration_poses')} names the poses that register the tracker or locate a new reflector: "
-                         f"add {setting('register')} tracker, or a reflector the calibration does not hold.")
+        raise InputError(f"{setting('registration_poses')} names the poses that register the tracker or locate a new "
+                         f"reflector: add {setting('register')} tracker, or a reflector the calibration does not hold.")
     if locate is not None and not unknown:
-        raise InputError(f"{setting('locate_poses')} locates reflectors the calibration does not hold, and every reflector of "
-                         f"{session.path} is in it.")
+        raise InputError(f"{setting('locate_poses')} locates reflectors the calibration does not hold, and every "
+                         f"reflector of {session.path} is in it.")
     reg_rows, eval_rows = registration_rows(session, names)
     locate_rows = reg_rows if locate is None else pose_rows(session, locate, setting("locate_poses"))
     if locate is not None:
         eval_rows = np.setdiff1d(eval_rows, locate_rows)
         if not len(eval_rows):
-            raise InputError(f"{setting('locate_poses')}: with the registration poses, names every pose of {session.path}; "
-                             f"leave some to validate on.")
+            raise InputError(f"{setting('locate_poses')}: with the registration poses, names every pose of "
+                             f"{session.path}; leave some to validate on.")
     tips = calibration.base_T_tip(session.q, session.payload_kg)
     tips[:, :3, 3] += calibration.tip_shift(session.q, session.payload_kg)
     point_tips = tips[tracker.pose_index]
@@ -145,8 +147,8 @@ def validate_registered(calibration, session: Session, register: bool, names: li
         rows = in_locate & (np.array(tracker.targets) == name)
         if not rows.any():  # one pose determines the three offsets; more give redundancy
             raise InputError(f"{session.path}: reflector {name!r} is not seen at the poses that locate it "
-                             f"({setting('locate_poses') if locate is not None else setting('registration_poses')}); name one "
-                             f"where it was measured.")
+                             f"({setting('locate_poses') if locate is not None else setting('registration_poses')}); "
+                             f"name one where it was measured.")
         offsets[name] = _locate(point_tips[rows], tracker.xyz[rows], frame)
         located[name] = [float(v) for v in offsets[name]]
     all_rows = np.ones(len(tracker.targets), bool)

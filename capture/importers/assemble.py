@@ -87,7 +87,8 @@ def check_robot(robot: Robot) -> ChainJoints:
 
 def _read_measurements(measurements: Measurements) -> tuple[PointRecords | None, PoseRecords | None]:
     if measurements.points is None and measurements.poses is None:
-        raise InputError(f"nothing to import: give {setting('points')} (reflector points) and/or {setting('poses')} (6-DoF poses).")
+        raise InputError(f"nothing to import: give {setting('points')} (reflector points) and/or {setting('poses')} "
+                         f"(6-DoF poses).")
     if measurements.match not in MATCHES:
         raise InputError(f"{setting('match')} {measurements.match!r} is not one of {', '.join(MATCHES)}.")
     points = read_points(measurements.points, measurements.length_unit) if measurements.points is not None else None

@@ -415,7 +415,8 @@ def _bag_camera_poses(reader, bag: Path, cameras, robot: Robot, options: CameraO
         if transforms is None or not transforms.parent:
             if options.camera_poses == "tf":
                 raise InputError(f"{bag}: the bag has no {TF_STATIC} transforms, so camera {camera.name!r} has no pose "
-                                 f"({setting('camera_poses')} tf); use {setting('camera_poses')} auto to leave it to a board calibration.")
+                                 f"({setting('camera_poses')} tf); use {setting('camera_poses')} auto to leave it to a "
+                                 f"board calibration.")
             poses[camera.name] = (None, f"the bag has no {TF_STATIC}")
             continue
         frames = transforms.frames
@@ -427,7 +428,8 @@ def _bag_camera_poses(reader, bag: Path, cameras, robot: Robot, options: CameraO
         if pose is None:
             if options.camera_poses == "tf":
                 raise InputError(f"{bag}: {TF_STATIC} does not link {robot.base_link!r} to {camera.frame_id!r} (camera "
-                                 f"{camera.name!r}); use {setting('camera_poses')} auto to leave it to a board calibration.")
+                                 f"{camera.name!r}); use {setting('camera_poses')} auto to leave it to a board "
+                                 f"calibration.")
             poses[camera.name] = (None, f"{TF_STATIC} does not link {robot.base_link} to {camera.frame_id}")
             continue
         convention = "optical" if is_optical(camera.frame_id, options.frame_convention) else "body (rotated to optical)"
@@ -483,7 +485,8 @@ def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOp
             lines = "; ".join(f"{name}: " + ", ".join(f"{n} {reason}" for reason, n in c["dropped"].items())
                               for name, c in frames.counts.items())
             raise InputError(f"{bag}: no camera frame was taken while the arm stood still ({lines}); check "
-                             f"{setting('still')} ({options.still:g} rad) and {setting('still_window')} ({options.still_window:g} s).")
+                             f"{setting('still')} ({options.still:g} rad) and {setting('still_window')} "
+                             f"({options.still_window:g} s).")
         poses = _bag_camera_poses(reader, Path(bag), found, robot, options)
         for camera in found:
             check_depth_against_pose(camera, poses[camera.name][0], options, Path(bag))

@@ -53,8 +53,8 @@ def parse_flange_frames(text: str) -> tuple[str, str]:
     """``--flange-frames PARENT,CHILD`` -> (parent, child) tf frame names (a leading ``/`` dropped)."""
     parts = [part.strip().lstrip("/") for part in str(text).split(",")]
     if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise InputError(f"{setting('flange_frames')} {text!r}: expected PARENT,CHILD, two different tf frames: the robot's "
-                         f"base and its flange (e.g. base_link,tool0).")
+        raise InputError(f"{setting('flange_frames')} {text!r}: expected PARENT,CHILD, two different tf frames: the "
+                         f"robot's base and its flange (e.g. base_link,tool0).")
     return parts[0], parts[1]
 
 
@@ -74,8 +74,8 @@ class FlangeBagOptions:
 
     def check(self) -> None:
         if (self.flange_frames is None) == (self.flange_file is None):
-            raise InputError(f"give {setting('flange_frames')} PARENT,CHILD (the flange pose from the bag's /tf) or {setting('flange_file')} "
-                             "FILE (from the controller's file), one of them.")
+            raise InputError(f"give {setting('flange_frames')} PARENT,CHILD (the flange pose from the bag's /tf) or "
+                             f"{setting('flange_file')} FILE (from the controller's file), one of them.")
         if not self.tolerance > 0:
             raise InputError(f"{setting('tolerance')} must be positive, got {self.tolerance:g} s.")
         if self.depth_scale is not None and not self.depth_scale > 0:
@@ -100,22 +100,22 @@ def _where(camera: BagCamera, number: int) -> str:
 def _check_frames(tree: TransformTree, bag: Path, parent: str, child: str) -> None:
     """Both frames in the bag's tf tree, linked, and moved by /tf: else one sentence."""
     if not tree.moving and not tree.static.parent:
-        raise InputError(f"{bag}: no {TF} or {TF_STATIC} transforms; {setting('flange_frames')} needs the robot's transforms "
-                         f"(record {TF} and {TF_STATIC} with the images).")
+        raise InputError(f"{bag}: no {TF} or {TF_STATIC} transforms; {setting('flange_frames')} needs the robot's "
+                         f"transforms (record {TF} and {TF_STATIC} with the images).")
     known = tree.frames
     for frame in (parent, child):
         if frame not in known:
             listing = ", ".join(sorted(known)[:12]) + (", ..." if len(known) > 12 else "")
-            raise InputError(f"{bag}: frame {frame!r} of {setting('flange_frames')} {parent},{child} is in neither {TF} nor "
-                             f"{TF_STATIC} (their frames: {listing}).")
+            raise InputError(f"{bag}: frame {frame!r} of {setting('flange_frames')} {parent},{child} is in neither {TF} "
+                             f"nor {TF_STATIC} (their frames: {listing}).")
     if not tree.linked(parent, child):
         raise InputError(f"{bag}: {TF} and {TF_STATIC} do not link {parent!r} to {child!r} (their trees' roots are "
-                         f"{tree.ancestors(parent)[-1]!r} and {tree.ancestors(child)[-1]!r}); {setting('flange_frames')} names "
-                         f"the robot's base and its flange.")
+                         f"{tree.ancestors(parent)[-1]!r} and {tree.ancestors(child)[-1]!r}); "
+                         f"{setting('flange_frames')} names the robot's base and its flange.")
     if not tree.moving_on_chain(parent, child):
         raise InputError(f"{bag}: {TF_STATIC} alone links {parent!r} to {child!r}, so the flange never moves in this "
-                         f"bag and hand-eye needs photos at many flange poses; {setting('flange_frames')} names the robot's base "
-                         f"and its flange (a frame {TF} moves).")
+                         f"bag and hand-eye needs photos at many flange poses; {setting('flange_frames')} names the "
+                         f"robot's base and its flange (a frame {TF} moves).")
 
 
 def plan_from_tf(reader, bag: Path, cameras: list[BagCamera], options: FlangeBagOptions) -> PhotoPlan:

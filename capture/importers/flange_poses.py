@@ -187,16 +187,16 @@ def check_flange_poses(poses: FlangePoses, length_unit: str, from_tf: bool = Fal
         raise InputError(f"{source}: {poses.rows[far]}: the flange is {distance[far]:.4g} m from the base, farther than "
                          f"any arm reaches; " + (f"is the first frame of {setting('flange_frames')} the robot's base?" if from_tf
                                                  else f"positions are read in {length_unit} ({setting('length_unit')} "
-                                                      f"{length_unit}): pass {setting('length_unit')} mm if the file is in "
-                                                      f"millimetres."))
+                                                      f"{length_unit}): pass {setting('length_unit')} mm if the file is "
+                                                      f"in millimetres."))
     spread = float(np.linalg.norm(positions.max(axis=0) - positions.min(axis=0))) if len(positions) > 1 else None
     if spread is not None and spread < MIN_FLANGE_SPREAD_M:
         raise InputError(f"{source}: every flange position lies within {1000 * spread:.3g} mm of the others, less than "
                          f"any hand-eye recording moves; " + (f"is the second frame of {setting('flange_frames')} the flange?"
                                                               if from_tf else
-                                                              f"positions are read in {length_unit} ({setting('length_unit')} "
-                                                              f"{length_unit}): pass {setting('length_unit')} m if the file is in "
-                                                              f"metres."))
+                                                              f"positions are read in {length_unit} "
+                                                              f"({setting('length_unit')} {length_unit}): pass "
+                                                              f"{setting('length_unit')} m if the file is in metres."))
     for i in range(len(positions)):
         for j in range(i + 1, len(positions)):
             moved = float(np.linalg.norm(positions[i] - positions[j]))

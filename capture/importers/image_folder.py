@@ -82,9 +82,9 @@ def _check_scale(values: np.ndarray, units_m: float, path: Path) -> None:
     low, high = DEPTH_RANGE_M
     if not low <= median <= high:
         guess = 10.0 ** round(np.log10(1.5 * units_m / median))
-        raise InputError(f"{path}: the median depth is {median:.4g} m at {setting('depth_scale')} {units_m:g} m per unit, outside "
-                         f"the {low:g}-{high:g} m a depth camera measures; pass {setting('depth_scale')} {guess:g} if the values "
-                         f"are in another unit.")
+        raise InputError(f"{path}: the median depth is {median:.4g} m at {setting('depth_scale')} {units_m:g} m per "
+                         f"unit, outside the {low:g}-{high:g} m a depth camera measures; pass {setting('depth_scale')} "
+                         f"{guess:g} if the values are in another unit.")
 
 
 def _camera_files(folder: Path, pose_ids: set[str]) -> dict[str, dict[str, Path]]:

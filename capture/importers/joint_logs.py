@@ -79,7 +79,8 @@ def read_joint_log(path: Path, chain: ChainJoints, length_unit: str = "mm", angl
             extra_columns[name] = column
         else:
             raise InputError(f"{table.path}: column {name!r} is neither a joint of the chain ({', '.join(chain.names)}) "
-                             f"nor pose, time, payload_kg or effort_<joint>; fix its name or pass {setting('keep_extra')}.")
+                             f"nor pose, time, payload_kg or effort_<joint>; fix its name or pass "
+                             f"{setting('keep_extra')}.")
     if pose_column is None and time_column is None:
         raise InputError(f"{table.path}: column 'pose' is missing (a joints file without pose ids needs a time column).")
     for name in chain.names:

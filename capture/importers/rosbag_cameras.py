@@ -97,8 +97,8 @@ def parse_camera_choice(text: str) -> tuple[str, list[str]]:
     name, sep, topics = text.partition("=")
     name = name.strip()
     if not sep or not name or NAME.search(name) or not topics.strip():
-        raise InputError(f"{setting('cameras')} {text!r}: expected NAME=DEPTH_TOPIC[,COLOUR_TOPIC] with a name of letters, "
-                         f"digits, '_' or '-'.")
+        raise InputError(f"{setting('cameras')} {text!r}: expected NAME=DEPTH_TOPIC[,COLOUR_TOPIC] with a name of "
+                         f"letters, digits, '_' or '-'.")
     return name, [t.strip() for t in topics.split(",") if t.strip()]
 
 
@@ -164,7 +164,8 @@ def _check_depth_scale(depth: np.ndarray, stream: Stream, units_m: float, bag: P
     else:
         unit = "millimetres" if units_m == MILLIMETRE else f"{units_m:g} m per unit"
         guess = 10.0 ** round(np.log10(1.5 * units_m / median))
-        hint = f"its {stream.kind.encoding} values read as {unit}; pass {setting('depth_scale')} {guess:g} if they are in another unit"
+        hint = (f"its {stream.kind.encoding} values read as {unit}; pass {setting('depth_scale')} {guess:g} if they "
+                f"are in another unit")
     raise InputError(f"{where}: the median depth is {median:.4g} m, outside the {low:g}-{high:g} m a depth camera "
                      f"measures; {hint}.")
 
@@ -188,10 +189,11 @@ def scan_cameras(reader, bag: Path, chosen: list[str] | None, units_m: float) ->
                 raise InputError(f"{setting('cameras')} {name!r} is given twice.")
             for topic in topics:
                 if topic not in by_topic:
-                    raise InputError(f"{bag}: {setting('cameras')} {name}: no topic {topic!r} (the bag's image topics: {listing}).")
+                    raise InputError(f"{bag}: {setting('cameras')} {name}: no topic {topic!r} (the bag's image topics: "
+                                     f"{listing}).")
                 if topic not in images:
-                    raise InputError(f"{bag}: {setting('cameras')} {name}: topic {topic} carries {by_topic[topic][0].msgtype}, not "
-                                     f"an image (the bag's image topics: {listing}).")
+                    raise InputError(f"{bag}: {setting('cameras')} {name}: topic {topic} carries "
+                                     f"{by_topic[topic][0].msgtype}, not an image (the bag's image topics: {listing}).")
             groups[name] = topics
     else:
         for topic in sorted(images):

@@ -67,8 +67,8 @@ def _check_units_comment(table: Table, unit: str) -> None:
         if match and UNIT_ALIASES.get(match.group(1).lower()) in ("m", "mm", "cm", "in"):
             written = UNIT_ALIASES[match.group(1).lower()]
             if written != unit:
-                raise InputError(f"{table.path}: the file says its units are {match.group(1)!r} but {setting('length_unit')} is "
-                                 f"{unit!r}; pass {setting('length_unit')} {written}.")
+                raise InputError(f"{table.path}: the file says its units are {match.group(1)!r} but "
+                                 f"{setting('length_unit')} is {unit!r}; pass {setting('length_unit')} {written}.")
             return
 
 

@@ -205,8 +205,8 @@ class CollisionExporter:
         rng = np.random.default_rng(self.seed)
         sources = link_sources(model, rng, where, self.free_configurations, self.free_consistency)
         if self.max_spheres < len(sources):
-            raise InputError(f"{setting('max_spheres')} {self.max_spheres}: the model has {len(sources)} links with a body; the "
-                             f"sphere budget must give each at least one.")
+            raise InputError(f"{setting('max_spheres')} {self.max_spheres}: the model has {len(sources)} links with a "
+                             f"body; the sphere budget must give each at least one.")
         seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0, "separation": 0.0}
         bodies: dict[str, LinkBody] = {}
         occupancies = {}

@@ -57,7 +57,8 @@ def check_previous(previous, kind: str, spec: ChainSpec | None, joint_names: lis
     """A previous model to start from must be of the same kind and the same chain."""
     where = str(getattr(previous, "folder", "the previous model"))
     if previous.kind != kind:
-        raise InputError(f"{where}: a {previous.kind} model cannot start a {kind} training; use {setting('kind')} {previous.kind}.")
+        raise InputError(f"{where}: a {previous.kind} model cannot start a {kind} training; use {setting('kind')} "
+                         f"{previous.kind}.")
     names = spec.joint_names if spec is not None else joint_names
     if list(previous.joint_names) != list(names):
         raise InputError(f"{where}: its joints ({', '.join(previous.joint_names)}) are not the session's "

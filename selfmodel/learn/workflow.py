@@ -76,14 +76,15 @@ def training_folder(out: Path, run: dict, resume: bool):
         raise InputError(busy)
     if resume:
         if not (partial / "run.json").is_file():
-            raise InputError(f"{partial}: nothing to resume (no interrupted training for {out}); run without {setting('resume')}.")
+            raise InputError(f"{partial}: nothing to resume (no interrupted training for {out}); run without "
+                             f"{setting('resume')}.")
         previous = read_json(partial / "run.json", "training record")
         if previous != run:
             raise InputError(f"{partial}/run.json: the interrupted training used other options ({previous}); "
                              f"resume with the same ones.")
     elif partial.exists():
-        raise InputError(f"{partial}: an interrupted training is there; run the same command with {setting('resume')} to continue "
-                         f"it, or remove {partial} to start over.")
+        raise InputError(f"{partial}: an interrupted training is there; run the same command with {setting('resume')} "
+                         f"to continue it, or remove {partial} to start over.")
     clean_leftovers(partial)
     created = False
     if not resume:
