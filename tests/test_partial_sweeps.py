@@ -86,7 +86,8 @@ def test_sessions_with_their_own_mounts_are_refused_in_one_sentence_naming_the_o
     with pytest.raises(InputError) as error:
         Calibrator(deflection="none").fit(sessions)
     message = str(error.value)
-    assert "tool differs between sessions" in message and "--per-session tool" in message
+    assert "tool differs between sessions" in message and "per_session tool" in message
+    assert error.value.settings == ("per_session",)
     assert str(sessions[0]) in message and str(sessions[1]) in message and " mm apart" in message
 
 
