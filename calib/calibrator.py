@@ -54,7 +54,7 @@ from calib.sensors.blocks import evaluate, keep_units, stack, unit_count, withou
 from calib.sensors.registry import BY_NAME, SENSORS
 from calib.sensors.sensor import Prepared, StartValues, join_errors
 from capture.session import Session, check_same_robot, load_session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.kinematics import ChainModel
 from rigs.transforms import invert
 
@@ -306,19 +306,19 @@ class Calibrator:
 
     def _check_options(self) -> None:
         if self.model not in ("full", "offsets"):
-            raise InputError(f"--model must be 'full' or 'offsets', got {self.model!r}.")
+            raise InputError(f"{setting('model')} must be 'full' or 'offsets', got {self.model!r}.")
         modes.check_mode(self.deflection)
         if self.torques not in ("auto", "measured", "model"):
-            raise InputError(f"--torques must be 'auto', 'measured' or 'model', got {self.torques!r}.")
+            raise InputError(f"{setting('torques')} must be 'auto', 'measured' or 'model', got {self.torques!r}.")
         if not 0.0 <= self.holdout < 1.0:
-            raise InputError(f"--holdout must be in [0, 1), got {self.holdout}.")
+            raise InputError(f"{setting('holdout')} must be in [0, 1), got {self.holdout}.")
         if self.folds is not None and int(self.folds) < 2:
-            raise InputError(f"--folds must be at least 2, got {self.folds}.")
+            raise InputError(f"{setting('folds')} must be at least 2, got {self.folds}.")
         unknown = [name for name in self.per_session if name not in PER_SESSION_FRAMES]
         if unknown:
-            raise InputError(f"--per-session takes {' and '.join(PER_SESSION_FRAMES)}, got {unknown[0]!r}.")
+            raise InputError(f"{setting('per_session')} takes {' and '.join(PER_SESSION_FRAMES)}, got {unknown[0]!r}.")
         if self.pixel_sigma is not None and not self.pixel_sigma > 0:
-            raise InputError(f"--pixel-sigma must be positive, got {self.pixel_sigma}.")
+            raise InputError(f"{setting('pixel_sigma')} must be positive, got {self.pixel_sigma}.")
 
     def _problem(self, sessions) -> Problem:
         if not sessions:
@@ -326,13 +326,15 @@ class Calibrator:
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
         check_same_robot(sessions)
         if self.per_session and len(sessions) < 2:
-            raise InputError(f"--per-session {','.join(self.per_session)} gives each session its own frames, and "
-                             f"{sessions[0].path} is the only session; calibrate it without --per-session.")
+            raise InputError(f"{setting('per_session')} {','.join(self.per_session)} gives each session its own frames, "
+                             f"and {sessions[0].path} is the only session; calibrate it without "
+                             f"{setting('per_session')}.")
         if self.fit_intrinsics and not any(BY_NAME["board_corners"].present(s) for s in sessions):
             names = ", ".join(str(s.path) for s in sessions)
-            raise InputError(f"--fit-intrinsics fits the cameras' focal lengths and principal points to images of the "
-                             f"board on the flange, but {names} {'has' if len(sessions) == 1 else 'have'} no camera "
-                             f"images of a board (cameras/ and sensors.board in session.json); calibrate without it.")
+            raise InputError(f"{setting('fit_intrinsics')} fits the cameras' focal lengths and principal points to "
+                             f"images of the board on the flange, but {names} {'has' if len(sessions) == 1 else 'have'} "
+                             f"no camera images of a board (cameras/ and sensors.board in session.json); calibrate "
+                             f"without it.")
         first = sessions[0]
         tip_link = self.tip_link or first.tip_link
         chain = ChainModel.from_urdf(first.urdf_path, first.base_link, tip_link)
@@ -377,10 +379,10 @@ class Calibrator:
                                np.concatenate([s.payload_kg[rows] for s, rows in zip(sessions, fit_rows)]),
                                chain.joint_names, SerialChain(chain).prismatic)
         if self.require_full and envelope.still:
-            raise InputError(f"--require-full: {joint_list(envelope.still)} did not move (readings span under "
-                             f"{np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; record "
-                             f"poses that move every joint, or leave out --require-full to fit what these poses "
-                             f"determine.")
+            raise InputError(f"{setting('require_full')}: {joint_list(envelope.still)} did not move (readings span "
+                             f"under {np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; "
+                             f"record poses that move every joint, or leave out {setting('require_full')} to fit what "
+                             f"these poses determine.")
         return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets, envelope,
                        torque_model)
 
@@ -389,8 +391,8 @@ class Calibrator:
         measured = all(has_torques(s) for s in sessions)
         if self.torques == "measured" and not measured:
             lacking = next(s for s in sessions if not has_torques(s))
-            raise InputError(f"{lacking.path / 'joints.csv'}: --torques measured needs an effort_<joint> column "
-                             f"(N m) for every chain joint.")
+            raise InputError(f"{lacking.path / 'joints.csv'}: {setting('torques')} measured needs an effort_<joint> "
+                             f"column (N m) for every chain joint.")
         wants_compliance = self.deflection == "auto" or modes.geometry_of(self.deflection) == "compliance"
         if self.torques == "model" or not measured or not wants_compliance:
             return None
@@ -411,7 +413,7 @@ class Calibrator:
         if self.deflection != "auto":
             raise InputError(f"{urdf}: has no link inertials, so the arm's gravity torques are zero and joint "
                              f"compliance cannot be fitted; record the joint torques (effort_<joint> columns in "
-                             f"joints.csv) or choose --deflection none or learned.")
+                             f"joints.csv) or choose {setting('deflection')} none or learned.")
         note = "not tried: the URDF has no link inertials and the sessions no measured torques"
         kept = tuple(m for m in wanted if modes.geometry_of(m) != "compliance")
         return kept, {m: note for m in wanted if m not in kept}

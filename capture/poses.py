@@ -78,5 +78,5 @@ def read_plan(path: Path, limits: ChainJoints) -> Plan:
                          f"non-empty text without commas.")
     q = np.array(q, dtype=float)
     check_joint_values(q, q, joint_names, limits.types, limits.lower, limits.upper,
-                       [f"row {n}" for n in range(2, len(ids) + 2)], path, "rad", flag=None)
+                       [f"row {n}" for n in range(2, len(ids) + 2)], path, "rad", unit_setting=None)
     return Plan(ids, q, extra)

@@ -453,7 +453,7 @@ def load_session(path: Path) -> Session:
     q_array = np.array(q, dtype=float).reshape(len(pose_ids), len(joint_names))
     if limits is not None:
         check_joint_values(q_array, q_array, joint_names, limits.types, limits.lower, limits.upper,
-                           [f"row {n}" for n in range(2, len(pose_ids) + 2)], joints_path, "rad", flag=None)
+                           [f"row {n}" for n in range(2, len(pose_ids) + 2)], joints_path, "rad", unit_setting=None)
     session = Session(path, manifest, joint_names, pose_ids, q_array, np.array(payload, dtype=float), extra)
     if robot.get("flange_poses") is not None:
         session.base_T_flange = _session_flange_poses(path, robot["flange_poses"], pose_ids, manifest_path)
@@ -641,7 +641,7 @@ class SessionWriter:
                 _cut_torn_line(path / name)
             header, rows = read_csv_rows(path / "joints.csv")
         except InputError as error:
-            raise InputError(f"{path}: cannot be resumed ({error}); remove it and record again.") from None
+            raise InputError(f"{path}: cannot be resumed ({error.marked}); remove it and record again.") from None
         joint_names = manifest["robot"]["joint_names"]
         extra = [h for h in header if h not in ("pose", "payload_kg", *joint_names)]
         done = [row[0] for row in rows if len(row) == len(header)]

@@ -22,7 +22,7 @@ from capture.camera_info import CameraInfo
 from capture.poses import Plan, random_poses
 from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, pose_id
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import (TEMPORARY_TAG, atomic_write_json, current_umask, check_new_output, clean_leftovers, is_locked,
                         locked_folder, make_parents, remove_empty_folders, rename_no_replace)
 from rigs.simulator import Simulator, true_tip_T_board
@@ -292,19 +292,21 @@ def capture_simulated(rig: Rig, poses: int, seed: int, out: Path, payload_kg: fl
     out = Path(out)
     partial = partial_path(out)
     if os.path.lexists(out):
-        raise InputError(f"{out}: already exists; choose another --out.")
+        raise InputError(f"{out}: already exists; choose another {setting('out')}.")
     if plan is None and poses < 1:
-        raise InputError(f"--poses must be at least 1, got {poses}.")
+        raise InputError(f"{setting('poses')} must be at least 1, got {poses}.")
     if payload_kg < 0:
-        raise InputError(f"--payload must not be negative, got {payload_kg} kg.")
-    busy = f"{partial}: another capture is recording into it now; wait for it to finish or choose another --out."
+        raise InputError(f"{setting('payload_kg')} must not be negative, got {payload_kg} kg.")
+    busy = (f"{partial}: another capture is recording into it now; wait for it to finish or choose another "
+            f"{setting('out')}.")
     if is_locked(partial):
         raise InputError(busy)
     if partial.exists() and not resume:
-        raise InputError(f"{partial}: an interrupted capture is there; run the same command with --resume to continue "
-                         f"it, or remove {partial} to start over.")
+        raise InputError(f"{partial}: an interrupted capture is there; run the same command with {setting('resume')} to "
+                         f"continue it, or remove {partial} to start over.")
     if resume and not partial.is_dir():
-        raise InputError(f"{partial}: nothing to resume (no interrupted capture for {out}); run without --resume.")
+        raise InputError(f"{partial}: nothing to resume (no interrupted capture for {out}); run without "
+                         f"{setting('resume')}.")
     clean_leftovers(partial)  # a layout a killed run left half done
     check_new_output(out)
 
@@ -367,15 +369,15 @@ def _check_same_run(manifest: dict, partial: Path, rig: Rig, seed: int, total: i
     source = manifest.get("source") or {}
     if source.get("rig") != rig.name or source.get("seed") != seed:
         raise InputError(f"{partial}: was recorded from rig {source.get('rig')!r} with seed {source.get('seed')}; "
-                         f"resume with the same --rig and --seed.")
+                         f"resume with the same {setting('rig')} and {setting('seed')}.")
     if source.get("arm_seed") != arm_seed:
         recorded = source.get("arm_seed")
         raise InputError(f"{partial}: was recorded from " + ("the rig's own arm" if recorded is None else
-                                                             f"arm {recorded} (--arm-seed {recorded})")
-                         + "; resume with the same --arm-seed (another arm seed is another physical arm).")
+                                                             f"arm {recorded} ({setting('arm_seed')} {recorded})")
+                         + f"; resume with the same {setting('arm_seed')} (another arm seed is another physical arm).")
     if source.get("poses") != total:
         raise InputError(f"{partial}: was started for {source.get('poses')} poses, this run asks for {total}; resume "
-                         f"with the same --poses (or --plan).")
+                         f"with the same {setting('poses')} (or {setting('plan')}).")
 
 
 def _finish(partial: Path, out: Path) -> None:

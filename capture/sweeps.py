@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from capture.poses import Plan, random_poses
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 
 @dataclass(frozen=True)
@@ -34,19 +34,20 @@ def parse_joint_ranges(texts: list[str]) -> list[SweepRange]:
         low_text, sep2, high_text = span.partition(":")
         name = name.strip()
         if not sep or not sep2 or not name or "," in name:
-            raise InputError(f"--joint {text!r}: write NAME=LOWER:UPPER (radians, or metres for a sliding joint), "
-                             f"e.g. joint1=-0.5:0.5.")
+            raise InputError(f"{setting('joint_ranges')} {text!r}: write NAME=LOWER:UPPER (radians, or metres for a "
+                             f"sliding joint), e.g. joint1=-0.5:0.5.")
         try:
             lower, upper = float(low_text), float(high_text)
         except ValueError:
-            raise InputError(f"--joint {text!r}: LOWER and UPPER must be numbers.") from None
+            raise InputError(f"{setting('joint_ranges')} {text!r}: LOWER and UPPER must be numbers.") from None
         if not (np.isfinite(lower) and np.isfinite(upper) and lower < upper):
-            raise InputError(f"--joint {text!r}: LOWER must be a finite number below UPPER.")
+            raise InputError(f"{setting('joint_ranges')} {text!r}: LOWER must be a finite number below UPPER.")
         if any(r.name == name for r in ranges):
-            raise InputError(f"--joint {name!r} is given twice.")
+            raise InputError(f"{setting('joint_ranges')} {name!r} is given twice.")
         ranges.append(SweepRange(name, lower, upper))
     if not ranges:
-        raise InputError("give the arm's joints as --joint NAME=LOWER:UPPER, base to tip, or a --rig.")
+        raise InputError(f"give the arm's joints as {setting('joint_ranges')} NAME=LOWER:UPPER, base to tip, or a "
+                         f"{setting('rig')}.")
     return ranges
 
 
@@ -71,9 +72,9 @@ def sweep_plan(names: list[str], lower: np.ndarray, upper: np.ndarray, steps: in
     """
     lower, upper = np.asarray(lower, float), np.asarray(upper, float)
     if steps < 3:
-        raise InputError(f"--sweep-steps must be at least 3, got {steps}.")
+        raise InputError(f"{setting('steps')} must be at least 3, got {steps}.")
     if random_count < 0:
-        raise InputError(f"--poses must not be negative, got {random_count}.")
+        raise InputError(f"{setting('random_count')} must not be negative, got {random_count}.")
     home = home_pose(lower, upper)
     if is_free is not None and not is_free(home):
         raise InputError(f"the home pose ({', '.join(f'{n}={v:.3f}' for n, v in zip(names, home))}) is in collision; "

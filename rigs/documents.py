@@ -139,6 +139,6 @@ def check_format(document, path: Path, format_name: str, version: int, what: str
         if units is not None and key in units.data and units.data[key] != SI_UNITS[key]:
             raise InputError(f"{units.where(key)} is {units.data[key]!r}, but selfcal reads {key} only in "
                              f"{SI_UNITS[key]!r} (its files hold SI units; `selfcal import` converts other units "
-                             f"once, with --length-unit and --angle-unit).")
+                             f"once, with `--length-unit` and `--angle-unit`).")
     top.used |= {"format", "format_version", "units"}
     return top

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from rigs.errors import InputError, first_line
+from rigs.errors import InputError, first_line, setting
 
 TEMPORARY_TAG = ".selfcal-"
 _RENAME_NOREPLACE = 1
@@ -90,7 +90,7 @@ def clean_leftovers(target: Path) -> None:
             continue  # its run just finished
         if fd is None:
             raise InputError(f"{target}: another selfcal command is writing it now (into {leftover}); wait for it "
-                             f"to finish or choose another --out.")
+                             f"to finish or choose another {setting('out')}.")
         try:
             if leftover.is_dir() and not leftover.is_symlink():
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -157,9 +157,9 @@ def check_new_file(out: Path, force: bool = False) -> None:
     """Refuse a single output file that exists (unless ``force``) or that cannot be written."""
     out = Path(out)
     if out.is_dir():
-        raise InputError(f"{out}: is a folder; --out names the file to write.")
+        raise InputError(f"{out}: is a folder; {setting('out')} names the file to write.")
     if out.exists() and not force:
-        raise InputError(f"{out}: already exists; choose another --out or pass --force.")
+        raise InputError(f"{out}: already exists; choose another {setting('out')} or pass {setting('force')}.")
     _check_writable(out)
 
 
@@ -192,7 +192,8 @@ def check_new_output(out: Path, force: bool = False) -> None:
     if os.path.lexists(out) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder.")
     if out.exists() and not force:
-        raise InputError(f"{out}: output folder already exists; choose another --out or pass --force.")
+        raise InputError(f"{out}: output folder already exists; choose another {setting('out')} or pass "
+                         f"{setting('force')}.")
     _check_writable(out)
     clean_leftovers(out)
 
@@ -249,7 +250,7 @@ def _put_in_place(temporary: Path, out: Path, replace: tuple[int, int] | None) -
     # Not delivered under another name: results may name their own folder (a planner's config holds
     # its absolute path), so a copy beside ``out`` could point into someone else's folder.
     raise InputError(f"{out}: appeared while this command ran (another run, or a colleague's folder?), so it was "
-                     f"left as it is and these results were not written; run again with another --out.")
+                     f"left as it is and these results were not written; run again with another {setting('out')}.")
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 JOINT_LIMIT_MARGIN_RAD = float(np.deg2rad(1.0))
 JOINT_LIMIT_MARGIN_M = 0.002
@@ -68,11 +68,11 @@ def _at(lines: list, i: int) -> str:
 
 def check_joint_values(q: np.ndarray, raw: np.ndarray, joint_names: list[str], joint_types: list[str],
                        lower: np.ndarray, upper: np.ndarray, lines: list, path, angle_unit: str,
-                       flag: str | None = "--angle-unit") -> None:
+                       unit_setting: str | None = "angle_unit") -> None:
     """Joint values (N, dof) in rad/m, converted from ``raw`` in the file's units: within the URDF limits.
 
     A value far outside its joint's limits names the row; when the values would fit in the other
-    angle unit, the sentence says so (and names ``flag``, the option that sets the unit; None for a
+    angle unit, the sentence says so (and names ``unit_setting``, the setting for the unit; None for a
     file whose unit is fixed, like a session's joints.csv). A whole file of tiny "degrees" is
     radians read as degrees.
     """
@@ -92,13 +92,13 @@ def check_joint_values(q: np.ndarray, raw: np.ndarray, joint_names: list[str], j
         if kind == "prismatic":
             raise InputError(f"{path}: {_at(lines, i)}, column {name!r}: {raw[i, j]:g} is {q[i, j]:g} m, outside the "
                              f"joint's limits [{lower[j]:g}, {upper[j]:g}] m by more than {JOINT_LIMIT_MARGIN_M * 1000:g} mm"
-                             + ("; check --length-unit." if flag else "; the file holds metres."))
+                             + (f"; check {setting('length_unit')}." if unit_setting else "; the file holds metres."))
         hint = ""
         other = "rad" if angle_unit == "deg" else "deg"
         # Radians read as degrees fit once converted; degrees read as radians are also beyond a full turn.
         if low <= raw[i, j] * _ANGLE_UNITS[other] <= high and (other == "rad" or abs(raw[i, j]) > 2 * np.pi):
             words = "radians" if other == "rad" else "degrees"
-            hint = (f"; the values look like {words}, pass {flag} {other}" if flag else
+            hint = (f"; the values look like {words}, pass {setting(unit_setting)} {other}" if unit_setting else
                     f"; the values look like {words}, but this file holds {'radians' if angle_unit == 'rad' else 'degrees'}")
         limits = (f"[{np.rad2deg(lower[j]):.1f}, {np.rad2deg(upper[j]):.1f}] deg by more than 1 deg"
                   if kind != "continuous" else f"+-{CONTINUOUS_TURNS} turns of a continuous joint")
@@ -109,7 +109,7 @@ def check_joint_values(q: np.ndarray, raw: np.ndarray, joint_names: list[str], j
         largest = float(np.abs(raw[:, revolute]).max())
         if largest <= 2 * np.pi:
             raise InputError(f"{path}: every joint angle of {len(q)} poses lies within +-{largest:.2f} degrees; the values "
-                             f"look like radians" + (f", pass {flag} rad." if flag else "."))
+                             f"look like radians" + (f", pass {setting(unit_setting)} rad." if unit_setting else "."))
 
 
 def _unit_hint(ratio: float) -> str:

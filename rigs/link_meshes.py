@@ -41,7 +41,7 @@ def link_meshes(urdf_path: Path, links: list[str] | None = None, package_dirs: l
                 try:  # only meshes beside the URDF (or in package_dirs) are ever read
                     path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf_path.parent, list(package_dirs))
                 except InputError as error:
-                    raise InputError(f"{urdf_path}: {error}") from None
+                    raise InputError(f"{urdf_path}: {error.marked}") from None
                 try:
                     mesh = trimesh.load(str(path), force="mesh")
                 except Exception as error:  # trimesh raises many kinds on a bad file

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.spec import Rig
 from rigs.transforms import axis_angle, exp6, make_transform
 
@@ -70,9 +70,9 @@ def fleet_arm(rig: Rig, arm_seed: int) -> Rig:
     """
     if rig.truth is None:
         raise InputError(f"{rig.source}: rig {rig.name!r} has no [truth] section, so it has no arms to choose "
-                         f"with --arm-seed.")
+                         f"with {setting('arm_seed')}.")
     if arm_seed < 0:
-        raise InputError(f"--arm-seed must not be negative, got {arm_seed}.")
+        raise InputError(f"{setting('arm_seed')} must not be negative, got {arm_seed}.")
     return replace(rig, truth=replace(rig.truth, seed=arm_seed))
 
 

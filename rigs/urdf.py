@@ -19,7 +19,7 @@ import defusedxml
 import defusedxml.ElementTree as safe_xml
 import numpy as np
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import atomic_write_text
 from rigs.transforms import make_transform, matrix_to_rpy
 
@@ -235,7 +235,7 @@ def resolve_mesh(filename: str, urdf_dir: Path, package_dirs: list[Path] = ()) -
             raise InputError(f"mesh {filename!r} leads outside its package folder (to {outside.resolve()}); "
                              f"refusing to read it.")
         raise InputError(f"mesh {filename!r}: package {package!r} not found next to the URDF or in the package "
-                         f"folders given (--package-dir).")
+                         f"folders given ({setting('package_dirs')}).")
     if filename.startswith("file://"):
         filename = filename[len("file://"):]
     mesh = Path(filename)
@@ -265,7 +265,7 @@ def check_meshes(urdf_path: Path, package_dirs: list[Path] = ()) -> None:
         try:
             resolve_mesh(mesh.get("filename", ""), urdf_path.parent, list(package_dirs))
         except InputError as error:
-            raise InputError(f"{urdf_path}: {error}") from None
+            raise InputError(f"{urdf_path}: {error.marked}") from None
     for texture in tree.getroot().iter("texture"):
         if texture.get("filename"):
             raise InputError(f"{urdf_path}: <texture filename={texture.get('filename')!r}>: selfcal does not read "
@@ -316,8 +316,8 @@ PACKAGE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z0-9_.-]+)*$")
 def check_package_name(package: str) -> None:
     """InputError unless ``package`` is a ROS package name, optionally with a folder inside it."""
     if not PACKAGE_NAME.match(package) or ".." in package.split("/"):
-        raise InputError(f"--ros-package {package!r}: give a ROS package name (letters, digits, underscores), "
-                         f"optionally with the folder inside it, e.g. my_robot_description/calibration.")
+        raise InputError(f"{setting('ros_package')} {package!r}: give a ROS package name (letters, digits, "
+                         f"underscores), optionally with the folder inside it, e.g. my_robot_description/calibration.")
 
 
 def use_package_uris(path: Path, package: str) -> None:

@@ -60,7 +60,7 @@ def _check_joints(q, path: Path, limits) -> None:
     from rigs.limits import check_joint_values
 
     check_joint_values(q, q, limits.names, limits.types, limits.lower, limits.upper,
-                       [f"row {n}" for n in range(2, len(q) + 2)], path, "rad", flag=None)
+                       [f"row {n}" for n in range(2, len(q) + 2)], path, "rad", unit_setting=None)
 
 
 def predict(

@@ -20,6 +20,11 @@ from rich.text import Text
 
 from rigs.errors import InputError
 
+try:  # newer typer carries its own copy of click: its context is the one a command runs in
+    from typer._click.globals import get_current_context
+except ImportError:
+    from click import get_current_context
+
 err_console = Console(stderr=True)
 out_console = Console()
 
@@ -82,10 +87,52 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except InputError as error:
-        fail(str(error))
+        fail(in_flags(error))
     except KeyboardInterrupt:
         err_console.print("interrupted")
         raise typer.Exit(code=130)
+
+
+# Library settings reached through an option named otherwise (the keyword is not the option's
+# name); every other setting is found by name among the running command's options.
+SETTING_FLAGS = {
+    "calibration_dir": "--calibration",
+    "cameras": "--camera",
+    "depth_sigma_at_1m": "--depth-noise",
+    "false_free_max_pct": "--false-free-max",
+    "far_range_m": "--far-range",
+    "flange_file": "--flange-poses",
+    "joint_ranges": "--joint",
+    "max_pieces": "--pieces",
+    "max_spheres": "--spheres",
+    "package_dirs": "--package-dir",
+    "payload_kg": "--payload",
+    "random_count": "--poses",
+    "steps": "--sweep-steps",
+    "targets": "--target",
+}
+
+
+def in_flags(error: InputError) -> str:
+    """The library's sentence in the command line's terms: each setting it names becomes the flag of
+    the running command that sets it. A setting no option of this command sets keeps its name (a
+    flag the command does not take would send the user looking for it)."""
+    context = get_current_context(silent=True)
+    options = [p for p in context.command.params if p.param_type_name == "option"] if context is not None else []
+    flags = {}
+    for option in options:
+        long = [opt for opt in option.opts if opt.startswith("--")]
+        if long:
+            flags[option.name] = long[0]
+    taken = {opt for option in options for opt in option.opts}
+
+    def flag(name: str) -> str:
+        if name in flags:
+            return flags[name]
+        other = SETTING_FLAGS.get(name)
+        return other if other in taken else name
+
+    return error.in_terms(flag)
 
 
 def _jsonable(value):

@@ -56,7 +56,7 @@ def test_force_replaces_the_folder_that_was_there(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("old\n")
-    with pytest.raises(InputError, match="already exists; choose another --out or pass --force"):
+    with pytest.raises(InputError, match="already exists; choose another out or pass force"):
         with output_folder(out):
             pass
     assert (out / "old.txt").is_file()

@@ -86,7 +86,8 @@ def test_sessions_with_their_own_mounts_are_refused_in_one_sentence_naming_the_o
     with pytest.raises(InputError) as error:
         Calibrator(deflection="none").fit(sessions)
     message = str(error.value)
-    assert "tool differs between sessions" in message and "--per-session tool" in message
+    assert "tool differs between sessions" in message and "per_session tool" in message
+    assert error.value.settings == ("per_session",)
     assert str(sessions[0]) in message and str(sessions[1]) in message and " mm apart" in message
 
 
@@ -107,7 +108,7 @@ def test_per_session_tools_fit_the_arm_once(kind, points, probes):
 
 @slow
 def test_per_session_with_one_session_is_refused(points):
-    with pytest.raises(InputError, match="only session; calibrate it without --per-session"):
+    with pytest.raises(InputError, match="only session; calibrate it without per_session"):
         Calibrator(per_session=("tool",)).fit(points[:1])
 
 
@@ -151,8 +152,8 @@ def test_tool_disagreement_is_measured_against_the_sessions_scatter():
     moved = {"m0": np.array([0.1, 0.004, 0.1])}
     assert tool_disagreement([("a", near, 0.001), ("b", moved, 0.001)]) is None  # 4 mm < 5 mm floor
     far = {"m0": np.array([0.1, 0.2, 0.1])}
-    sentence = tool_disagreement([("a", near, 0.001), ("b", far, 0.001)])
-    assert "between sessions a and b: m0 sits 200.0 mm apart" in sentence and "--per-session tool" in sentence
+    sentence = str(InputError(tool_disagreement([("a", near, 0.001), ("b", far, 0.001)])))  # as the fit raises it
+    assert "between sessions a and b: m0 sits 200.0 mm apart" in sentence and "per_session tool" in sentence
     assert tool_disagreement([("a", near, 0.1), ("b", far, 0.1)]) is None  # scatter of 100 mm hides it
 
 

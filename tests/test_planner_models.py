@@ -151,7 +151,7 @@ def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():
     from selfmodel.model.chain import ChainSpec
 
     urdf = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
-    with pytest.raises(InputError, match=r"joint 'panda_finger_joint1' moves link 'panda_leftfinger'.*--hold panda_finger_joint1=VALUE"):
+    with pytest.raises(InputError, match=r"joint 'panda_finger_joint1' moves link 'panda_leftfinger'.*\(hold panda_finger_joint1=VALUE\)"):
         ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand")
     spec = ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0.01, "panda_finger_joint2": 0.01})
     assert spec.link_names[-3:] == ["panda_hand", "panda_leftfinger", "panda_rightfinger"]

@@ -143,7 +143,7 @@ def test_a_negative_board_budget_is_refused():
     from rigs.errors import InputError
     from selfmodel.export.exporter import CollisionExporter
 
-    with pytest.raises(InputError, match="--board-spheres -1"):
+    with pytest.raises(InputError, match="^board_spheres -1"):
         CollisionExporter(board_spheres=-1).check()
 
 

@@ -9,7 +9,7 @@ or the cross-validation folds) and keeps the simplest whose held-out RMS is with
 
 from __future__ import annotations
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 MODES = ("none", "compliance", "learned", "both")
 CHOICES = MODES + ("auto",)
@@ -21,7 +21,7 @@ URDF_NOTE = ("robot.urdf holds the rigid geometry only; the deflection (joint co
 
 def check_mode(mode: str) -> str:
     if mode not in CHOICES:
-        raise InputError(f"--deflection must be one of {', '.join(CHOICES)}, got {mode!r}.")
+        raise InputError(f"{setting('deflection')} must be one of {', '.join(CHOICES)}, got {mode!r}.")
     return mode
 
 

@@ -30,7 +30,7 @@ from calib.dynamics.regressor import PARAMETERS, STATIC, WORDS, TorqueRegressor
 from calib.fit.identifiability import analyse
 from calib.model.parameters import ParameterInfo
 from capture.session import Session, check_same_robot, load_session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.kinematics import ChainModel
 
 ROUNDS = 2  # noise estimate and refit rounds (the second changes the weights by well under 1 %)
@@ -81,7 +81,7 @@ class ArmDynamics:
 
     def fit(self, sessions: list[Session | Path]) -> IdentifiedDynamics:
         if self.friction not in ("auto", "none"):
-            raise InputError(f"--friction must be 'auto' or 'none', got {self.friction!r}.")
+            raise InputError(f"{setting('friction')} must be 'auto' or 'none', got {self.friction!r}.")
         if not sessions:
             raise InputError("give at least one session with measured joint torques.")
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 FLIP_FLAG = "--flip-torque-sign"
 # A joint whose modelled torque varies by less than this fraction of the largest variation says
@@ -89,10 +89,10 @@ def check_sign(measured: np.ndarray, modelled: np.ndarray, where: str, flipped: 
     r = correlation(measured, modelled)
     if r is not None and r < 0:
         if flipped:
-            raise InputError(f"{where}: the measured joint torques, flipped by {FLIP_FLAG}, correlate negatively "
-                             f"(r = {r:.2f}) with {model_words}: the drive already reports Pinocchio's sign; "
-                             f"leave out {FLIP_FLAG}.")
+            raise InputError(f"{where}: the measured joint torques, flipped by {setting('flip_torque_sign')}, correlate "
+                             f"negatively (r = {r:.2f}) with {model_words}: the drive already reports Pinocchio's sign; "
+                             f"leave out {setting('flip_torque_sign')}.")
         raise InputError(f"{where}: the measured joint torques correlate negatively (r = {r:.2f}) with {model_words}: "
-                         f"the drive reports the opposite sign of the torque that holds the arm up; pass {FLIP_FLAG} "
-                         f"to use them.")
+                         f"the drive reports the opposite sign of the torque that holds the arm up; pass "
+                         f"{setting('flip_torque_sign')} to use them.")
     return r

@@ -21,7 +21,7 @@ from calib.fit.identifiability import Identifiability, analyse
 from calib.model.error_model import ErrorModel
 from calib.model.poses import PoseSet
 from calib.sensors.blocks import stack
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 MIN_RESIDUALS_PER_PARAMETER = 2  # fewer leaves too little redundancy to estimate noise and spot outliers
 STRUCTURAL_POSES = 60
@@ -79,8 +79,8 @@ def check_pose_set(model: ErrorModel, theta0: np.ndarray, blocks: list, structur
                      f"(condition number {condition:.3g}, {ratio:.0f} times that of poses spread over the joint "
                      f"ranges; joint spread {np.round(spread, 1).tolist()} deg)")
         if require_full:
-            raise InputError(f"degenerate pose set (--require-full): {words}; record poses spread over each joint's "
-                             f"range, or leave out --require-full to fit what these poses determine.")
+            raise InputError(f"degenerate pose set ({setting('require_full')}): {words}; record poses spread over each "
+                             f"joint's range, or leave out {setting('require_full')} to fit what these poses determine.")
         return ratio, seen, (f"partial pose set: {words}; what they do not determine keeps its nominal value "
                              f"(the identifiability directions name it) and the calibration holds only near these "
                              f"poses (see the validity envelope).")

@@ -18,6 +18,7 @@ import numpy as np
 
 from calib.model.error_model import ErrorModel
 from calib.sensors.sensor import plain_name
+from rigs.errors import setting
 from rigs.kinematics import ChainModel
 
 # Two sessions disagree on the tool when a point of it lies further apart between them than this
@@ -97,7 +98,7 @@ def tool_disagreement(tools: list[tuple[str, dict[str, np.ndarray], float]]) -> 
     if worst is None:
         return None
     _, path_a, path_b, name, apart, limit = worst
-    return (f"the tool differs between sessions {path_a} and {path_b}: {name} sits {apart * 1e3:.1f} mm apart on "
-            f"the flange when each session places it alone (their own scatter allows {limit * 1e3:.1f} mm), so one "
-            f"tool cannot fit both; if the marker was remounted between them, calibrate with --per-session tool "
+    return (f"the tool differs between sessions {path_a} and {path_b}: {name} sits {apart * 1e3:.1f} mm apart on the "
+            f"flange when each session places it alone (their own scatter allows {limit * 1e3:.1f} mm), so one tool "
+            f"cannot fit both; if the marker was remounted between them, calibrate with {setting('per_session')} tool "
             f"(each session its own tool, the arm fitted once).")

@@ -23,7 +23,7 @@ from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPl
                                 Reflectors, TrackerFrames)
 from calib.model.parameters import FrameGroup, ParameterGroup, ParameterInfo
 from calib.model.poses import PoseSet
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.kinematics import ChainModel
 
 MODEL_KINDS = ("full", "offsets")
@@ -84,7 +84,7 @@ class ErrorModel:
 
     def __init__(self, chain: ChainModel, groups: list[ParameterGroup], kind: str = "full", frames_only: bool = False):
         if kind not in MODEL_KINDS:
-            raise InputError(f"--model must be 'full' or 'offsets', got {kind!r}.")
+            raise InputError(f"{setting('kind')} must be 'full' or 'offsets', got {kind!r}.")
         self.chain = chain
         self.serial = SerialChain(chain)
         self.kind = kind

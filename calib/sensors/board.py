@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 MIN_CORNERS = 6  # fewer corners than this do not constrain a pose (PnP) or a view (intrinsics)
 
@@ -94,7 +94,7 @@ def _dictionary_name(text: str, where: str) -> str:
 def parse_board(text: str) -> CharucoBoardSpec:
     """``charuco:SQX:SQY:SQUARE_M:MARKER_M:DICT[:legacy]`` (e.g. ``charuco:7:5:0.035:0.026:4X4_50``;
     ``:legacy`` for a board drawn by OpenCV before 4.6)."""
-    where = f"--board {text!r}"
+    where = f"{setting('board')} {text!r}"
     parts = text.split(":")
     legacy = len(parts) == 7 and parts[6].strip().lower() == "legacy"
     if len(parts) not in (6, 7) or parts[0].lower() != "charuco" or (len(parts) == 7 and not legacy):

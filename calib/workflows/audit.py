@@ -30,7 +30,7 @@ from calib.sensors.tracker_points import tracker_sqrt_information
 from calib.workflows import iso9283
 from calib.workflows.hand_eye import HandEyeCalibration
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.kinematics import ChainModel
 from rigs.transforms import matrix_to_rpy, quat_xyzw
 
@@ -62,9 +62,9 @@ def plan_audit(chain: ChainModel, is_valid: Callable[[np.ndarray], bool], cycles
                seed: int = 0, samples: int = 1500) -> AuditPlan:
     """The ISO 9283 cube, its five poses and the cycle order; InputError when the cube does not fit."""
     if cycles < 2:
-        raise InputError(f"--cycles must be at least 2 (ISO 9283 uses 30), got {cycles}.")
+        raise InputError(f"{setting('cycles')} must be at least 2 (ISO 9283 uses 30), got {cycles}.")
     if cube is not None and cube <= 0:
-        raise InputError(f"--cube must be a positive side length in metres, got {cube}.")
+        raise InputError(f"{setting('cube')} must be a positive side length in metres, got {cube}.")
     rng = np.random.default_rng(seed)
     # The most used part of the workspace for a tool-down audit: where valid poses with the tool
     # pointing (roughly) down put the tool.
@@ -257,14 +257,14 @@ def measuring_point(text: str | None, session: Session) -> MeasuringPoint:
             if len(set(tracker.pose_index[np.array(tracker.targets) == name])) == len(session.pose_ids):
                 return MeasuringPoint("reflector", name)
         raise InputError(f"{session.path / 'tracker.csv'}: no reflector was measured at every pose; choose the "
-                         f"measuring point with --point tcp or --point X,Y,Z.")
+                         f"measuring point with {setting('point')} tcp or {setting('point')} X,Y,Z.")
     text = text.strip()
     if text in names:
         return MeasuringPoint("reflector", text)
     if text == "tcp" or "," in text:
         if not registered:
-            raise InputError(f"--point {text}: a point other than a reflector is registered from three or more "
-                             f"reflectors; {session.path / 'tracker.csv'} has {len(names)} ({', '.join(names)}).")
+            raise InputError(f"{setting('point')} {text}: a point other than a reflector is registered from three or "
+                             f"more reflectors; {session.path / 'tracker.csv'} has {len(names)} ({', '.join(names)}).")
         if text == "tcp":
             return MeasuringPoint("tcp", "tcp")
         try:
@@ -272,9 +272,10 @@ def measuring_point(text: str | None, session: Session) -> MeasuringPoint:
         except ValueError:
             xyz = ()
         if len(xyz) != 3 or not np.all(np.isfinite(xyz)):
-            raise InputError(f"--point {text!r}: give X,Y,Z in mm in the tip frame, e.g. --point 0,0,120.")
+            raise InputError(f"{setting('point')} {text!r}: give X,Y,Z in mm in the tip frame, e.g. {setting('point')} "
+                             f"0,0,120.")
         return MeasuringPoint("point", text, xyz)
-    raise InputError(f"--point {text!r}: not tcp, X,Y,Z (mm, tip frame) or a reflector of the session "
+    raise InputError(f"{setting('point')} {text!r}: not tcp, X,Y,Z (mm, tip frame) or a reflector of the session "
                      f"({', '.join(names)}).")
 
 
@@ -351,11 +352,11 @@ def audit_report(session: Session, calibration_dir: Path | None = None, point: s
     """AP, RP (and APa, RPa with 3+ reflectors) per pose, AD and RD between P2 and P4, per model, at
     the measuring point ``point`` names (see :func:`measuring_point`), with the instrument's RP there."""
     if calibration_dir is not None and HandEyeCalibration.is_one(calibration_dir):
-        raise InputError(f"{calibration_dir} is a hand-eye calibration: it places the cameras and the board "
-                         f"around the flange and holds no model of the arm, so it commands no pose differently from "
-                         f"the nominal one and an ISO 9283 audit has nothing of it to judge; audit the arm without "
-                         f"--calibration, or with a kinematic calibration (`selfcal calibrate` of a session with "
-                         f"joint angles).")
+        raise InputError(f"{calibration_dir} is a hand-eye calibration: it places the cameras and the board around the "
+                         f"flange and holds no model of the arm, so it commands no pose differently from the nominal "
+                         f"one and an ISO 9283 audit has nothing of it to judge; audit the arm without "
+                         f"{setting('calibration_dir')}, or with a kinematic calibration (`selfcal calibrate` of a "
+                         f"session with joint angles).")
     rows = check_audit_session(session)
     chosen = measuring_point(point, session)
     frames = [nominal_frame(session)]

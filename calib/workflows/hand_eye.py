@@ -41,7 +41,7 @@ from calib.sensors.hand_eye import board_pose_pnp
 from calib.sensors.hand_eye_closed_form import SETUPS, all_methods, closed_form, mean_pose, moving_poses
 from capture.camera_info import CameraInfo
 from capture.session import Session, load_session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import atomic_write_text
 from rigs.kinematics import ChainModel
 from rigs.transforms import invert
@@ -134,7 +134,7 @@ def session_setup(sessions: list[Session], setup: str | None) -> str:
         raise InputError(f"{sessions[0].path / 'session.json'}: sensors.board.mount {mount!r} is neither 'flange' "
                          f"(eye-to-hand) nor 'world' (eye-in-hand).")
     if setup is not None and setup not in SETUPS:
-        raise InputError(f"--setup {setup!r} is not one of {', '.join(SETUPS)}.")
+        raise InputError(f"{setting('setup')} {setup!r} is not one of {', '.join(SETUPS)}.")
     return setup or MOUNTS[mount]
 
 
@@ -158,7 +158,7 @@ def load_photos(sessions: list[Session], setup: str | None = None, min_corners: 
     if None in boards:
         bad = next(s for s in sessions if session_board(s) is None)
         raise InputError(f"{bad.path / 'session.json'}: sensors.board is missing; a hand-eye calibration needs the "
-                         f"ChArUco board the photos show (import with --board).")
+                         f"ChArUco board the photos show (import with `selfcal import images --board`).")
     if len(boards) > 1:
         raise InputError("the sessions describe different boards; calibrate them apart.")
     board = boards.pop()
@@ -206,7 +206,7 @@ def load_photos(sessions: list[Session], setup: str | None = None, min_corners: 
     if not photos:
         paths = ", ".join(str(s.path) for s in sessions)
         raise InputError(f"{paths}: the board {board.describe()} was not found (at least {min_corners} corners) in "
-                         f"any of the {total} photos; is --board the board in the photos?")
+                         f"any of the {total} photos; is the board given at import (`selfcal import images --board`) the one in the photos?")
     if pixel_sigma is None:
         # Each photo's own PnP pose absorbs any flange error: its residual is the corners' noise.
         squares = sum(p.pnp_rms_px ** 2 * p.count for p in photos)
@@ -505,7 +505,7 @@ class HandEyeCalibrator:
     def fit(self, sessions: list[Session | Path]) -> "HandEyeCalibration":
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
         if self.flange_sigma is not None and not (self.flange_sigma[0] >= 0 and self.flange_sigma[1] >= 0):
-            raise InputError(f"--flange-sigma must be non-negative, got {self.flange_sigma}.")
+            raise InputError(f"{setting('flange_sigma')} must be non-negative, got {self.flange_sigma}.")
         self.progress("finding the board")
         data = load_photos(sessions, self.setup, self.min_corners, self.tip_link, self.pixel_sigma)
         calibration = self.fit_data(data, [str(s.path) for s in sessions])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from calib.sensors.board_corners import has_board_images
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 SIMPLEST_FIRST = ("hand-eye", "offsets", "full")
 AUTO_TOLERANCE = 0.02  # a simpler model is kept when its held-out error is within 2 % of the best
@@ -55,7 +55,8 @@ def requested_model(sessions: list[Session], model: str) -> ModelChoice | None:
                            "so only the camera and board frames can be fitted (hand-eye)")
     if model == "hand-eye":
         if not all(has_board_images(s) for s in sessions):
-            raise InputError("--model hand-eye needs board photos (sessions with cameras and sensors.board).")
+            raise InputError(f"{setting('model')} hand-eye needs board photos (sessions with cameras and "
+                             f"sensors.board).")
         return ModelChoice("hand-eye", model, "requested with --model hand-eye")
     if model in ("full", "offsets"):
         return ModelChoice(model, model, f"requested with --model {model}")
@@ -69,7 +70,8 @@ def choose(heldout_px: dict[str, float | None], requested: str = "auto") -> Mode
     """The simplest candidate within AUTO_TOLERANCE of the lowest cross-validated RMS."""
     known = {m: v for m, v in heldout_px.items() if v is not None}
     if not known:
-        raise InputError("no candidate model could be cross-validated (too few poses); choose one with --model.")
+        raise InputError(f"no candidate model could be cross-validated (too few poses); choose one with "
+                         f"{setting('model')}.")
     best = min(known.values())
     model = next(m for m in SIMPLEST_FIRST if m in known and known[m] <= best * (1 + AUTO_TOLERANCE))
     figures = ", ".join(f"{m} {known[m]:.3f} px" for m in SIMPLEST_FIRST if m in known)

@@ -23,7 +23,7 @@ from calib.sensors.registration import initial_frame_and_targets, register_point
 from calib.sensors.tracker_poses import pose_errors, register_poses
 from calib.workflows.evaluation import noise_floor_rms_mm, pose_noise_floor
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.kinematics import ChainModel
 from rigs.transforms import invert, log6
 
@@ -39,13 +39,14 @@ def registration_rows(session: Session, names: list[str] | None) -> tuple[np.nda
     if names is None:
         rows = np.arange(count)
         return rows, rows
-    chosen = pose_rows(session, names, "--registration-poses")
+    chosen = pose_rows(session, names, setting("registration_poses"))
     if len(chosen) < MIN_REGISTRATION_POSES:
-        raise InputError(f"--registration-poses: names {len(chosen)} poses; registering the tracker needs at least "
-                         f"{MIN_REGISTRATION_POSES}.")
+        raise InputError(f"{setting('registration_poses')}: names {len(chosen)} poses; registering the tracker needs at "
+                         f"least {MIN_REGISTRATION_POSES}.")
     rest = np.setdiff1d(np.arange(count), chosen)
     if not len(rest):
-        raise InputError(f"--registration-poses: names every pose of {session.path}; leave some to validate on.")
+        raise InputError(f"{setting('registration_poses')}: names every pose of {session.path}; leave some to validate "
+                         f"on.")
     return chosen, rest
 
 
@@ -104,20 +105,21 @@ def validate_registered(calibration, session: Session, register: bool, names: li
     unknown = sorted(set(tracker.targets) - (set() if tool else set(calibration.targets)))
     if unknown and names is None and locate is None and not tool:
         raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration; name "
-                         f"the poses that locate it with --registration-poses (they are left out of the figures).")
+                         f"the poses that locate it with {setting('registration_poses')} (they are left out of the "
+                         f"figures).")
     if not register and not tool and names is not None and not unknown:
-        raise InputError("--registration-poses names the poses that register the tracker or locate a new reflector: "
-                         "add --register tracker, or a reflector the calibration does not hold.")
+        raise InputError(f"{setting('registration_poses')} names the poses that register the tracker or locate a new "
+                         f"reflector: add {setting('register')} tracker, or a reflector the calibration does not hold.")
     if locate is not None and not unknown:
-        raise InputError(f"--locate-poses locates reflectors the calibration does not hold, and every reflector of "
-                         f"{session.path} is in it.")
+        raise InputError(f"{setting('locate_poses')} locates reflectors the calibration does not hold, and every "
+                         f"reflector of {session.path} is in it.")
     reg_rows, eval_rows = registration_rows(session, names)
-    locate_rows = reg_rows if locate is None else pose_rows(session, locate, "--locate-poses")
+    locate_rows = reg_rows if locate is None else pose_rows(session, locate, setting("locate_poses"))
     if locate is not None:
         eval_rows = np.setdiff1d(eval_rows, locate_rows)
         if not len(eval_rows):
-            raise InputError(f"--locate-poses: with the registration poses, names every pose of {session.path}; "
-                             f"leave some to validate on.")
+            raise InputError(f"{setting('locate_poses')}: with the registration poses, names every pose of "
+                             f"{session.path}; leave some to validate on.")
     tips = calibration.base_T_tip(session.q, session.payload_kg)
     tips[:, :3, 3] += calibration.tip_shift(session.q, session.payload_kg)
     point_tips = tips[tracker.pose_index]
@@ -145,8 +147,8 @@ def validate_registered(calibration, session: Session, register: bool, names: li
         rows = in_locate & (np.array(tracker.targets) == name)
         if not rows.any():  # one pose determines the three offsets; more give redundancy
             raise InputError(f"{session.path}: reflector {name!r} is not seen at the poses that locate it "
-                             f"({'--locate-poses' if locate is not None else '--registration-poses'}); name one "
-                             f"where it was measured.")
+                             f"({setting('locate_poses') if locate is not None else setting('registration_poses')}); "
+                             f"name one where it was measured.")
         offsets[name] = _locate(point_tips[rows], tracker.xyz[rows], frame)
         located[name] = [float(v) for v in offsets[name]]
     all_rows = np.ones(len(tracker.targets), bool)
@@ -187,11 +189,11 @@ def check_turns(tips: np.ndarray, session: Session, names: list[str] | None) -> 
     turns = np.array([log6(invert(tips[0]) @ tip)[3:] for tip in tips]) if len(tips) else np.zeros((0, 3))
     spread = np.linalg.svd(turns, compute_uv=False) / np.sqrt(max(len(tips), 1)) if len(tips) > 1 else np.zeros(1)
     if (spread > MIN_TURN_RAD).sum() < 2:
-        where = "every pose" if names is None else f"the {len(tips)} poses --registration-poses names"
+        where = "every pose" if names is None else f"the {len(tips)} poses {setting('registration_poses')} names"
         raise InputError(f"{session.path}: locating the tool together with the tracker needs registration poses that "
                          f"turn the flange about two different axes by at least {np.degrees(MIN_TURN_RAD):g} deg, and "
-                         f"{where} turn it about at most one; name more poses with --registration-poses, or "
-                         f"register the tracker alone (--register tracker).")
+                         f"{where} turn it about at most one; name more poses with {setting('registration_poses')}, or "
+                         f"register the tracker alone ({setting('register')} tracker).")
 
 
 def _points_of(tips: np.ndarray, targets: list[str], offsets: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:

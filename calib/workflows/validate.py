@@ -21,7 +21,7 @@ from calib.workflows.evaluation import (noise_floor_rms_mm, pose_noise_floor, ti
                                         true_tip_positions)
 from calib.workflows.register import validate_poses_registered, validate_registered
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.kinematics import ChainModel
 
 
@@ -45,7 +45,8 @@ def point_errors(calibration, session: Session, sensor: str | None = None) -> np
     unknown = sorted(set(tracker.targets) - set(calibration.targets))
     if unknown:
         raise InputError(f"{session.path}: tracker target {unknown[0]!r} is not a reflector of the calibration; name "
-                         f"the poses that locate it with --registration-poses (they are left out of the figures).")
+                         f"the poses that locate it with {setting('registration_poses')} (they are left out of the "
+                         f"figures).")
     model, theta = calibration.prediction_model()
     block = tracker_blocks(session, calibration.poses_for(session, calibration._sensor(sensor)))
     return block.errors(model, theta)
@@ -185,7 +186,7 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
     the session's poses leave the calibration's validity envelope, else None."""
     unknown = [frame for frame in register if frame not in REGISTERED_FRAMES]
     if unknown:
-        raise InputError(f"--register takes tracker, tool or tracker,tool, got {unknown[0]!r}.")
+        raise InputError(f"{setting('register')} takes tracker, tool or tracker,tool, got {unknown[0]!r}.")
     register_tool = "tool" in register
     register = "tracker" in register
     parts = []
@@ -206,8 +207,8 @@ def validate(calibration, session: Session, sensor: str | None = None, outlier_s
         else:
             parts.append(("tracker_poses", validate_poses(calibration, session, sensor)))
     if register and not parts:
-        raise InputError(f"{session.path}: --register fits a laser tracker's frames, and the session has no tracker "
-                         f"points (tracker.csv) or probe poses (tracker_poses.csv).")
+        raise InputError(f"{session.path}: {setting('register')} fits a laser tracker's frames, and the session has no "
+                         f"tracker points (tracker.csv) or probe poses (tracker_poses.csv).")
     if has_board_images(session) and calibration.base_T_camera:
         parts.append(("camera", validate_corners(calibration, session)))
     if not parts:

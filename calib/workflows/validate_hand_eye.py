@@ -31,7 +31,7 @@ from calib.sensors.hand_eye_closed_form import moving_poses
 from calib.workflows.hand_eye import (MOUNTS, HandEyeCalibration, State, best_start, flange_jacobians, flange_source,
                                       floor_px, load_photos, residuals, rms_px)
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 
 def check_session(calibration: HandEyeCalibration, session: Session, folder: Path) -> None:
@@ -124,13 +124,13 @@ def _flange_sigma(calibration: HandEyeCalibration, stated: tuple[float, float] |
     """The flange error the floor carries: ``stated`` (m, rad), else the calibration's own."""
     if stated is not None:
         if not (stated[0] >= 0 and stated[1] >= 0):
-            raise InputError(f"--flange-sigma must be non-negative, got {stated}.")
+            raise InputError(f"{setting('flange_sigma')} must be non-negative, got {stated}.")
         m, rad, source, estimated = stated[0], stated[1], "stated (--flange-sigma)", False
     else:
         own = calibration.summary.get("flange_sigma")
         if not own:
             raise InputError("the calibration states no flange error (summary.json flange_sigma is missing); "
-                             "state it with --flange-sigma MM,DEG.")
+                             f"state it with {setting('flange_sigma')} MM,DEG.")
         m, rad = float(own["m"]), float(own["rad"])
         estimated = str(own.get("source", "")).startswith("estimated")
         source = f"the calibration's, {own.get('source', 'as it states')}"

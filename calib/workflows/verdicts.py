@@ -33,7 +33,7 @@ from calib.calibrator import data_hash
 from calib.sensors.tracker_points import tracker_sqrt_information
 from calib.workflows.hand_eye import PLAUSIBLE_FLANGE_M, PLAUSIBLE_FLANGE_RAD, TOLERANCE_FACTOR
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.verdicts import Tolerance, Verdict, cannot_tell, combine, judge, with_note
 
 DEFAULT_NOISE_FACTOR = 2.0
@@ -90,13 +90,15 @@ def instrument_floor(sessions: list[Session], unit: str, pixel_sigma: float | No
 
 
 def _tolerance(given_mm: float | None, unit: str, floor: float | None, floor_what: str, factor: float,
-               flag: str = "--tolerance-mm") -> Tolerance | None:
+               flag: str = "--tolerance-mm", name: str = "tolerance_mm") -> Tolerance | None:
+    """``name``: the setting ``given_mm`` came from, for an error; ``flag``: the same on the command
+    line, for the tolerance's provenance (a verdict's record, read next to the command that made it)."""
     if given_mm is not None:
         if not given_mm > 0:
-            raise InputError(f"{flag} must be positive, got {given_mm}.")
+            raise InputError(f"{setting(name)} must be positive, got {given_mm}.")
         if unit != "mm":
-            raise InputError(f"{flag}: this calibration is judged in {unit} (board images measure pixels, not mm); "
-                             f"leave {flag} out to judge it against the corner noise.")
+            raise InputError(f"{setting(name)}: this calibration is judged in {unit} (board images measure pixels, "
+                             f"not mm); leave {setting(name)} out to judge it against the corner noise.")
         return Tolerance(given_mm, "mm", f"given with {flag}")
     if floor is None:
         return None
@@ -189,7 +191,7 @@ def audit_verdict(result: dict, calibration_summary: dict | None, ap_tolerance_m
     floor_what = "the tracker's uncertainty at the audit's points"
     worst = max(poses, key=lambda entry: entry["AP_mm"])
     if ap_tolerance_mm is not None:
-        ap_tolerance = _tolerance(ap_tolerance_mm, "mm", None, "", 1.0, "--ap-tolerance-mm")
+        ap_tolerance = _tolerance(ap_tolerance_mm, "mm", None, "", 1.0, "--ap-tolerance-mm", "ap_tolerance_mm")
     else:
         held = (((calibration_summary or {}).get("residuals") or {}).get("holdout") or {}).get("rms_mm")
         ap_tolerance = None if held is None else Tolerance(
@@ -206,7 +208,7 @@ def audit_verdict(result: dict, calibration_summary: dict | None, ap_tolerance_m
     if rp_tolerance_mm is not None:
         worst_rp = max(poses, key=lambda entry: entry["RP_mm"])
         checks.append(judge(f"largest RP ({worst_rp['pose']})", worst_rp["RP_mm"],
-                            _tolerance(rp_tolerance_mm, "mm", None, "", 1.0, "--rp-tolerance-mm"), floor, floor_what))
+                            _tolerance(rp_tolerance_mm, "mm", None, "", 1.0, "--rp-tolerance-mm", "rp_tolerance_mm"), floor, floor_what))
     return combine(checks)
 
 

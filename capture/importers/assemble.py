@@ -23,7 +23,7 @@ from capture.importers.tracker_exports import PointRecords, read_points
 from capture.importers.units import check_joint_values, check_tracker_lengths, length_factor
 from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, load_session, write_tracker_poses_csv
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import output_folder
 from rigs.version import VERSION
 
@@ -77,7 +77,7 @@ def check_robot(robot: Robot) -> ChainJoints:
         raise InputError(f"{robot.urdf}: URDF file not found.")
     for folder in robot.package_dirs:
         if not Path(folder).is_dir():
-            raise InputError(f"{folder}: --package-dir is not a folder.")
+            raise InputError(f"{folder}: {setting('package_dirs')} is not a folder.")
     chain = ChainJoints.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
     ChainModel.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
     # Only meshes beside the URDF or in a --package-dir are copied into the session.
@@ -87,9 +87,10 @@ def check_robot(robot: Robot) -> ChainJoints:
 
 def _read_measurements(measurements: Measurements) -> tuple[PointRecords | None, PoseRecords | None]:
     if measurements.points is None and measurements.poses is None:
-        raise InputError("nothing to import: give --points (reflector points) and/or --poses (6-DoF poses).")
+        raise InputError(f"nothing to import: give {setting('points')} (reflector points) and/or {setting('poses')} "
+                         f"(6-DoF poses).")
     if measurements.match not in MATCHES:
-        raise InputError(f"--match {measurements.match!r} is not one of {', '.join(MATCHES)}.")
+        raise InputError(f"{setting('match')} {measurements.match!r} is not one of {', '.join(MATCHES)}.")
     points = read_points(measurements.points, measurements.length_unit) if measurements.points is not None else None
     poses = read_poses(measurements.poses, measurements.length_unit, measurements.angle_unit, measurements.rotation) \
         if measurements.poses is not None else None
@@ -110,7 +111,7 @@ def join(log: JointLog, points: PointRecords | None, poses: PoseRecords | None, 
         for records in files:
             if records.times is None:
                 raise InputError(f"{records.source}: has no time column, so it cannot be matched by time "
-                                 f"(use --match name).")
+                                 f"(use {setting('match')} name).")
         keys = ([f"target {t!r}" for t in points.target] if points is not None else []) + \
                ([PROBE_KEY] * len(poses.lines) if poses is not None else [])
         times = np.concatenate([r.times for r in files])
@@ -134,7 +135,7 @@ def join(log: JointLog, points: PointRecords | None, poses: PoseRecords | None, 
     if poses is not None:
         if any(p is None for p in poses.pose):
             raise InputError(f"{poses.source}: column 'pose' is missing; without it, poses can only be matched "
-                             f"by time (--match time).")
+                             f"by time ({setting('match')} time).")
         probe_pose = assign_by_name(poses.pose, _where(poses), log)
     return Joined(log, points, point_pose, point_target, poses, probe_pose, match)
 
@@ -166,7 +167,7 @@ def _targets(joined: Joined, given: dict[str, tuple[float, float, float]] | None
     given = given or {}
     for name in given:
         if name not in seen:
-            raise InputError(f"--target {name!r} is not a target of {joined.points.source} "
+            raise InputError(f"{setting('targets')} {name!r} is not a target of {joined.points.source} "
                              f"(its targets: {', '.join(seen)}).")
     # Unknown offsets start at the flange origin; the fit solves for them (tens of mm is well in reach).
     return {name: [float(v) for v in given.get(name, (0.0, 0.0, 0.0))] for name in seen}
@@ -185,7 +186,7 @@ def write_session(out: Path, robot: Robot, chain: ChainJoints, joined: Joined, t
             urdf_io.copy_self_contained(urdf_io.parse_urdf(robot.urdf), Path(robot.urdf).parent, folder,
                                         [Path(p) for p in robot.package_dirs])
         except InputError as error:
-            raise InputError(f"{robot.urdf}: {error}") from None
+            raise InputError(f"{robot.urdf}: {error.marked}") from None
         writer = SessionWriter.create(folder, manifest, extra_columns, with_payload=log.payload_kg is not None,
                                       with_sigma=joined.points is not None and joined.points.sigma is not None)
         points_of: dict[int, list[int]] = {}
@@ -270,9 +271,9 @@ def import_rosbag(robot: Robot, bag: Path, topic: str, measurements: Measurement
     """
     chain = check_robot(robot)
     if still <= 0:
-        raise InputError(f"--still must be positive, got {still:g} rad.")
+        raise InputError(f"{setting('still')} must be positive, got {still:g} rad.")
     if payload_kg is not None and payload_kg < 0:
-        raise InputError(f"--payload must not be negative, got {payload_kg:g} kg.")
+        raise InputError(f"{setting('payload_kg')} must not be negative, got {payload_kg:g} kg.")
     log = read_joint_states(bag, topic, chain)
     check_joint_values(log.q, log.q, chain.names, chain.types, chain.lower, chain.upper,
                        [f"message {n}" for n in log.lines], f"{bag} ({topic})", "rad")

@@ -36,7 +36,7 @@ from capture.importers.ros_images import MILLIMETRE
 from capture.importers.stills import DEFAULT_STILL, DEFAULT_WINDOW, REASONS, assign_frames, find_stands
 from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, load_session, pose_id
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, output_folder
 from rigs.no_return import DEFAULT_NO_DEPTH, MOSTLY_EMPTY, check_mode, no_return_regions
 from rigs.version import VERSION
@@ -80,24 +80,24 @@ class CameraOptions:
 
     def check(self) -> None:
         if self.depth_scale is not None and not self.depth_scale > 0:
-            raise InputError(f"--depth-scale must be positive, got {self.depth_scale:g} m per unit.")
+            raise InputError(f"{setting('depth_scale')} must be positive, got {self.depth_scale:g} m per unit.")
         if self.camera_poses not in POSE_SOURCES:
-            raise InputError(f"--camera-poses {self.camera_poses!r} is not one of {', '.join(POSE_SOURCES)}.")
+            raise InputError(f"{setting('camera_poses')} {self.camera_poses!r} is not one of {', '.join(POSE_SOURCES)}.")
         if self.pair_tolerance <= 0:
-            raise InputError(f"--pair-tolerance must be positive, got {self.pair_tolerance:g} s.")
+            raise InputError(f"{setting('pair_tolerance')} must be positive, got {self.pair_tolerance:g} s.")
         if self.depth_sigma_at_1m is not None and not self.depth_sigma_at_1m > 0:
-            raise InputError(f"--depth-noise must be positive, got {self.depth_sigma_at_1m:g}.")
+            raise InputError(f"{setting('depth_sigma_at_1m')} must be positive, got {self.depth_sigma_at_1m:g}.")
         for mode in (self.no_depth.values() if isinstance(self.no_depth, dict) else [self.no_depth]):
-            check_mode(mode, "--no-depth")
+            check_mode(mode, setting("no_depth"))
         if self.far_range_m is not None and not self.far_range_m > 0:
-            raise InputError(f"--far-range must be positive, got {self.far_range_m:g} m.")
+            raise InputError(f"{setting('far_range_m')} must be positive, got {self.far_range_m:g} m.")
 
     def check_cameras(self, names: list[str], where: str) -> None:
         """``--no-depth CAMERA=MODE`` names only cameras the recording has."""
         if isinstance(self.no_depth, dict):
             unknown = sorted(set(self.no_depth) - set(names) - {"*"})
             if unknown:
-                raise InputError(f"{where}: --no-depth {unknown[0]}=...: there is no camera {unknown[0]!r} "
+                raise InputError(f"{where}: {setting('no_depth')} {unknown[0]}=...: there is no camera {unknown[0]!r} "
                                  f"(the cameras are {', '.join(sorted(names))}).")
 
 
@@ -292,7 +292,7 @@ def write_camera_session(out: Path, robot: Robot, chain: ChainJoints, pose_ids: 
             urdf_io.copy_self_contained(urdf_io.parse_urdf(robot.urdf), Path(robot.urdf).parent, folder,
                                         [Path(p) for p in robot.package_dirs])
         except InputError as error:
-            raise InputError(f"{robot.urdf}: {error}") from None
+            raise InputError(f"{robot.urdf}: {error.marked}") from None
         writer = SessionWriter.create(folder, manifest, list(columns), with_payload=payload_kg is not None)
         for camera in cameras:
             camera.info.save(folder / "cameras" / camera.name / "camera_info.yaml")
@@ -415,19 +415,21 @@ def _bag_camera_poses(reader, bag: Path, cameras, robot: Robot, options: CameraO
         if transforms is None or not transforms.parent:
             if options.camera_poses == "tf":
                 raise InputError(f"{bag}: the bag has no {TF_STATIC} transforms, so camera {camera.name!r} has no pose "
-                                 f"(--camera-poses tf); use --camera-poses auto to leave it to a board calibration.")
+                                 f"({setting('camera_poses')} tf); use {setting('camera_poses')} auto to leave it to a "
+                                 f"board calibration.")
             poses[camera.name] = (None, f"the bag has no {TF_STATIC}")
             continue
         frames = transforms.frames
         if camera.frame_id not in frames:
             raise InputError(f"{bag}: camera {camera.name!r}: frame {camera.frame_id!r} of {camera.streams[0].topic} is "
                              f"not in {TF_STATIC} (it has {', '.join(sorted(frames))}); fix the frame_id, or pass "
-                             f"--camera-poses none to leave the camera poses to a board calibration.")
+                             f"{setting('camera_poses')} none to leave the camera poses to a board calibration.")
         pose = camera_pose(transforms, robot.base_link, camera.frame_id, options.frame_convention)
         if pose is None:
             if options.camera_poses == "tf":
                 raise InputError(f"{bag}: {TF_STATIC} does not link {robot.base_link!r} to {camera.frame_id!r} (camera "
-                                 f"{camera.name!r}); use --camera-poses auto to leave it to a board calibration.")
+                                 f"{camera.name!r}); use {setting('camera_poses')} auto to leave it to a board "
+                                 f"calibration.")
             poses[camera.name] = (None, f"{TF_STATIC} does not link {robot.base_link} to {camera.frame_id}")
             continue
         convention = "optical" if is_optical(camera.frame_id, options.frame_convention) else "body (rotated to optical)"
@@ -447,7 +449,7 @@ def check_depth_against_pose(camera, base_T_camera: np.ndarray | None, options: 
     low, high = POSE_DEPTH_RATIO
     if not low <= ratio <= high:
         guess = 10.0 ** round(np.log10(distance * options.units_m / camera.depth.median_depth))
-        hint = (f"pass --depth-scale {guess:g} if its values are in another unit"
+        hint = (f"pass {setting('depth_scale')} {guess:g} if its values are in another unit"
                 if camera.depth.kind.encoding != "32FC1" else "32FC1 depth must be in metres (REP 118)")
         raise InputError(f"{bag}: topic {camera.depth.topic} message 1: the median depth is "
                          f"{camera.depth.median_depth:.3g} m but /tf_static puts camera {camera.name!r} "
@@ -467,7 +469,7 @@ def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOp
     started = clock.perf_counter()
     options.check()
     if payload_kg is not None and payload_kg < 0:
-        raise InputError(f"--payload must not be negative, got {payload_kg:g} kg.")
+        raise InputError(f"{setting('payload_kg')} must not be negative, got {payload_kg:g} kg.")
     chain = check_robot(robot)
     log = read_joint_states(bag, topic, chain)
     check_joint_values(log.q, log.q, chain.names, chain.types, chain.lower, chain.upper,
@@ -483,7 +485,8 @@ def import_rosbag_cameras(robot: Robot, bag: Path, topic: str, options: CameraOp
             lines = "; ".join(f"{name}: " + ", ".join(f"{n} {reason}" for reason, n in c["dropped"].items())
                               for name, c in frames.counts.items())
             raise InputError(f"{bag}: no camera frame was taken while the arm stood still ({lines}); check "
-                             f"--still ({options.still:g} rad) and --still-window ({options.still_window:g} s).")
+                             f"{setting('still')} ({options.still:g} rad) and {setting('still_window')} "
+                             f"({options.still_window:g} s).")
         poses = _bag_camera_poses(reader, Path(bag), found, robot, options)
         for camera in found:
             check_depth_against_pose(camera, poses[camera.name][0], options, Path(bag))

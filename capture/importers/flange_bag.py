@@ -41,7 +41,7 @@ from capture.importers.stills import DEFAULT_STILL, DEFAULT_WINDOW, MOVING, NO_J
 from capture.importers.tf_static import TF_STATIC
 from capture.importers.tf_tree import TF, TransformTree, read_transform_tree
 from capture.session import pose_id
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 NO_TF = "no /tf samples on both sides of the stamp"
 FLANGE_MOVING = "the flange was moving"
@@ -53,8 +53,8 @@ def parse_flange_frames(text: str) -> tuple[str, str]:
     """``--flange-frames PARENT,CHILD`` -> (parent, child) tf frame names (a leading ``/`` dropped)."""
     parts = [part.strip().lstrip("/") for part in str(text).split(",")]
     if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise InputError(f"--flange-frames {text!r}: expected PARENT,CHILD, two different tf frames: the robot's "
-                         f"base and its flange (e.g. base_link,tool0).")
+        raise InputError(f"{setting('flange_frames')} {text!r}: expected PARENT,CHILD, two different tf frames: the "
+                         f"robot's base and its flange (e.g. base_link,tool0).")
     return parts[0], parts[1]
 
 
@@ -74,12 +74,12 @@ class FlangeBagOptions:
 
     def check(self) -> None:
         if (self.flange_frames is None) == (self.flange_file is None):
-            raise InputError("give --flange-frames PARENT,CHILD (the flange pose from the bag's /tf) or --flange-poses "
-                             "FILE (from the controller's file), one of them.")
+            raise InputError(f"give {setting('flange_frames')} PARENT,CHILD (the flange pose from the bag's /tf) or "
+                             f"{setting('flange_file')} FILE (from the controller's file), one of them.")
         if not self.tolerance > 0:
-            raise InputError(f"--tolerance must be positive, got {self.tolerance:g} s.")
+            raise InputError(f"{setting('tolerance')} must be positive, got {self.tolerance:g} s.")
         if self.depth_scale is not None and not self.depth_scale > 0:
-            raise InputError(f"--depth-scale must be positive, got {self.depth_scale:g} m per unit.")
+            raise InputError(f"{setting('depth_scale')} must be positive, got {self.depth_scale:g} m per unit.")
 
 
 @dataclass
@@ -100,22 +100,22 @@ def _where(camera: BagCamera, number: int) -> str:
 def _check_frames(tree: TransformTree, bag: Path, parent: str, child: str) -> None:
     """Both frames in the bag's tf tree, linked, and moved by /tf: else one sentence."""
     if not tree.moving and not tree.static.parent:
-        raise InputError(f"{bag}: no {TF} or {TF_STATIC} transforms; --flange-frames needs the robot's transforms "
-                         f"(record {TF} and {TF_STATIC} with the images).")
+        raise InputError(f"{bag}: no {TF} or {TF_STATIC} transforms; {setting('flange_frames')} needs the robot's "
+                         f"transforms (record {TF} and {TF_STATIC} with the images).")
     known = tree.frames
     for frame in (parent, child):
         if frame not in known:
             listing = ", ".join(sorted(known)[:12]) + (", ..." if len(known) > 12 else "")
-            raise InputError(f"{bag}: frame {frame!r} of --flange-frames {parent},{child} is in neither {TF} nor "
-                             f"{TF_STATIC} (their frames: {listing}).")
+            raise InputError(f"{bag}: frame {frame!r} of {setting('flange_frames')} {parent},{child} is in neither {TF} "
+                             f"nor {TF_STATIC} (their frames: {listing}).")
     if not tree.linked(parent, child):
         raise InputError(f"{bag}: {TF} and {TF_STATIC} do not link {parent!r} to {child!r} (their trees' roots are "
-                         f"{tree.ancestors(parent)[-1]!r} and {tree.ancestors(child)[-1]!r}); --flange-frames names "
-                         f"the robot's base and its flange.")
+                         f"{tree.ancestors(parent)[-1]!r} and {tree.ancestors(child)[-1]!r}); "
+                         f"{setting('flange_frames')} names the robot's base and its flange.")
     if not tree.moving_on_chain(parent, child):
         raise InputError(f"{bag}: {TF_STATIC} alone links {parent!r} to {child!r}, so the flange never moves in this "
-                         f"bag and hand-eye needs photos at many flange poses; --flange-frames names the robot's base "
-                         f"and its flange (a frame {TF} moves).")
+                         f"bag and hand-eye needs photos at many flange poses; {setting('flange_frames')} names the "
+                         f"robot's base and its flange (a frame {TF} moves).")
 
 
 def plan_from_tf(reader, bag: Path, cameras: list[BagCamera], options: FlangeBagOptions) -> PhotoPlan:
@@ -133,7 +133,7 @@ def plan_from_tf(reader, bag: Path, cameras: list[BagCamera], options: FlangeBag
             transform = tree.moving[found.worst[i]]
             raise InputError(f"{bag}: no {TF} for {parent} -> {child} at the stamp {stamps[i]:.6f} s of "
                              f"{_where(camera, i)}: the nearest sample of {transform.parent} -> "
-                             f"{transform.child} is {found.gap[i]:.3g} s away, more than --tolerance "
+                             f"{transform.child} is {found.gap[i]:.3g} s away, more than {setting('tolerance')} "
                              f"{options.tolerance:g} s ({TF} has it from {transform.times[0]:.6f} to "
                              f"{transform.times[-1]:.6f} s).")
         looked_up[camera.name] = found.poses
@@ -171,8 +171,8 @@ def plan_from_tf(reader, bag: Path, cameras: list[BagCamera], options: FlangeBag
     if not used:
         lines = "; ".join(f"{name}: " + ", ".join(f"{n} {reason}" for reason, n in c["dropped"].items())
                           for name, c in counts.items())
-        raise InputError(f"{bag}: no photo was taken while the flange stood still ({lines}); check --still "
-                         f"({options.still:g} m and rad) and --still-window ({options.still_window:g} s).")
+        raise InputError(f"{bag}: no photo was taken while the flange stood still ({lines}); check {setting('still')} "
+                         f"({options.still:g} m and rad) and {setting('still_window')} ({options.still_window:g} s).")
     pose_ids, base_T_flange, rows = [], [], []
     kept: dict[str, dict[int, str]] = {camera.name: {} for camera in cameras}
     for k, s in enumerate(used):

@@ -26,7 +26,7 @@ import numpy as np
 from capture.camera_info import CameraInfo
 from capture.importers.flange_poses import read_flange_poses, write_flange_csv
 from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, load_session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, output_folder
 from rigs.version import VERSION
 
@@ -75,10 +75,10 @@ def flange_manifest(board: dict | None, setup: str, source: dict) -> dict:
     """The session.json of a hand-eye session (module docstring) before its cameras are filled in;
     InputError when the board or the setup is missing or unknown."""
     if board is None:
-        raise InputError("--board is required: a hand-eye session needs the board the photos show (--board "
-                         "charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY).")
+        raise InputError(f"{setting('board')} is required: a hand-eye session needs the board the photos show "
+                         f"({setting('board')} charuco:SQUARES_X:SQUARES_Y:SQUARE_M:MARKER_M:DICTIONARY).")
     if setup not in SETUPS:
-        raise InputError(f"--setup {setup!r} is not one of {', '.join(SETUPS)}.")
+        raise InputError(f"{setting('setup')} {setup!r} is not one of {', '.join(SETUPS)}.")
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "units": {"length": "m", "angle": "rad", "mass": "kg"},
@@ -123,10 +123,10 @@ def write_flange_session(out: Path, manifest: dict, pose_ids: list[str], base_T_
             if progress is not None:
                 progress(done, total)
         if corners and max(corners.values()) < MIN_BOARD_CORNERS:
-            raise InputError(f"{first}: the board {board_name} (--board) shows {corners[first]} corners here and at "
-                             f"most {max(corners.values())} in any of the {len(corners)} photos, fewer than the "
-                             f"{MIN_BOARD_CORNERS} a pose needs; is --board (squares, dictionary) the board in the "
-                             f"photos?")
+            raise InputError(f"{first}: the board {board_name} ({setting('board')}) shows {corners[first]} corners here "
+                             f"and at most {max(corners.values())} in any of the {len(corners)} photos, fewer than the "
+                             f"{MIN_BOARD_CORNERS} a pose needs; is {setting('board')} (squares, dictionary) the board "
+                             f"in the photos?")
         manifest["sensors"]["cameras"] = {
             name: {"info": f"cameras/{name}/camera_info.yaml", "base_T_camera": None,
                    "pose_source": "unknown: found by `selfcal calibrate --model hand-eye`",

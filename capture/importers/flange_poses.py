@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from capture.importers.units import LENGTH_UNITS, to_metres
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import read_csv_rows
 from rigs.transforms import quat_xyzw_to_matrix
 
@@ -57,7 +57,7 @@ def read_flange_poses(path: Path, length_unit: str = "m") -> FlangePoses:
     """A flange-pose file or folder (module docstring) -> poses in metres; InputError naming file and row."""
     path = Path(path)
     if length_unit not in LENGTH_UNITS:
-        raise InputError(f"--length-unit {length_unit!r} is not one of {', '.join(LENGTH_UNITS)}.")
+        raise InputError(f"{setting('length_unit')} {length_unit!r} is not one of {', '.join(LENGTH_UNITS)}.")
     if path.is_dir():
         poses = _read_yaml_folder(path, length_unit)
     elif path.is_file():
@@ -185,18 +185,18 @@ def check_flange_poses(poses: FlangePoses, length_unit: str, from_tf: bool = Fal
     far = int(np.argmax(distance))
     if distance[far] > MAX_FLANGE_DISTANCE_M:
         raise InputError(f"{source}: {poses.rows[far]}: the flange is {distance[far]:.4g} m from the base, farther than "
-                         f"any arm reaches; " + ("is the first frame of --flange-frames the robot's base?" if from_tf
-                                                 else f"positions are read in {length_unit} (--length-unit "
-                                                      f"{length_unit}): pass --length-unit mm if the file is in "
-                                                      f"millimetres."))
+                         f"any arm reaches; " + (f"is the first frame of {setting('flange_frames')} the robot's base?" if from_tf
+                                                 else f"positions are read in {length_unit} ({setting('length_unit')} "
+                                                      f"{length_unit}): pass {setting('length_unit')} mm if the file is "
+                                                      f"in millimetres."))
     spread = float(np.linalg.norm(positions.max(axis=0) - positions.min(axis=0))) if len(positions) > 1 else None
     if spread is not None and spread < MIN_FLANGE_SPREAD_M:
         raise InputError(f"{source}: every flange position lies within {1000 * spread:.3g} mm of the others, less than "
-                         f"any hand-eye recording moves; " + ("is the second frame of --flange-frames the flange?"
+                         f"any hand-eye recording moves; " + (f"is the second frame of {setting('flange_frames')} the flange?"
                                                               if from_tf else
-                                                              f"positions are read in {length_unit} (--length-unit "
-                                                              f"{length_unit}): pass --length-unit m if the file is in "
-                                                              f"metres."))
+                                                              f"positions are read in {length_unit} "
+                                                              f"({setting('length_unit')} {length_unit}): pass "
+                                                              f"{setting('length_unit')} m if the file is in metres."))
     for i in range(len(positions)):
         for j in range(i + 1, len(positions)):
             moved = float(np.linalg.norm(positions[i] - positions[j]))

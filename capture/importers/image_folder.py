@@ -27,7 +27,7 @@ from capture.importers.assemble import Robot, check_robot
 from capture.importers.camera_import import CameraOptions, ImportedCamera, import_summary, write_camera_session
 from capture.importers.joint_logs import read_joint_log
 from capture.importers.rosbag_cameras import DEPTH_RANGE_M
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.transforms import quat_xyzw_to_matrix
 
 POSE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -82,9 +82,9 @@ def _check_scale(values: np.ndarray, units_m: float, path: Path) -> None:
     low, high = DEPTH_RANGE_M
     if not low <= median <= high:
         guess = 10.0 ** round(np.log10(1.5 * units_m / median))
-        raise InputError(f"{path}: the median depth is {median:.4g} m at --depth-scale {units_m:g} m per unit, outside "
-                         f"the {low:g}-{high:g} m a depth camera measures; pass --depth-scale {guess:g} if the values "
-                         f"are in another unit.")
+        raise InputError(f"{path}: the median depth is {median:.4g} m at {setting('depth_scale')} {units_m:g} m per "
+                         f"unit, outside the {low:g}-{high:g} m a depth camera measures; pass {setting('depth_scale')} "
+                         f"{guess:g} if the values are in another unit.")
 
 
 def _camera_files(folder: Path, pose_ids: set[str]) -> dict[str, dict[str, Path]]:
@@ -157,7 +157,7 @@ def import_image_folder(robot: Robot, folder: Path, options: CameraOptions, out:
         pose_path = camera_folder / "pose.yaml"
         base_T_camera = _read_pose_yaml(pose_path) if pose_path.is_file() and options.camera_poses != "none" else None
         if base_T_camera is None and options.camera_poses == "tf":
-            raise InputError(f"{pose_path}: missing, so camera {name!r} has no pose (--camera-poses tf).")
+            raise InputError(f"{pose_path}: missing, so camera {name!r} has no pose ({setting('camera_poses')} tf).")
         has_depth = any("depth" in entry for entry in files.values())
         info = CameraInfo(name, raw_info.width, raw_info.height, raw_info.K, np.zeros(5))
         kept = sum(1 for entry in files.values() if entry)

@@ -15,7 +15,7 @@ import numpy as np
 
 from capture.importers.joint_logs import JointLog
 from capture.session import pose_id
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 
 def split_pose_names(names: list[str], poses: list[str | None], targets: list[str], where: list[str],
@@ -59,7 +59,7 @@ def assign_by_time(times: np.ndarray, keys: list[str], where: list[str], log: Jo
         raise InputError(f"{log.source}: has no time stamps, so measurements cannot be matched by time "
                          f"(add a time column, or match by name).")
     if tolerance <= 0:
-        raise InputError(f"--tolerance must be positive, got {tolerance:g} s.")
+        raise InputError(f"{setting('tolerance')} must be positive, got {tolerance:g} s.")
     order = np.argsort(log.times, kind="stable")
     sorted_times = log.times[order]
     times = np.asarray(times, dtype=float)

@@ -21,7 +21,7 @@ import numpy as np
 from capture.importers.tables import check_header_unit, read_table
 from capture.importers.units import angle_factor, check_joint_values, length_factor
 from capture.session import pose_id
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.limits import ChainJoints
 
 TIME_COLUMNS = ("time", "timestamp", "stamp")
@@ -79,7 +79,8 @@ def read_joint_log(path: Path, chain: ChainJoints, length_unit: str = "mm", angl
             extra_columns[name] = column
         else:
             raise InputError(f"{table.path}: column {name!r} is neither a joint of the chain ({', '.join(chain.names)}) "
-                             f"nor pose, time, payload_kg or effort_<joint>; fix its name or pass --keep-extra.")
+                             f"nor pose, time, payload_kg or effort_<joint>; fix its name or pass "
+                             f"{setting('keep_extra')}.")
     if pose_column is None and time_column is None:
         raise InputError(f"{table.path}: column 'pose' is missing (a joints file without pose ids needs a time column).")
     for name in chain.names:

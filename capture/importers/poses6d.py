@@ -21,7 +21,7 @@ from scipy.spatial.transform import Rotation
 
 from capture.importers.tables import check_header_unit, read_table
 from capture.importers.units import angle_factor, length_factor, to_metres
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 QUATERNION = ("qx", "qy", "qz", "qw")
 VECTOR = ("rx", "ry", "rz")
@@ -50,7 +50,7 @@ def read_poses(path: Path, length_unit: str = "mm", angle_unit: str = "deg", rot
     length_factor(length_unit)  # refuse an unknown unit before reading
     angle = angle_factor(angle_unit)
     if rotation is not None and rotation not in ROTATIONS:
-        raise InputError(f"--rotation {rotation!r} is not one of {', '.join(ROTATIONS)}.")
+        raise InputError(f"{setting('rotation')} {rotation!r} is not one of {', '.join(ROTATIONS)}.")
     table = read_table(path, header="required", what="poses")
     columns = {name.lower(): i for i, name in enumerate(table.header)}
     forms = [name for name, keys in (("quaternion", QUATERNION), ("vector", VECTOR), ("matrix", MATRIX))
@@ -67,7 +67,7 @@ def read_poses(path: Path, length_unit: str = "mm", angle_unit: str = "deg", rot
     if form == "vector":
         if rotation is None:
             raise InputError(f"{table.path}: columns rx, ry, rz are either a rotation vector or roll-pitch-yaw; "
-                             f"say which with --rotation rotvec or --rotation rpy.")
+                             f"say which with {setting('rotation')} rotvec or {setting('rotation')} rpy.")
         layout = rotation
     else:
         layout = form

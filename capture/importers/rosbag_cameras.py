@@ -28,7 +28,7 @@ import numpy as np
 from capture.camera_info import CameraInfo
 from capture.importers.ros_images import (CAMERA_INFO, COMPRESSED, IMAGE, MILLIMETRE, ImageKind, camera_info_from_message,
                                           decode_colour, decode_depth, image_kind, message_time)
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 TRANSPORTS = ("compressed", "compressedDepth", "theora", "zstd")
 DEPTH_RANGE_M = (0.25, 10.0)  # a depth camera's median reading of a scene with an arm lies in here
@@ -97,8 +97,8 @@ def parse_camera_choice(text: str) -> tuple[str, list[str]]:
     name, sep, topics = text.partition("=")
     name = name.strip()
     if not sep or not name or NAME.search(name) or not topics.strip():
-        raise InputError(f"--camera {text!r}: expected NAME=DEPTH_TOPIC[,COLOUR_TOPIC] with a name of letters, "
-                         f"digits, '_' or '-'.")
+        raise InputError(f"{setting('cameras')} {text!r}: expected NAME=DEPTH_TOPIC[,COLOUR_TOPIC] with a name of "
+                         f"letters, digits, '_' or '-'.")
     return name, [t.strip() for t in topics.split(",") if t.strip()]
 
 
@@ -137,7 +137,7 @@ def _choose(name: str, candidates: list[tuple[str, ImageKind, str]], bag: Path, 
     if len(colour) > 1 and len(depth) == 1:
         registered = [c for c in colour if c[2] == depth[0][2]]
         colour = registered or colour
-    hint = (f"choose with --camera {name}=DEPTH_TOPIC[,COLOUR_TOPIC] (the bag's image topics: {listing}).")
+    hint = (f"choose with {setting('cameras')} {name}=DEPTH_TOPIC[,COLOUR_TOPIC] (the bag's image topics: {listing}).")
     if len(depth) > 1:
         raise InputError(f"{bag}: camera {name!r} has {len(depth)} depth streams ({', '.join(d[0] for d in depth)}); "
                          + hint)
@@ -164,7 +164,8 @@ def _check_depth_scale(depth: np.ndarray, stream: Stream, units_m: float, bag: P
     else:
         unit = "millimetres" if units_m == MILLIMETRE else f"{units_m:g} m per unit"
         guess = 10.0 ** round(np.log10(1.5 * units_m / median))
-        hint = f"its {stream.kind.encoding} values read as {unit}; pass --depth-scale {guess:g} if they are in another unit"
+        hint = (f"its {stream.kind.encoding} values read as {unit}; pass {setting('depth_scale')} {guess:g} if they "
+                f"are in another unit")
     raise InputError(f"{where}: the median depth is {median:.4g} m, outside the {low:g}-{high:g} m a depth camera "
                      f"measures; {hint}.")
 
@@ -185,13 +186,14 @@ def scan_cameras(reader, bag: Path, chosen: list[str] | None, units_m: float) ->
         for text in chosen:
             name, topics = parse_camera_choice(text)
             if name in groups:
-                raise InputError(f"--camera {name!r} is given twice.")
+                raise InputError(f"{setting('cameras')} {name!r} is given twice.")
             for topic in topics:
                 if topic not in by_topic:
-                    raise InputError(f"{bag}: --camera {name}: no topic {topic!r} (the bag's image topics: {listing}).")
+                    raise InputError(f"{bag}: {setting('cameras')} {name}: no topic {topic!r} (the bag's image topics: "
+                                     f"{listing}).")
                 if topic not in images:
-                    raise InputError(f"{bag}: --camera {name}: topic {topic} carries {by_topic[topic][0].msgtype}, not "
-                                     f"an image (the bag's image topics: {listing}).")
+                    raise InputError(f"{bag}: {setting('cameras')} {name}: topic {topic} carries "
+                                     f"{by_topic[topic][0].msgtype}, not an image (the bag's image topics: {listing}).")
             groups[name] = topics
     else:
         for topic in sorted(images):
@@ -215,7 +217,7 @@ def scan_cameras(reader, bag: Path, chosen: list[str] | None, units_m: float) ->
         if chosen:
             kinds = [c[1].kind for c in candidates]
             if len(candidates) > 2 or len(set(kinds)) != len(kinds):
-                raise InputError(f"--camera {name}: give at most one depth and one colour topic (got "
+                raise InputError(f"{setting('cameras')} {name}: give at most one depth and one colour topic (got "
                                  + ", ".join(f"{c[0]} ({c[1].kind})" for c in candidates) + ").")
             depth_topic = next((c[0] for c in candidates if c[1].kind == "depth"), None)
             colour_topic = next((c[0] for c in candidates if c[1].kind == "colour"), None)
@@ -270,7 +272,7 @@ def _check_registered(camera: BagCamera, bag: Path) -> None:
         raise InputError(f"{bag}: camera {camera.name!r}: depth {depth.topic} is in frame {depth.frame_id!r}, colour "
                          f"{colour.topic} in {colour.frame_id!r}; depth must be registered to the colour image "
                          f"(record aligned depth, e.g. aligned_depth_to_color), or import them as two cameras with "
-                         f"--camera NAME=TOPIC for each.")
+                         f"{setting('cameras')} NAME=TOPIC for each.")
     if (depth.width, depth.height) != (colour.width, colour.height) or \
             not np.allclose(depth.info.K, colour.info.K, rtol=1e-3, atol=0.5):
         raise InputError(f"{bag}: camera {camera.name!r}: {depth.info_topic} and {colour.info_topic} give different "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 DEFAULT_STILL = 1e-4  # rad: encoder noise is ~1e-6 rad; a slow creep of 1e-4 rad is 0.1 mm at 1 m
 DEFAULT_WINDOW = 0.1  # s either side of a stamp: exposure, readout and clock offsets are shorter
@@ -80,11 +80,11 @@ def find_stands(times: np.ndarray, q: np.ndarray, still: float, window: float,
                 tolerance: float) -> tuple[Stands, np.ndarray]:
     """Stands of a joint stream sorted by time (module docstring); and (N,) stand of each sample, -1 moving."""
     if still <= 0:
-        raise InputError(f"--still must be positive, got {still:g} rad.")
+        raise InputError(f"{setting('still')} must be positive, got {still:g} rad.")
     if window <= 0:
-        raise InputError(f"--still-window must be positive, got {window:g} s.")
+        raise InputError(f"{setting('still_window')} must be positive, got {window:g} s.")
     if tolerance <= 0:
-        raise InputError(f"--tolerance must be positive, got {tolerance:g} s.")
+        raise InputError(f"{setting('tolerance')} must be positive, got {tolerance:g} s.")
     motion, covered = joint_motion(times, q, times, window, tolerance)
     calm = covered & (motion <= still)
     stand_of = np.full(len(times), -1)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 COMMENT_PREFIXES = ("//", "#")
 UNIT_SUFFIX = re.compile(r"\s*[\[(]\s*([A-Za-z/ ]+?)\s*[\])]\s*$")
@@ -209,6 +209,6 @@ def check_header_unit(table: Table, column: str, unit: str, kind: str) -> None:
     written = table.header_units.get(column.lower())
     known = UNIT_ALIASES.get(written.lower()) if written is not None else None
     if known is not None and known != unit:
-        flag = "--length-unit" if kind == "length" else "--angle-unit"
-        raise InputError(f"{table.path}: column {column!r} says its unit is {written!r} but {flag} is {unit!r}; "
-                         f"pass {flag} {known}.")
+        name = setting("length_unit" if kind == "length" else "angle_unit")
+        raise InputError(f"{table.path}: column {column!r} says its unit is {written!r} but {name} is {unit!r}; "
+                         f"pass {name} {known}.")

@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from capture.importers.ros_images import message_time
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.transforms import invert, quat_xyzw_to_matrix
 
 TF_MESSAGE = "tf2_msgs/msg/TFMessage"
@@ -117,7 +117,7 @@ def read_static_transforms(reader, bag_name: str) -> StaticTransforms | None:
 def is_optical(frame_id: str, convention: str) -> bool:
     """Whether ``frame_id`` is an optical frame: by name (``auto``) or as the user says."""
     if convention not in CONVENTIONS:
-        raise InputError(f"--frame-convention {convention!r} is not one of {', '.join(CONVENTIONS)}.")
+        raise InputError(f"{setting('frame_convention')} {convention!r} is not one of {', '.join(CONVENTIONS)}.")
     if convention == "auto":
         return "optical" in frame_id.lower()
     return convention == "optical"

@@ -25,7 +25,7 @@ import numpy as np
 
 from capture.importers.tables import UNIT_ALIASES, Table, check_header_unit, read_table
 from capture.importers.units import length_factor, to_metres
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 NAME_COLUMNS = ("name", "collection::group::target", "group::target", "point", "point name", "pointname", "target name", "id", "label")
 TIME_COLUMNS = ("time", "timestamp", "stamp")
@@ -67,8 +67,8 @@ def _check_units_comment(table: Table, unit: str) -> None:
         if match and UNIT_ALIASES.get(match.group(1).lower()) in ("m", "mm", "cm", "in"):
             written = UNIT_ALIASES[match.group(1).lower()]
             if written != unit:
-                raise InputError(f"{table.path}: the file says its units are {match.group(1)!r} but --length-unit is "
-                                 f"{unit!r}; pass --length-unit {written}.")
+                raise InputError(f"{table.path}: the file says its units are {match.group(1)!r} but "
+                                 f"{setting('length_unit')} is {unit!r}; pass {setting('length_unit')} {written}.")
             return
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 # Joint values against the URDF limits: one check (and tolerance) for imports and sessions alike.
 from rigs.limits import JOINT_LIMIT_MARGIN_M, JOINT_LIMIT_MARGIN_RAD, check_joint_values  # noqa: F401
 
@@ -27,7 +27,7 @@ MIN_TRACKER_SPREAD_M = 0.005
 def length_factor(unit: str) -> float:
     """Metres per ``unit`` (m, mm, cm, in)."""
     if unit not in LENGTH_UNITS:
-        raise InputError(f"--length-unit {unit!r} is not one of {', '.join(LENGTH_UNITS)}.")
+        raise InputError(f"{setting('length_unit')} {unit!r} is not one of {', '.join(LENGTH_UNITS)}.")
     return LENGTH_UNITS[unit]
 
 
@@ -42,7 +42,7 @@ def to_metres(values, unit: str) -> np.ndarray:
 def angle_factor(unit: str) -> float:
     """Radians per ``unit`` (rad, deg)."""
     if unit not in ANGLE_UNITS:
-        raise InputError(f"--angle-unit {unit!r} is not one of {', '.join(ANGLE_UNITS)}.")
+        raise InputError(f"{setting('angle_unit')} {unit!r} is not one of {', '.join(ANGLE_UNITS)}.")
     return ANGLE_UNITS[unit]
 
 
@@ -62,9 +62,9 @@ def check_tracker_lengths(xyz_m: np.ndarray, lines: list[int], path, unit: str, 
         raw = distance[far] / LENGTH_UNITS[unit]
         raise InputError(f"{path}: line {lines[far]}: a coordinate of {raw:g} {unit} is {distance[far]:.0f} m from the "
                          f"tracker, beyond any tracker's range; the file is probably in a smaller unit "
-                         f"(pass --length-unit, e.g. mm).")
+                         f"(pass {setting('length_unit')}, e.g. mm).")
     spread = float(np.ptp(xyz_m, axis=0).max())
     if pose_count >= 3 and spread < MIN_TRACKER_SPREAD_M:
         raise InputError(f"{path}: all {len(xyz_m)} positions lie within {spread / LENGTH_UNITS[unit]:g} {unit} of each "
                          f"other over {pose_count} poses; the file is probably in a larger unit than {unit} "
-                         f"(pass --length-unit, e.g. m).")
+                         f"(pass {setting('length_unit')}, e.g. m).")

@@ -34,7 +34,7 @@ from scipy import ndimage
 
 from capture.session import load_session
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
 from selfmodel.export.bodies import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                      pieces_outside_distance)
@@ -187,15 +187,15 @@ class CollisionExporter:
 
     def check(self) -> None:
         if self.max_spheres < 1:
-            raise InputError(f"--spheres {self.max_spheres}: need at least one sphere a link.")
+            raise InputError(f"{setting('max_spheres')} {self.max_spheres}: need at least one sphere a link.")
         if self.board_spheres < 0:
-            raise InputError(f"--board-spheres {self.board_spheres}: must be >= 0.")
+            raise InputError(f"{setting('board_spheres')} {self.board_spheres}: must be >= 0.")
         if self.max_pieces < 1:
-            raise InputError(f"--pieces {self.max_pieces}: need at least one convex piece a link.")
+            raise InputError(f"{setting('max_pieces')} {self.max_pieces}: need at least one convex piece a link.")
         if self.max_piece_vertices < 8:
             raise InputError(f"max piece vertices {self.max_piece_vertices}: need at least 8.")
         if self.margin is not None and not (math.isfinite(self.margin) and self.margin >= 0):
-            raise InputError(f"--margin {self.margin * 1000:g} mm: the margin must be a finite number >= 0.")
+            raise InputError(f"{setting('margin')} {self.margin * 1000:g} mm: the margin must be a finite number >= 0.")
         if not self.voxel > 0:
             raise InputError(f"voxel {self.voxel}: must be > 0.")
 
@@ -205,8 +205,8 @@ class CollisionExporter:
         rng = np.random.default_rng(self.seed)
         sources = link_sources(model, rng, where, self.free_configurations, self.free_consistency)
         if self.max_spheres < len(sources):
-            raise InputError(f"--spheres {self.max_spheres}: the model has {len(sources)} links with a body; the "
-                             f"sphere budget must give each at least one.")
+            raise InputError(f"{setting('max_spheres')} {self.max_spheres}: the model has {len(sources)} links with a "
+                             f"body; the sphere budget must give each at least one.")
         seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0, "separation": 0.0}
         bodies: dict[str, LinkBody] = {}
         occupancies = {}
@@ -221,7 +221,7 @@ class CollisionExporter:
             seconds["bodies"] += time.perf_counter() - start
         # A given margin is checked before minutes of decomposition, a measured one after.
         if self.margin is not None:
-            check_margin(float(self.margin), bodies, "--margin", where)
+            check_margin(float(self.margin), bodies, setting("margin"), where)
         spec = chain_of(model)
         recorded = recorded_configurations(model)
         kinds = pair_kinds(spec, list(bodies))
@@ -270,7 +270,7 @@ class CollisionExporter:
             try:
                 pieces = convex_pieces(body.mesh, self.max_pieces, self.max_piece_vertices, seed=self.seed)
             except InputError as error:
-                raise InputError(f"{where}: link {source.link!r}: {error}") from None
+                raise InputError(f"{where}: link {source.link!r}: {error.marked}") from None
             seconds["pieces"] += time.perf_counter() - start
             start = time.perf_counter()
             need, samples = self._margin_needed(source, body, occupancy, pieces, rng)

@@ -28,7 +28,7 @@ import numpy as np
 from scipy import ndimage
 from scipy.spatial import ConvexHull, QhullError
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from selfmodel.export.bodies import ConvexPiece, LinkBody, conservative_hull, polytope
 from selfmodel.export.spheres import SphereCover
 
@@ -240,7 +240,8 @@ def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, t
                 if not _cut(pieces, bodies, a, hit[0], b, hit[1], pa, pb, max_pieces, max_vertices, tolerance, separation):
                     raise InputError(f"{where}: at recorded pose {pose_ids[c]} the convex pieces of {a} and {b} overlap "
                                      f"and the parts of the two bodies they hold cannot be told apart by a plane, even "
-                                     f"with {2 * max_pieces} pieces a link; raise --pieces or train longer.")
+                                     f"with {2 * max_pieces} pieces a link; raise {setting('max_pieces')} or train "
+                                     f"longer.")
                 for link in (a, b):
                     shapes[link] = [_convex(piece.vertices) for piece in pieces[link]]
                     balls[link] = [_ball(piece) for piece in pieces[link]]

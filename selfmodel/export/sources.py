@@ -15,7 +15,7 @@ import numpy as np
 
 from capture.session import load_session
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.link_meshes import link_meshes
 from rigs.simulator import board_plate
 from rigs.transforms import transform_points
@@ -198,7 +198,7 @@ def prepare_free_model(model, folder: Path, urdf: Path | None) -> None:
     of its training session, and its training configurations (from the sessions' joints.csv)."""
     if urdf is None:
         raise InputError(f"{folder}: a free model has no links of its own; name the description to cut its body "
-                         f"into links with --urdf.")
+                         f"into links with {setting('urdf')}.")
     sessions = [load_session(path) for path in training_session_paths(folder) if (Path(path) / "session.json").is_file()]
     if not sessions:
         raise InputError(f"{folder}: the sessions this free model was trained on are gone, so its base and tip links "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.transforms import exp6, log6
 from selfmodel.model.baked import bake
 from selfmodel.model.corrections import TOLERANCE
@@ -51,7 +51,8 @@ def what_changed(previous, new, pitch: float = 0.005) -> dict:
     for index, link in enumerate(new.link_names):
         old_grid, new_grid = old_grids[index], new_grids[index]
         if old_grid.shape != new_grid.shape or not np.allclose(previous.domains_lo[index], new.domains_lo[index]):
-            raise InputError(f"the two models' domains of {link} differ: relearn with --previous to compare them.")
+            raise InputError(f"the two models' domains of {link} differ: relearn with {setting('previous')} to compare "
+                             f"them.")
         was, now = old_grid > 0, new_grid > 0
         added, removed = now & ~was, was & ~now
         larger = added if added.sum() >= removed.sum() else removed

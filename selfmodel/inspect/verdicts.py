@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.verdicts import FAIL, PASS, Tolerance, Verdict, cannot_tell, combine, judge
 
 DEFAULT_FALSE_FREE_PCT = 1.0
@@ -43,8 +43,8 @@ def _positive(value: float | None, flag: str) -> None:
 def eval_verdict(figures: dict, voxel_mm: float, tolerance_mm: float | None = None,
                  false_free_max_pct: float | None = None) -> Verdict:
     """The verdict of ``selfcal selfmodel eval`` from its ``figures``."""
-    _positive(tolerance_mm, "--tolerance-mm")
-    _positive(false_free_max_pct, "--false-free-max")
+    _positive(tolerance_mm, setting("tolerance_mm"))
+    _positive(false_free_max_pct, setting("false_free_max_pct"))
     if tolerance_mm is not None:
         tolerance = Tolerance(tolerance_mm, "mm", "given with --tolerance-mm")
     else:
@@ -62,7 +62,7 @@ def eval_verdict(figures: dict, voxel_mm: float, tolerance_mm: float | None = No
 
 def check_threshold(noise_mm: float, threshold_mm: float | None) -> Tolerance:
     """The damage threshold: given, or derived from the depth noise about the description (mm)."""
-    _positive(threshold_mm, "--threshold-mm")
+    _positive(threshold_mm, setting("threshold_mm"))
     if threshold_mm is not None:
         return Tolerance(threshold_mm, "mm", "given with --threshold-mm")
     value = max(THRESHOLD_NOISE_FACTOR * noise_mm, MINIMUM_THRESHOLD_MM)

@@ -55,7 +55,7 @@ from scipy import ndimage
 
 from capture.session import Session
 from rigs.depth_model import neighbourhood_range
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.no_return import NO_DEPTH_MODES, RIM_PX, no_return_reach, no_return_regions
 
 FAR = 100.0  # m: the far range of a simulated session's ideal cameras that did not state theirs
@@ -279,12 +279,12 @@ def check_no_depth(settings: LabelSettings, sessions: list[Session]) -> None:
     modes = wanted.values() if isinstance(wanted, dict) else [wanted]
     for mode in modes:
         if mode not in NO_DEPTH_MODES:
-            raise InputError(f"--no-depth must be one of {', '.join(NO_DEPTH_MODES)}, got {mode!r}.")
+            raise InputError(f"{setting('no_depth')} must be one of {', '.join(NO_DEPTH_MODES)}, got {mode!r}.")
     if isinstance(wanted, dict):
         names = {name for session in sessions for name in session.cameras}
         unknown = sorted(set(wanted) - names - {"*"})
         if unknown:
-            raise InputError(f"--no-depth {unknown[0]}=...: the sessions have no camera {unknown[0]!r} "
+            raise InputError(f"{setting('no_depth')} {unknown[0]}=...: the sessions have no camera {unknown[0]!r} "
                              f"(they have {', '.join(sorted(names))}).")
 
 

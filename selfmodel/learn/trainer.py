@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import atomic_write_bytes, load_torch
 from rigs.link_meshes import link_meshes
 from selfmodel.labels.depth import ArmRegion, LabelSettings, TrainingData, depth_training_data, never_seen_free
@@ -57,7 +57,8 @@ def check_previous(previous, kind: str, spec: ChainSpec | None, joint_names: lis
     """A previous model to start from must be of the same kind and the same chain."""
     where = str(getattr(previous, "folder", "the previous model"))
     if previous.kind != kind:
-        raise InputError(f"{where}: a {previous.kind} model cannot start a {kind} training; use --kind {previous.kind}.")
+        raise InputError(f"{where}: a {previous.kind} model cannot start a {kind} training; use {setting('kind')} "
+                         f"{previous.kind}.")
     names = spec.joint_names if spec is not None else joint_names
     if list(previous.joint_names) != list(names):
         raise InputError(f"{where}: its joints ({', '.join(previous.joint_names)}) are not the session's "
@@ -178,12 +179,12 @@ class SelfModelTrainer:
         # Settings are checked here and kept as given: the kind's defaults are read through
         # start_rate and end_rate, so a trainer's settings say what the caller asked for.
         if self.kind not in KINDS:
-            raise InputError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}.")
+            raise InputError(f"{setting('kind')} must be one of {', '.join(KINDS)}, got {self.kind!r}.")
         if self.steps is None and (self.minutes is None or self.minutes <= 0):
-            raise InputError(f"--minutes must be positive, got {self.minutes}.")
+            raise InputError(f"{setting('minutes')} must be positive, got {self.minutes}.")
         resolve_device(self.device)  # an unknown or unavailable device is refused before any work
         if self.steps is not None and self.steps < 1:
-            raise InputError(f"--steps must be at least 1, got {self.steps}.")
+            raise InputError(f"{setting('steps')} must be at least 1, got {self.steps}.")
 
     @property
     def start_rate(self) -> float:
@@ -257,7 +258,7 @@ class SelfModelTrainer:
             for name, value in session.held_joints.items():
                 if name not in self.hold and name in held and abs(held[name] - value) > 1e-9:
                     raise InputError(f"{session.path}/session.json: robot.held_joints {name} = {value} differs from "
-                                     f"{held[name]} in another session; state one with --hold {name}=VALUE.")
+                                     f"{held[name]} in another session; state one with {setting('hold')} {name}=VALUE.")
                 held[name] = value
         held.update(self.hold)
         return held

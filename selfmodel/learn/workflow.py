@@ -20,7 +20,7 @@ from typing import Callable, ContextManager
 import numpy as np
 
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, current_umask, is_locked, locked_folder,
                         make_parents, output_folder, read_json, remove_empty_folders, rename_no_replace)
 from selfmodel.discovery.chain_discovery import DiscoveredChain
@@ -71,19 +71,20 @@ def training_folder(out: Path, run: dict, resume: bool):
     next valid run; an interrupted one leaves it for ``--resume``; a finished one removes it.
     """
     partial = partial_folder(out)
-    busy = f"{partial}: another training is writing it now; wait for it to finish or choose another --out."
+    busy = f"{partial}: another training is writing it now; wait for it to finish or choose another {setting('out')}."
     if is_locked(partial):
         raise InputError(busy)
     if resume:
         if not (partial / "run.json").is_file():
-            raise InputError(f"{partial}: nothing to resume (no interrupted training for {out}); run without --resume.")
+            raise InputError(f"{partial}: nothing to resume (no interrupted training for {out}); run without "
+                             f"{setting('resume')}.")
         previous = read_json(partial / "run.json", "training record")
         if previous != run:
             raise InputError(f"{partial}/run.json: the interrupted training used other options ({previous}); "
                              f"resume with the same ones.")
     elif partial.exists():
-        raise InputError(f"{partial}: an interrupted training is there; run the same command with --resume to continue "
-                         f"it, or remove {partial} to start over.")
+        raise InputError(f"{partial}: an interrupted training is there; run the same command with {setting('resume')} "
+                         f"to continue it, or remove {partial} to start over.")
     clean_leftovers(partial)
     created = False
     if not resume:

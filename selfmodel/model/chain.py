@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rigs import urdf as urdf_io
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.transforms import exp6
 
 
@@ -94,7 +94,7 @@ class ChainSpec:
                     if joint.name not in held:
                         raise InputError(f"{path}: joint {joint.name!r} moves link {joint.child!r}, which hangs off the "
                                          f"chain from {base_link!r} to {tip_link!r}, and its position is not known: record "
-                                         f"it in the session (robot.held_joints) or state it (--hold {joint.name}=VALUE).")
+                                         f"it in the session (robot.held_joints) or state it ({setting('hold')} {joint.name}=VALUE).")
                     origin = origin @ joint_motion(joint.type, joint.axis, held[joint.name])
                 add(joint, "fixed", origin)
                 queue.append(joint.child)

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 
 def usable_cores() -> int:
@@ -51,10 +51,10 @@ DEVICES = ("auto", "cpu", "cuda")
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> cuda when torch sees a GPU, else cpu; ``cuda`` without one is refused with a sentence."""
     if name not in DEVICES:
-        raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {name!r}.")
+        raise InputError(f"{setting('device')} must be one of {', '.join(DEVICES)}, got {name!r}.")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: torch sees no GPU on this machine (the CPU wheel, or no driver); "
-                         "use --device cpu or auto.")
+        raise InputError(f"{setting('device')} cuda: torch sees no GPU on this machine (the CPU wheel, or no driver); "
+                         f"use {setting('device')} cpu or auto.")
     return torch.device(name)
