@@ -35,7 +35,7 @@ from scipy.optimize import least_squares, nnls
 
 from calib.calibrator import data_hash
 from calib.fit.splits import describe_folds, fold_count, fold_rows
-from calib.sensors.board import MIN_CORNERS, BoardDetector, CharucoBoardSpec, parse_board
+from calib.sensors.board import LEGACY_HINT, MIN_CORNERS, BoardDetector, CharucoBoardSpec, parse_board
 from calib.sensors.board_corners import session_board
 from calib.sensors.hand_eye import board_pose_pnp
 from calib.sensors.hand_eye_closed_form import SETUPS, all_methods, closed_form, mean_pose, moving_poses
@@ -206,7 +206,8 @@ def load_photos(sessions: list[Session], setup: str | None = None, min_corners: 
     if not photos:
         paths = ", ".join(str(s.path) for s in sessions)
         raise InputError(f"{paths}: the board {board.describe()} was not found (at least {min_corners} corners) in "
-                         f"any of the {total} photos; is the board given at import (`selfcal import images --board`) the one in the photos?")
+                         f"any of the {total} photos; is the board given at import (`selfcal import images --board`) the "
+                         f"one in the photos? ({LEGACY_HINT[0].upper() + LEGACY_HINT[1:]}.)")
     if pixel_sigma is None:
         # Each photo's own PnP pose absorbs any flange error: its residual is the corners' noise.
         squares = sum(p.pnp_rms_px ** 2 * p.count for p in photos)

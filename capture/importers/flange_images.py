@@ -126,7 +126,8 @@ def write_flange_session(out: Path, manifest: dict, pose_ids: list[str], base_T_
             raise InputError(f"{first}: the board {board_name} ({setting('board')}) shows {corners[first]} corners here "
                              f"and at most {max(corners.values())} in any of the {len(corners)} photos, fewer than the "
                              f"{MIN_BOARD_CORNERS} a pose needs; is {setting('board')} (squares, dictionary) the board "
-                             f"in the photos?")
+                             f"in the photos? (A board OpenCV drew before 4.6 with an even number of rows has the older "
+                             f"pattern: add :legacy.)")
         manifest["sensors"]["cameras"] = {
             name: {"info": f"cameras/{name}/camera_info.yaml", "base_T_camera": None,
                    "pose_source": "unknown: found by `selfcal calibrate --model hand-eye`",
