@@ -182,8 +182,7 @@ class Calibrator:
     ``pixel_sigma`` the board corners' noise (px; default from per-image PnP). ``fit_intrinsics``:
     fit every camera's fx, fy, cx, cy in the same fit (default: camera_info's K as recorded); the
     result says which of them the data leave poorly determined. ``residual``: the
-    learned ensemble's settings. ``previous``: recalibration, start from this calibration's arm
-    and reflectors and move only along what the new data identifies. ``require_full``: refuse
+    learned ensemble's settings. ``require_full``: refuse
     poses that do not determine every combination the arm allows (joints that did not move, a
     condition number far above well spread poses'); by default such data are fitted along what
     they determine, the rest keeps its nominal value and the summary says so in sentences.
@@ -201,7 +200,6 @@ class Calibrator:
     def __init__(self, model: str = "full", deflection: str = "auto", holdout: float = 0.0, folds: int | None = None,
                  seed: int = 0, outlier_threshold: float = 5.0, tip_link: str | None = None,
                  pixel_sigma: float | None = None, residual: ResidualConfig | None = None, jacobian: str = "analytic",
-                 progress: Callable[[str], None] | None = None, previous: Calibration | None = None,
                  require_full: bool = False, torques: str = "auto", flip_torque_sign: bool = False,
                  fit_intrinsics: bool = False, per_session: tuple[str, ...] = ()):
         self.model = model
@@ -217,14 +215,20 @@ class Calibrator:
         self.pixel_sigma = pixel_sigma
         self.residual = residual
         self.jacobian = jacobian
-        self.progress = progress or (lambda message: None)
-        self.previous = previous
+        # Run-time hooks: set by each fit, not settings.
+        self._progress: Callable[[str], None] = lambda message: None
+        self._previous: Calibration | None = None
         self.fit_intrinsics = fit_intrinsics
         self.per_session = tuple(per_session)
 
     # -- the fit ------------------------------------------------------------------------------------
-    def fit(self, sessions: list[Session | Path]) -> Calibration:
-        """Fit from sessions (folders or loaded :class:`Session`) of one robot."""
+    def fit(self, sessions: list[Session | Path], progress: Callable[[str], None] | None = None,
+            previous: Calibration | None = None) -> Calibration:
+        """Fit from sessions (folders or loaded :class:`Session`) of one robot. ``progress``: told
+        each stage's name as it starts. ``previous``: recalibration, start from this calibration's
+        arm and reflectors and move only along what the new data identifies."""
+        self._progress = progress or (lambda message: None)
+        self._previous = previous
         self._check_options()
         problem = self._problem(sessions)
         auto = self.deflection == "auto"
@@ -232,7 +236,7 @@ class Calibrator:
         wanted, notes = self._check_torques(problem, wanted)
         geometries = {}
         for geometry in dict.fromkeys(modes.geometry_of(m) for m in wanted):
-            self.progress(f"{'compliance' if geometry == 'compliance' else 'rigid'} fit")
+            self._progress(f"{'compliance' if geometry == 'compliance' else 'rigid'} fit")
             try:
                 geometries[geometry] = self._geometry(problem, compliance=geometry == "compliance")
             except InputError as error:
@@ -342,7 +346,7 @@ class Calibrator:
             raise InputError(f"tip_link {tip_link!r}: its chain from {first.base_link!r} moves joints {chain.joint_names}, "
                              f"but {first.path} records {first.joint_names}; the sensors sit on the recorded tip "
                              f"{first.tip_link!r}, so calibrate to that link.")
-        previous = self.previous
+        previous = self._previous
         if previous is not None and list(previous.joint_names) != list(chain.joint_names):
             raise InputError(f"the previous calibration is of another robot (joints {list(previous.joint_names)}), "
                              f"{first.path} records {list(chain.joint_names)}.")
@@ -364,7 +368,7 @@ class Calibrator:
                                  f"(tracker_poses.csv) or board images; nothing to calibrate against.")
             for sensor in present:
                 if sensor.name == "board_corners":
-                    self.progress("detecting the board")
+                    self._progress("detecting the board")
                 item = sensor.prepare(session, i, poses[i], fit_rows[i], start_chain, self)
                 if "tool" in self.per_session and sensor.name in ("tracker_points", "tracker_poses"):
                     item.tool = f"s{i}"
@@ -396,7 +400,7 @@ class Calibrator:
         wants_compliance = self.deflection == "auto" or modes.geometry_of(self.deflection) == "compliance"
         if self.torques == "model" or not measured or not wants_compliance:
             return None
-        self.progress("identifying the arm's gravity torques from the measured ones")
+        self._progress("identifying the arm's gravity torques from the measured ones")
         return ArmDynamics(flip_sign=self.flip_torque_sign, friction="none",
                            tip_link=self.tip_link).fit(sessions)
 
@@ -419,7 +423,7 @@ class Calibrator:
         return kept, {m: note for m in wanted if m not in kept}
 
     def _groups(self, problem: Problem, start: StartValues, compliance: bool) -> list:
-        chain, previous = problem.chain, self.previous
+        chain, previous = problem.chain, self._previous
         # A joint that did not move: its zero offset and placement are a constant transform the
         # reflectors (or the next moving joint's placement) absorb, so they keep their start values.
         still = ~problem.envelope.moved
@@ -514,7 +518,7 @@ class Calibrator:
         start, hand_eye_rms, condition_ratio, seen, _ = problem.start
         model = ErrorModel(problem.chain, self._groups(problem, start, compliance), self.model)
         theta0 = model.initial_vector()
-        solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self.progress)
+        solver = RobustSolver(self.outlier_threshold, jacobian=self.jacobian, progress=self._progress)
         result = solver.solve(flat, model, theta0, None if compliance else seen)
         self._check_physical(problem, model, result)
         noise = {}
@@ -555,7 +559,7 @@ class Calibrator:
             # frame is along the last axis behind the board) stays as the starting arm says. So the
             # frames alone are fitted to the starting arm first, then everything starts from there;
             # the solver moves only along identifiable combinations, so unseen directions keep that split.
-            self.progress("fitting the sensor frames to the starting arm")
+            self._progress("fitting the sensor frames to the starting arm")
             frames = ErrorModel(problem.chain, self._groups(problem, start, False), self.model, frames_only=True)
             theta = frames.initial_vector()
             corners = fit_blocks.get("board_corners", [])
@@ -671,7 +675,7 @@ class Calibrator:
         one batched run, and put them (and the fit figures they change) into their calibrations."""
         if not learned:
             return
-        self.progress(f"residual ensembles ({', '.join(learned)})")
+        self._progress(f"residual ensembles ({', '.join(learned)})")
         datasets = []
         for mode in learned:
             fit = geometries[modes.geometry_of(mode)]
@@ -853,7 +857,7 @@ class Calibrator:
                           wanted: tuple[str, ...]) -> dict[str, Evidence]:
         """Every candidate refitted without each fold and judged on it (the same folds for all)."""
         folds, leaves = self._folds(problem)
-        self.progress(f"cross-validation: {len(folds)} folds")
+        self._progress(f"cross-validation: {len(folds)} folds")
         thetas = {geometry: fold_solutions(fit.result.blocks, fit.model, fit.theta, fit.result.identifiability.basis, leaves)
                   for geometry, fit in geometries.items()}
         # The learned candidates' ensembles, one per fold and mode, trained in one batched run.
@@ -867,7 +871,7 @@ class Calibrator:
                 keys.append((mode, k))
         residuals = {}
         if datasets:
-            self.progress(f"residual ensembles for {len(datasets)} folds")
+            self._progress(f"residual ensembles for {len(datasets)} folds")
             residuals = dict(zip(keys, ResidualEnsemble(self._residual_config()).fit_many(datasets)))
         out = {}
         for mode in wanted:

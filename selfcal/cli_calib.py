@@ -122,8 +122,8 @@ def calibrate(
                                      require_full=require_full, torques=torques, flip_torque_sign=flip_torque_sign,
                                      fit_intrinsics=fit_intrinsics,
                                      per_session=tuple(p.strip() for p in per_session.split(",") if p.strip())
-                                     if per_session else (),
-                                     progress=lambda message: (steps.append(message), update(len(steps)))).fit(loaded)
+                                     if per_session else ()).fit(
+                loaded, progress=lambda message: (steps.append(message), update(len(steps))))
         from calib.workflows.verdicts import calibration_verdict
 
         verdict = calibration_verdict(calibration.summary, loaded, tolerance_mm, calibration.pixel_sigma)

@@ -491,8 +491,7 @@ class HandEyeCalibrator:
 
     def __init__(self, setup: str | None = None, fit_intrinsics: bool = False, flange_sigma: tuple[float, float] | None = None,
                  folds: int | None = None, seed: int = 0, pixel_sigma: float | None = None,
-                 min_corners: int = MIN_CORNERS, tip_link: str | None = None,
-                 progress: Callable[[str], None] | None = None):
+                 min_corners: int = MIN_CORNERS, tip_link: str | None = None):
         self.setup = setup
         self.fit_intrinsics = fit_intrinsics
         self.flange_sigma = flange_sigma
@@ -501,13 +500,15 @@ class HandEyeCalibrator:
         self.pixel_sigma = pixel_sigma
         self.min_corners = min_corners
         self.tip_link = tip_link
-        self.progress = progress or (lambda message: None)
+        self._progress: Callable[[str], None] = lambda message: None  # set by each fit
 
-    def fit(self, sessions: list[Session | Path]) -> "HandEyeCalibration":
+    def fit(self, sessions: list[Session | Path], progress: Callable[[str], None] | None = None) -> "HandEyeCalibration":
+        """Fit from sessions of photos at flange poses; ``progress``: told each stage's name as it starts."""
+        self._progress = progress or (lambda message: None)
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
         if self.flange_sigma is not None and not (self.flange_sigma[0] >= 0 and self.flange_sigma[1] >= 0):
             raise InputError(f"{setting('flange_sigma')} must be non-negative, got {self.flange_sigma}.")
-        self.progress("finding the board")
+        self._progress("finding the board")
         data = load_photos(sessions, self.setup, self.min_corners, self.tip_link, self.pixel_sigma)
         calibration = self.fit_data(data, [str(s.path) for s in sessions])
         calibration.summary["image_sizes"] = {name: [camera.info.width, camera.info.height]
@@ -527,9 +528,9 @@ class HandEyeCalibrator:
         if len(poses_seen) < 3:
             raise InputError(f"the board was found in photos of only {len(poses_seen)} poses; hand-eye needs at least 3 "
                              f"poses rotated about different axes.")
-        self.progress("closed-form starts")
+        self._progress("closed-form starts")
         method, start, scores = best_start(data, photos, G)
-        self.progress("least squares")
+        self._progress("least squares")
         state, result, layout = refine(start, photos, G, self.fit_intrinsics, data.pixel_sigma)
         jacobians = flange_jacobians(state, photos, data.base_T_flange, data.setup)
         if self.flange_sigma is not None:
@@ -547,7 +548,7 @@ class HandEyeCalibrator:
         # per corner, 3.5 px weighted). So the held-out figures of both, on the same folds, choose.
         plain = (state, result, layout)
         weighted = self._weighted(state, photos, G, data, (sigma_m, sigma_rad))
-        self.progress("cross-validation")
+        self._progress("cross-validation")
         cross = self._cross_validate(data, G, (sigma_m, sigma_rad))
         weighting = _choose_weighting(cross, (sigma_m, sigma_rad))
         state, result, layout = weighted if weighting["chosen"] == "per photo" else plain

@@ -261,8 +261,8 @@ def recalibrate(sessions: list[Session | Path], previous_dir: Path, holdout: flo
         raise InputError(f"{previous_dir}: is a calibration of another robot (joints {list(previous.joint_names)}); "
                          f"{first.path} records {list(first.joint_names)}.")
     deflection = geometry_of((previous.deflection or {}).get("mode", "none"))
-    new = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed,
-                     previous=previous).fit(sessions)
+    new = Calibrator(model=model, deflection=deflection, holdout=holdout, folds=folds, seed=seed).fit(
+        sessions, previous=previous)
     changes = compare(previous, new)
     explanations = single_joint_explanations(previous, new)
     tree = urdf_io.parse_urdf(first.urdf_path)
