@@ -167,6 +167,20 @@ def test_the_verdict_knows_the_flange_error():
     assert verdict.result == "CANNOT TELL" and "--flange-sigma" in verdict.reason
 
 
+def test_a_cross_validation_over_few_poses_cannot_fail_a_fit():
+    """Below six poses each fold refits from four or fewer, which does not stand for the fit from all:
+    a held-out figure over the tolerance then cannot tell, and says how to find out."""
+    from calib.workflows.verdicts import hand_eye_verdict
+
+    flange = {"m": 0.0, "rad": 1.3e-3, "mm": 0.0, "deg": 0.075, "source": "estimated from the per-photo residual structure"}
+    base = {"pixel_sigma": 0.23, "floor_px": 1.7, "holdout": {"rms_px": 5.3}, "flange_sigma": flange}
+    few = hand_eye_verdict({**base, "photos": [{"pose": f"p{k}"} for k in range(5)]})
+    assert few.result == "CANNOT TELL" and "each fold refits from 4" in few.reason and "selfcal validate" in few.reason
+    assert hand_eye_verdict({**base, "photos": [{"pose": f"p{k}"} for k in range(6)]}).result == "FAIL"
+    good = {**base, "holdout": {"rms_px": 1.5}, "photos": [{"pose": f"p{k}"} for k in range(5)]}
+    assert hand_eye_verdict(good).result == "PASS"  # few poses never turn a pass into anything else
+
+
 def test_the_weighting_that_holds_out_better_is_kept():
     """Per-photo weighting (flange error in each photo's covariance) is kept unless weighting every
     corner alike held out better: with few poses a flange turn and the camera mount's turn look alike
