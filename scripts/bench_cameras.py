@@ -126,7 +126,7 @@ def calibrated(workdir: Path, session: Path) -> tuple[Path, float]:
 def trained(workdir: Path, label: str, session, steps: int, seed: int, threads: int | None, labels=None) -> Path:
     from selfmodel.labels.depth import LabelSettings
     from selfmodel.learn.trainer import SelfModelTrainer
-    from selfmodel.model.folder import read_config, save_model
+    from selfmodel.model.folder import read_config
 
     out = workdir / "models" / label
     if out.exists():
@@ -138,23 +138,22 @@ def trained(workdir: Path, label: str, session, steps: int, seed: int, threads: 
     log(f"training {label} ({steps} steps) ...")
     trainer = SelfModelTrainer(steps=steps, seed=seed, threads=threads, labels=labels or LabelSettings())
     result = trainer.fit([session])
-    with output_folder(out) as folder:
-        save_model(result, folder, [session], {"kind": "structured", "steps": steps, "seed": seed, "label": label},
-                   (session.manifest.get("sensors") or {}).get("board"))
+    result.model.save(out, [session], {"kind": "structured", "steps": steps, "seed": seed, "label": label})
     log(f"  {result.steps} steps in {result.seconds:.0f} s, {result.labelled_points} labelled points")
     return out
 
 
 def evaluated(model_folder: Path, heldout: Path, poses: int) -> dict:
     from selfmodel.evaluation.metrics import evaluate
-    from selfmodel.model.folder import load_model, read_config
+    from selfmodel.model.folder import read_config
+    from selfmodel.model.models import SelfModel
 
     cache = model_folder.with_name(model_folder.name + f".eval-{poses}.json")
     if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
         return json.loads(cache.read_text())
     log(f"evaluating {model_folder.name} ...")
     loaded = load_session(heldout)
-    figures = evaluate(load_model(model_folder), loaded, np.random.default_rng(0), loaded.pose_ids[:poses], 0.005)
+    figures = evaluate(SelfModel.load(model_folder), loaded, np.random.default_rng(0), loaded.pose_ids[:poses], 0.005)
     training = read_config(model_folder)["training"]
     figures.update(steps=training["steps"], train_seconds=training["seconds"])
     cache.write_text(json.dumps(figures))

@@ -35,7 +35,6 @@ from benchlib import table, write_section  # noqa: E402
 from capture.session import load_session  # noqa: E402
 from capture.simulate import capture_simulated  # noqa: E402
 from rigs import load_rig  # noqa: E402
-from rigs.files import output_folder  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "selfmodel"
 # A 4 x 4 x 12 cm box against the hand's +x face (the hand is 64 mm thick), reaching past the fingers.
@@ -51,7 +50,6 @@ def model_of(workdir: Path, label: str, rig, poses: int, seed: int, steps: int) 
     """(model folder, session folder), captured and trained once."""
     from selfmodel.labels.depth import LabelSettings
     from selfmodel.learn.trainer import SelfModelTrainer
-    from selfmodel.model.folder import save_model
 
     session = workdir / f"{label}-session"
     model = workdir / f"{label}-model"
@@ -64,19 +62,17 @@ def model_of(workdir: Path, label: str, rig, poses: int, seed: int, steps: int) 
                                    labels=LabelSettings(hit_rays_per_image=300, miss_rays_per_image=100))
         loaded = load_session(session)
         result = trainer.fit([loaded])
-        board = (loaded.manifest.get("sensors") or {}).get("board")  # as `selfcal selfmodel train` keeps it
-        with output_folder(model) as temporary:
-            save_model(result, temporary, [loaded], {"steps": steps}, board)
+        result.model.save(model, [loaded], {"steps": steps})  # with the session's board, as `selfcal selfmodel train`
     return model, session
 
 
 def checked(model: Path, session: Path) -> dict:
     from selfmodel.inspect.check import check_against
     from selfmodel.inspect.verdicts import check_verdict
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
     start = time.perf_counter()
-    result = check_against(load_model(model), load_session(session).urdf_path)
+    result = check_against(SelfModel.load(model), load_session(session).urdf_path)
     seconds = time.perf_counter() - start
     verdict = check_verdict(result)
     return {"verdict": verdict.as_dict(), **result.as_dict(), "seconds": seconds}
@@ -114,13 +110,13 @@ def learned_surface_offsets(model_folder: Path, links: list[str], configurations
     from selfmodel.inspect.meshing import link_meshes_of
     from selfmodel.labels.description import described_meshes, described_solids
     from selfmodel.model.chain import link_poses_numpy
-    from selfmodel.model.folder import load_model, surface_samples
+    from selfmodel.model.models import SelfModel
 
-    model = load_model(model_folder)
+    model = SelfModel.load(model_folder)
     spec = model.spec
     solids = described_solids(described_meshes(spec, model.urdf_path, model.tip_link, model.board))
     learned = link_meshes_of(model, 0.004)
-    q = surface_samples(model)[2]
+    q = model.training_q
     poses = link_poses_numpy(spec, q[np.linspace(0, len(q) - 1, configurations).astype(int)], model.corrections.deltas)
     out = {}
     for link in links:

@@ -597,10 +597,10 @@ def placement_error(model_path: Path, heldout: Path) -> dict:
     from capture.session import load_session
     from rigs.transforms import transform_points
     from selfmodel.evaluation.export_truth import load_truth
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
     truth = load_truth(heldout, load_session(heldout).pose_ids)
-    model = load_model(model_path)
+    model = SelfModel.load(model_path)
     learned = model.base_T_links(truth.q_commanded)[:, [model.link_names.index(link) for link in truth.link_names]]
     vertices = {link: np.asarray(truth.meshes[link].vertices)[::max(1, len(truth.meshes[link].vertices) // 300)]
                 for link in truth.link_names}

@@ -27,7 +27,6 @@ from benchlib import table, write_section  # noqa: E402
 from capture.session import load_session  # noqa: E402
 from capture.simulate import capture_simulated  # noqa: E402
 from rigs import load_rig  # noqa: E402
-from rigs.files import output_folder  # noqa: E402
 
 TARGETS = {"chamfer_pct_workspace": 0.5, "fscore": 0.9, "false_free_rate": 0.02}
 
@@ -42,7 +41,7 @@ def captured(workdir: Path, rig: str, poses: int, seed: int, name: str) -> Path:
 
 def trained(workdir: Path, label: str, session: Path, kind: str, minutes: float, seed: int, threads: int | None) -> Path:
     from selfmodel.learn.trainer import SelfModelTrainer
-    from selfmodel.model.folder import read_config, save_model
+    from selfmodel.model.folder import read_config
 
     out = workdir / "models" / label
     if out.exists():
@@ -54,22 +53,21 @@ def trained(workdir: Path, label: str, session: Path, kind: str, minutes: float,
     print(f"training {label} ({kind}, {minutes} min) ...", flush=True)
     loaded = load_session(session)
     result = SelfModelTrainer(kind=kind, minutes=minutes, seed=seed, threads=threads).fit([loaded])
-    board = (loaded.manifest.get("sensors") or {}).get("board")
-    with output_folder(out, force=False) as folder:
-        save_model(result, folder, [loaded], {"kind": kind, "minutes": minutes, "seed": seed}, board)
+    result.model.save(out, [loaded], {"kind": kind, "minutes": minutes, "seed": seed})
     print(f"  {result.steps} steps in {result.seconds:.0f} s, {result.labelled_points} labelled points", flush=True)
     return out
 
 
 def evaluated(model_folder: Path, session: Path, poses: int, voxel: float) -> dict:
     from selfmodel.evaluation.metrics import evaluate
-    from selfmodel.model.folder import load_model, read_config
+    from selfmodel.model.folder import read_config
+    from selfmodel.model.models import SelfModel
 
     cache = model_folder.with_name(model_folder.name + f".eval-{poses}-{voxel}.json")
     if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
         print(f"reusing {cache}", flush=True)
         return json.loads(cache.read_text())
-    model = load_model(model_folder)
+    model = SelfModel.load(model_folder)
     loaded = load_session(session)
     start = time.perf_counter()
     figures = evaluate(model, loaded, np.random.default_rng(0), loaded.pose_ids[:poses], voxel)
@@ -105,14 +103,14 @@ def main() -> None:
     report(args, results, check_rows, command)
     if not args.skip_crashed:
         from selfmodel.inspect.check import check_against
-        from selfmodel.model.folder import load_model
+        from selfmodel.model.models import SelfModel
 
         crashed_train = captured(args.workdir, "xarm6-cameras-crashed", args.poses, 1, "train")
         crashed_heldout = captured(args.workdir, "xarm6-cameras-crashed", args.heldout, 2, "heldout")
         crashed = trained(args.workdir, "structured-crashed", crashed_train, "structured", args.minutes, args.seed,
                           args.threads)
         results["structured, crashed rig"] = evaluated(crashed, crashed_heldout, args.heldout, 0.005)
-        check_rows = check_against(load_model(crashed), load_session(crashed_train).urdf_path).rows
+        check_rows = check_against(SelfModel.load(crashed), load_session(crashed_train).urdf_path).rows
         for row in check_rows:
             print(row, flush=True)
         report(args, results, check_rows, command)

@@ -37,7 +37,6 @@ from benchlib import table, write_section  # noqa: E402
 from capture.session import load_session  # noqa: E402
 from capture.simulate import capture_simulated  # noqa: E402
 from rigs import load_rig  # noqa: E402
-from rigs.files import output_folder  # noqa: E402
 
 # How main trained: the band labelled by side as wide as the free clearance and a 12 mm occupied
 # shell behind it (selfmodel.labels.depth.LabelSettings), the never-seen-free terms at a quarter of
@@ -82,7 +81,8 @@ def trained(workdir: Path, label: str, session: Path, steps: int, previous: Path
     """Model folder and wall seconds of the whole training (data, placement fit, steps); ``overrides``:
     SelfModelTrainer fields other than the defaults."""
     from selfmodel.learn.trainer import SelfModelTrainer
-    from selfmodel.model.folder import load_model, read_config, save_model
+    from selfmodel.model.folder import read_config
+    from selfmodel.model.models import SelfModel
 
     out = workdir / "models" / label
     if out.exists():
@@ -96,21 +96,18 @@ def trained(workdir: Path, label: str, session: Path, steps: int, previous: Path
     print(f"training {label} ({steps} steps{', from ' + str(previous) if previous else ''}) ...", flush=True)
     start = time.perf_counter()
     loaded = load_session(session)
-    before = load_model(previous) if previous is not None else None
+    before = SelfModel.load(previous) if previous is not None else None
     result = SelfModelTrainer(steps=steps, seed=0, threads=threads, device="cpu", **overrides).fit([loaded],
                                                                                                 previous=before)
     wall = time.perf_counter() - start
-    board = (loaded.manifest.get("sensors") or {}).get("board")
-    with output_folder(out, force=False) as folder:
-        save_model(result, folder, [loaded], {"requested_steps": steps, "wall_seconds": wall,
-                                              "loop_seconds": result.seconds}, board)
+    result.model.save(out, [loaded], {"requested_steps": steps, "wall_seconds": wall, "loop_seconds": result.seconds})
     print(f"  {result.steps} steps in {result.seconds:.0f} s of training, {wall:.0f} s in all", flush=True)
     return out, wall
 
 
 def evaluated(model_folder: Path, session: Path, poses: int) -> dict:
     from selfmodel.evaluation.metrics import evaluate
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
     cache = model_folder.with_name(model_folder.name + f".eval-{poses}.json")
     loaded = load_session(session)
@@ -119,10 +116,10 @@ def evaluated(model_folder: Path, session: Path, poses: int) -> dict:
         from selfmodel.evaluation.metrics import baked_figures, queries_per_second
 
         figures = json.loads(cache.read_text())
-        model, rng = load_model(model_folder), np.random.default_rng(0)
+        model, rng = SelfModel.load(model_folder), np.random.default_rng(0)
         figures.update(queries_per_s=queries_per_second(model, loaded.q, rng), **baked_figures(model, loaded.q, rng))
         return figures
-    figures = evaluate(load_model(model_folder), loaded, np.random.default_rng(0), loaded.pose_ids[:poses], 0.005)
+    figures = evaluate(SelfModel.load(model_folder), loaded, np.random.default_rng(0), loaded.pose_ids[:poses], 0.005)
     print(json.dumps(figures, indent=1), flush=True)
     cache.write_text(json.dumps(figures))
     return figures
@@ -132,9 +129,9 @@ def correction_rows(label: str, model_folder: Path, session: Path) -> tuple[list
     from selfmodel.evaluation.metrics import true_corrections
     from selfmodel.model.chain import ChainSpec
     from selfmodel.model.corrections import TOLERANCE
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
-    model = load_model(model_folder)
+    model = SelfModel.load(model_folder)
     loaded = load_session(session)
     spec = ChainSpec.from_urdf(loaded.urdf_path, loaded.base_link, loaded.tip_link, loaded.held_joints)
     fit = model.corrections
@@ -164,7 +161,7 @@ def checked(workdir: Path, models: dict) -> dict:
     from dataclasses import asdict
 
     from selfmodel.inspect.check import check_against
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
     out = {}
     for label, (folder, session) in models.items():
@@ -176,7 +173,7 @@ def checked(workdir: Path, models: dict) -> dict:
                 and cache.stat().st_mtime > (folder / "weights.pt").stat().st_mtime:
             out[label] = cached["rows"]
             continue
-        rows = [asdict(row) for row in check_against(load_model(folder), load_session(session).urdf_path).rows]
+        rows = [asdict(row) for row in check_against(SelfModel.load(folder), load_session(session).urdf_path).rows]
         cache.write_text(json.dumps({"check": "measured depth", "rows": rows}))
         out[label] = rows
     return out
@@ -195,9 +192,9 @@ def query_speeds(model_folder: Path, session: Path, repeats: int = 6) -> dict:
     (100k points uniform in the workspace) and as a planner asks (1000 configurations x 100 points),
     the grids at 1 and 2 threads; disagreement on occupied/free (selfmodel.model.baked.agreement)."""
     from selfmodel.model.baked import agreement, load_baked
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
-    model = load_model(model_folder)
+    model = SelfModel.load(model_folder)
     loaded = load_session(session)
     rng = np.random.default_rng(0)
     lo, hi = model.bounds
@@ -292,9 +289,9 @@ def main() -> None:
     changes = json.loads((relearned / "changes.json").read_text()) if (relearned / "changes.json").is_file() else None
     if changes is None:
         from selfmodel.inspect.changes import what_changed
-        from selfmodel.model.folder import load_model
+        from selfmodel.model.models import SelfModel
 
-        changes = what_changed(load_model(intact_model), load_model(relearned))
+        changes = what_changed(SelfModel.load(intact_model), SelfModel.load(relearned))
     results["changes"] = changes
     report(args, results, command)
 

@@ -48,11 +48,12 @@ def model_folder(workdir: Path, rig: str, steps: int) -> Path:
 def figures(workdir: Path, rig: str, steps: int, sigmas: list[float]) -> dict:
     from selfmodel.evaluation.export_truth import load_truth
     from selfmodel.export.carving import POSES, SIGMAS, cell_centres, seen_through_cells, training_sessions
-    from selfmodel.export.exporter import CollisionExporter, load_model_folder, name_recorded_poses
+    from selfmodel.export.exporter import CollisionExporter, name_recorded_poses
+    from selfmodel.model.models import SelfModel
 
     folder = model_folder(workdir, rig, steps)
     session_path = workdir / f"{rig}-300-1"
-    model = load_model_folder(folder)
+    model = SelfModel.load(folder)
     name_recorded_poses(model, folder)
     truth = load_truth(session_path, ["p0000"])
     start = time.perf_counter()

@@ -87,11 +87,11 @@ def export(
         exporter = CollisionExporter(max_spheres=spheres, board_spheres=board_spheres, max_pieces=pieces, margin=parse_margin(margin),
                                      voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
         exporter.check()
-        from selfmodel.export.exporter import load_model_folder
+        from selfmodel.model.models import SelfModel
         from selfmodel.model.runtime import resolve_device
 
         target = resolve_device(device)  # before the model is read: a refused device costs nothing
-        loaded = load_model_folder(model).to(target)
+        loaded = SelfModel.load(model).to(target)
         with progress_bar("exporting collision geometry") as update:
             report = export_model(model, out, exporter, force=force,
                                   truth=truth_figures(heldout, seed=exporter.seed) if truth else None,

@@ -167,7 +167,7 @@ def train(
         from rigs.files import check_new_output
         from selfmodel.learn.trainer import SelfModelTrainer
         from selfmodel.learn.workflow import train_model
-        from selfmodel.model.folder import load_model
+        from selfmodel.model.models import SelfModel
 
         check_new_output(out)
         from selfmodel.learn.placement import PlacementSettings
@@ -193,7 +193,7 @@ def train(
                                    hold=parse_holds(hold), device=device,
                                    placement=PlacementSettings(hold=held, held_std=known),
                                    labels=LabelSettings(no_depth=parse_no_depth(no_depth)), **extra)
-        before = load_model(previous) if previous is not None else None
+        before = SelfModel.load(previous) if previous is not None else None
         loaded = [load_session(path) for path in sessions]
         if cameras is not None:
             poses, intrinsics = camera_poses_from_calibration(cameras)
@@ -209,8 +209,8 @@ def train(
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),
                    "final_loss": result.final_loss, "labelled_points": result.labelled_points,
                    "configurations": result.configurations, "no_depth": zeros}
-        if result.corrections is not None:
-            summary["joint_placement"] = {**result.corrections.to_json(), "how": placed}
+        if result.model.corrections is not None:
+            summary["joint_placement"] = {**result.model.corrections.to_json(), "how": placed}
         if changes is not None:
             summary["changes"] = changes
         if discovered is not None:
@@ -236,8 +236,8 @@ def train(
                 from selfcal.cli_discovery import SD_CAVEAT
 
                 typer.echo(SD_CAVEAT)
-            if result.corrections is not None and not no_urdf:  # held on a discovered chain
-                typer.echo(result.corrections.summary() if not held else f"joint placements {placed}")
+            if result.model.corrections is not None and not no_urdf:  # held on a discovered chain
+                typer.echo(result.model.corrections.summary() if not held else f"joint placements {placed}")
             if changes is not None:
                 from selfmodel.inspect.changes import summary as change_lines
 
@@ -279,7 +279,7 @@ def evaluate(
         from rigs.errors import InputError
         from selfmodel.evaluation.metrics import evaluate as evaluate_model
         from selfmodel.inspect.verdicts import eval_verdict
-        from selfmodel.model.folder import load_model
+        from selfmodel.model.models import SelfModel
 
         if voxel <= 0:
             raise InputError(f"--voxel-mm must be positive, got {voxel}.")
@@ -287,7 +287,7 @@ def evaluate(
         from selfmodel.model.runtime import resolve_device
 
         target = resolve_device(device)
-        loaded_model = load_model(model).to(target)
+        loaded_model = SelfModel.load(model).to(target)
         loaded = load_session(session)
         pose_ids = loaded.pose_ids[:poses] if poses else None
         with progress_bar("evaluating", len(pose_ids or loaded.pose_ids), unit="poses") as update:
@@ -296,7 +296,7 @@ def evaluate(
         if loaded_model.kind == "structured":
             from selfmodel.labels.seen_through import training_sessions, unsupported_matter
 
-            trained_on = training_sessions(getattr(loaded_model, "folder", None))[0]
+            trained_on = training_sessions(loaded_model.folder)[0]
             figures["unsupported_matter_cm3"] = unsupported_matter(loaded_model.to("cpu"), trained_on) if trained_on else None
         verdict = eval_verdict(figures, voxel, tolerance_mm, false_free_max)
         if json_output:
@@ -334,10 +334,10 @@ def check(
     with user_errors():
         from selfmodel.inspect.check import check_against
         from selfmodel.inspect.verdicts import check_verdict
-        from selfmodel.model.folder import load_model
+        from selfmodel.model.models import SelfModel
 
         check_positive(threshold_mm=threshold_mm)  # before minutes of work
-        result = check_against(load_model(model), urdf)
+        result = check_against(SelfModel.load(model), urdf)
         verdict = check_verdict(result, threshold_mm)
         if json_output:
             print_json({"verdict": verdict.as_dict(), **result.as_dict()})

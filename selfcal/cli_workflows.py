@@ -79,9 +79,9 @@ def plan(
             previous = Calibration.load(calibration)
         relearn = None
         if self_model is not None:
-            from selfmodel.model.folder import load_model
+            from selfmodel.model.models import SelfModel
 
-            relearn = load_model(self_model)
+            relearn = SelfModel.load(self_model)
             if relearn.kind != "structured":
                 raise InputError(f"{self_model}: a {relearn.kind} model has no joint placements to plan for; "
                                  f"plan a structured model's relearn.")

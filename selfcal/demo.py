@@ -184,11 +184,11 @@ def render_images(folder: Path) -> dict[str, str]:
     from capture.session import load_session
     from rigs.kinematics import ChainModel
     from selfmodel.inspect.meshing import arm_mesh
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
     session = load_session(folder / "sessions" / "xarm-heldout")
     q = session.q[0]
-    model = load_model(folder / "selfmodel")
+    model = SelfModel.load(folder / "selfmodel")
     learned = arm_mesh(model, q, voxel=0.006)
     true_body = _posed_truth(session, 0)
     chain = ChainModel.from_urdf(folder / "collision" / "robot.urdf", session.base_link, session.tip_link)

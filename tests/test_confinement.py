@@ -133,7 +133,7 @@ def test_a_model_names_only_its_own_urdf_and_check_reads_meshes_beside_its_urdf(
     from capture.simulate import capture_simulated
     from rigs import load_rig
     from rigs.link_meshes import link_meshes
-    from selfmodel.model.folder import load_model
+    from selfmodel.model.models import SelfModel
 
     session = capture_simulated(load_rig(DATA / "selfmodel" / "two_joint_box.toml"), 3, 1, tmp_path / "box")
     result = runner.invoke(app, ["selfmodel", "train", str(session), "--out", str(tmp_path / "model"), "--steps", "2",
@@ -144,7 +144,7 @@ def test_a_model_names_only_its_own_urdf_and_check_reads_meshes_beside_its_urdf(
     document["urdf"] = "../box/robot.urdf"
     config.write_text(json.dumps(document))
     with pytest.raises(InputError, match="key 'urdf'.*leads outside"):
-        load_model(tmp_path / "model")
+        SelfModel.load(tmp_path / "model")
 
     # `selfmodel check --urdf`: a mesh next to the URDF loads, one in a sibling folder does not.
     (tmp_path / "description").mkdir()

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from rigs.errors import InputError
+from selfmodel.model.models import SelfModel
 
 DATA = Path(__file__).parent / "data" / "export_arm"
 URDF = DATA / "robot.urdf"
@@ -60,16 +61,17 @@ def surface_samples(link: str, count: int, rng: np.random.Generator) -> np.ndarr
     return points
 
 
-class StandInModel:
+WORKSPACE = (np.array([-0.5, -0.5, -0.2]), np.array([0.5, 0.5, 0.8]))  # m, base frame
+
+
+class StandInModel(SelfModel):
     """The structured self-model contract, with analytic bodies instead of networks."""
 
     kind = "structured"
 
     def __init__(self, empty_link: str | None = None):
+        super().__init__(JOINTS, *WORKSPACE, URDF, "base", "link2")
         self.link_names = list(SHAPES)
-        self.joint_names = list(JOINTS)
-        self.urdf_path = URDF
-        self.base_link, self.tip_link = "base", "link2"
         self.empty_link = empty_link
 
     def link_bounds(self, link: str):
@@ -83,7 +85,7 @@ class StandInModel:
         return 1.0 / (1.0 + np.exp(np.clip(signed_distance(link, np.asarray(points)) / 0.001, -50, 50)))
 
 
-class FreeStandIn:
+class FreeStandIn(SelfModel):
     """The free contract: occupancy(points, q) in the base frame and workspace bounds only."""
 
     kind = "free"
@@ -91,10 +93,8 @@ class FreeStandIn:
     def __init__(self):
         from selfmodel.model.chain import ChainSpec
 
+        super().__init__(JOINTS, *WORKSPACE, URDF, "base", "link2")
         self.spec = ChainSpec.from_urdf(URDF, "base", "link2")
-        self.joint_names = list(JOINTS)
-        self.urdf_path, self.base_link, self.tip_link = URDF, "base", "link2"
-        self.bounds = (np.array([-0.5, -0.5, -0.2]), np.array([0.5, 0.5, 0.8]))
         self.structured = StandInModel()
 
     def occupancy(self, points: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import yaml
 
+from selfmodel.model.models import SelfModel
+
 JOINTS = [f"joint{k}" for k in range(1, 7)]
 RECORDED = 12
 
@@ -34,7 +36,7 @@ def xarm_urdf() -> Path:
     return Path(pybullet_data.getDataPath()) / "xarm" / "xarm6_robot.urdf"
 
 
-class TrueMeshModel:
+class TrueMeshModel(SelfModel):
     """The structured self-model contract answered by the true meshes: a link's occupancy is a steep
     sigmoid of the signed distance to the solid its mesh encloses (link frame, m)."""
 
@@ -46,10 +48,9 @@ class TrueMeshModel:
         from rigs.solids import solid_of
         from selfmodel.model.chain import ChainSpec
 
-        self.urdf_path, self.base_link, self.tip_link = urdf, base, tip
-        self.held = dict(held or {})
-        self.spec = ChainSpec.from_urdf(urdf, base, tip, self.held)
-        self.joint_names = list(self.spec.joint_names)
+        spec = ChainSpec.from_urdf(urdf, base, tip, dict(held or {}))
+        super().__init__(spec.joint_names, [-2.0, -2.0, -2.0], [2.0, 2.0, 2.0], urdf, base, tip, spec.held)
+        self.spec = spec
         meshes = link_meshes(urdf, self.spec.link_names)
         self.link_names = [link for link in self.spec.link_names if link in meshes]
         self.solids = {link: solid_of(meshes[link], pitch) for link in self.link_names}

@@ -7,6 +7,7 @@ box, keep free space free, and come out the same without the session's truth/ fo
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -25,7 +26,7 @@ from selfmodel.evaluation.metrics import evaluate, true_arm
 from selfmodel.inspect.meshing import arm_mesh, save_mesh
 from selfmodel.labels.depth import LabelSettings, depth_training_data
 from selfmodel.learn.trainer import SelfModelTrainer
-from selfmodel.model.folder import load_model, surface_samples
+from selfmodel.model.models import SelfModel
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 RIG = DATA / "two_joint_box.toml"
@@ -165,12 +166,12 @@ def test_command_line_trains_saves_evaluates_meshes_and_checks(sessions, tmp_pat
     assert {p.name for p in out.iterdir()} >= {"config.json", "weights.pt", "robot.urdf", "robot_corrected.urdf",
                                                "surface_samples.npz"}
     assert not out.with_name("model.partial").exists()
-    model = load_model(out)
+    model = SelfModel.load(out)
     session = load_session(sessions["heldout"])
     assert model.link_names == ["base", "upper", "box"] and model.joint_names == ["shoulder", "elbow"]
     lo, hi = model.link_bounds("box")
     assert np.all(hi - lo > 0.15)
-    points, configs, q = surface_samples(model)
+    points, configs, q = model.surface_by_link()
     assert sum(len(p) for p in points.values()) > 1000 and q.shape[1] == 2
 
     result = runner.invoke(app, ["selfmodel", "eval", str(out), str(sessions["heldout"]), "--poses", "2", "--json"])
@@ -191,14 +192,11 @@ def test_mesh_of_the_whole_arm_is_written_as_ply_and_glb(trained, sessions, tmp_
 
 def test_check_charges_a_misplaced_joint_to_the_link_that_carries_it(trained, tmp_path):
     from rigs import urdf as urdf_io
-    from rigs.files import output_folder
     from selfmodel.inspect.check import check_against
-    from selfmodel.model.folder import save_model
 
     folder = tmp_path / "model"
-    with output_folder(folder) as temporary:
-        save_model(trained, temporary, [], {})
-    model = load_model(folder)
+    copy.deepcopy(trained.model).save(folder, [], {})  # the module's model stays as training left it
+    model = SelfModel.load(folder)
     tree = urdf_io.parse_urdf(model.urdf_path)
     elbow = urdf_io.joints(tree)["elbow"].origin.copy()
     elbow[:3, 3] += [0.03, 0.0, 0.0]  # the description puts the elbow 3 cm off
@@ -209,6 +207,38 @@ def test_check_charges_a_misplaced_joint_to_the_link_that_carries_it(trained, tm
     assert 25 < rows[0].deviation_mm < 40
     own = {row.link: row for row in check_against(model, model.urdf_path).rows}
     assert own["upper"].joint_mm < 5
+
+
+def test_a_trained_model_and_the_same_model_loaded_know_the_same_and_answer_the_same(trained, sessions, tmp_path):
+    fresh = copy.deepcopy(trained.model)  # the module's model stays as training left it
+    declared = set(vars(SelfModel([], np.zeros(3), np.zeros(3)))) - set(vars(torch.nn.Module()))
+
+    def known(model) -> set[str]:
+        return {name for name in declared if getattr(model, name) is not None}
+
+    # Fresh from training: everything but where it lies on disk.
+    assert fresh.folder is None and fresh.corrected_urdf_path is None
+    assert {"corrections", "surface", "training_q", "training_run", "urdf_path", "held_joints"} <= known(fresh)
+    before = known(fresh)
+    folder = tmp_path / "model"
+    fresh.save(folder, [load_session(sessions["train"])], {"steps": 400})
+    assert fresh.folder == folder and fresh.corrected_urdf_path == folder / "robot_corrected.urdf"
+
+    loaded = SelfModel.load(folder)
+    assert type(loaded) is type(fresh) and loaded.kind == "structured"
+    assert known(loaded) == known(fresh) == before | {"folder", "corrected_urdf_path"}
+    assert loaded.training_run == fresh.training_run and len(loaded.training_run["sessions"]) == 1
+    assert loaded.board == fresh.board and loaded.held_joints == fresh.held_joints
+    np.testing.assert_array_equal(loaded.corrections.deltas, fresh.corrections.deltas)
+    np.testing.assert_array_equal(loaded.training_q, fresh.training_q)
+    np.testing.assert_array_equal(loaded.surface.points_link, fresh.surface.points_link)
+
+    rng = np.random.default_rng(0)
+    lo, hi = fresh.bounds
+    points = rng.uniform(lo, hi, (20_000, 3))
+    q = load_session(sessions["heldout"]).q[:4]
+    for configuration in q:
+        np.testing.assert_array_equal(loaded.occupancy(points, configuration), fresh.occupancy(points, configuration))
 
 
 # -- bad input: one sentence, exit 2 ------------------------------------------------------------

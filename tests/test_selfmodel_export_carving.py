@@ -19,10 +19,10 @@ import pytest
 from capture.session import load_session
 from capture.simulate import capture_simulated
 from rigs import load_rig
-from rigs.files import output_folder
 from selfmodel.labels.depth import LabelSettings
 from selfmodel.learn.trainer import SelfModelTrainer
-from selfmodel.model.folder import save_model
+from selfmodel.model.models import SelfModel
+
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 
@@ -42,18 +42,16 @@ def _inside(points: np.ndarray, boxes) -> np.ndarray:
     return np.min([_box_distance(points, c, h) for c, h in boxes], axis=0) < 0
 
 
-class GhostModel:
+class GhostModel(SelfModel):
     """A structured self-model's contract with the true boxes and the ghosts as its bodies."""
 
     kind = "structured"
 
     def __init__(self, folder: Path, session: Path):
         loaded = load_session(session)
+        super().__init__(loaded.joint_names, [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0], folder / "robot.urdf", "base", "box")
         self.folder = folder
         self.link_names = ["base", "upper", "box"]
-        self.joint_names = list(loaded.joint_names)
-        self.urdf_path = folder / "robot.urdf"
-        self.base_link, self.tip_link = "base", "box"
         self.training_q = loaded.q
         self.training_pose_ids = list(loaded.pose_ids)
 
@@ -76,8 +74,7 @@ def rig(tmp_path_factory) -> dict:
     trainer = SelfModelTrainer(kind="structured", steps=3, seed=3, batch=256, prior_batch=64, threads=1,
                                labels=LabelSettings(hit_rays_per_image=100, miss_rays_per_image=20))
     folder = root / "model"
-    with output_folder(folder) as temporary:
-        save_model(trainer.fit([load_session(session)]), temporary, [load_session(session)], {})
+    trainer.fit([load_session(session)]).model.save(folder, [load_session(session)], {})
     return {"root": root, "session": session, "folder": folder}
 
 

@@ -26,7 +26,7 @@ from selfmodel.learn.trainer import SelfModelTrainer
 from selfmodel.model.baked import agreement, bake, load_baked, save_baked
 from selfmodel.model.chain import ChainSpec
 from selfmodel.model.corrections import TOLERANCE
-from selfmodel.model.folder import load_model, save_model
+from selfmodel.model.models import SelfModel
 from selfmodel.model.runtime import default_threads, resolve_device, set_threads
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
@@ -51,9 +51,8 @@ def intact(sessions, tmp_path_factory):
     session = load_session(sessions["intact"])
     result = trainer(300).fit([session])
     folder = tmp_path_factory.mktemp("model") / "intact"
-    folder.mkdir()
-    save_model(result, folder, [session], {"steps": 300})
-    return result, load_model(folder)
+    result.model.save(folder, [session], {"steps": 300})
+    return result, SelfModel.load(folder)
 
 
 def _truth(session_path: Path) -> np.ndarray:
@@ -64,7 +63,7 @@ def _truth(session_path: Path) -> np.ndarray:
 def test_an_arm_without_placement_errors_learns_near_zero_corrections(intact, sessions):
     result, _ = intact
     assert np.all(_truth(sessions["intact"]) == 0.0)
-    fit = result.corrections
+    fit = result.model.corrections
     # Measured at most 0.09 mm and 0.13 deg over label seeds 3, 5, 11, 17 (the largest a spin about
     # the shoulder's axis, which a box shows only through its corners): bounds three times that.
     assert np.abs(fit.deltas[:, :3]).max() < 0.5e-3
@@ -96,7 +95,7 @@ def test_relearning_from_the_intact_model_finds_the_bend_and_says_what_changed(i
                                  "--steps", "60", "--threads", "1", "--device", "cpu", "--previous", str(before.folder)])
     assert result.exit_code == 0, result.output
     assert "what changed" in result.output
-    after = load_model(tmp_path / "after")
+    after = SelfModel.load(tmp_path / "after")
     elbow = after.joint_names.index("elbow")
     # The bend is 3 degrees about x; measured within 0.08 deg of it (label seeds 3, 5, 11, 17).
     assert abs(np.degrees(after.corrections.deltas[elbow, 3]) - np.degrees(truth[elbow, 3])) < 0.3
@@ -146,7 +145,7 @@ def test_a_calibrations_urdf_keeps_its_placements_and_any_other_is_fitted(sessio
         result = runner.invoke(app, ["selfmodel", "train", str(sessions["bent"]), "--out", str(tmp_path / name), *common,
                                      *extra])
         assert result.exit_code == 0, result.output
-        models[name] = load_model(tmp_path / name)
+        models[name] = SelfModel.load(tmp_path / name)
     held = models["held"].corrections
     assert held.held and np.all(held.deltas == 0.0)
     np.testing.assert_array_equal(models["held"].chain.deltas.detach().numpy(), 0.0)
@@ -286,9 +285,8 @@ def test_check_names_matter_the_description_lacks_beside_its_intact_control(inta
     session_path = capture_simulated(load_rig(DATA / "two_joint_box_tool.toml"), 40, 1, tmp_path / "tool")
     session = load_session(session_path)
     folder = tmp_path / "tool-model"
-    folder.mkdir()
-    save_model(trainer(300).fit([session]), folder, [session], {"steps": 300})
-    tooled = check_against(load_model(folder), session.urdf_path).rows
+    trainer(300).fit([session]).model.save(folder, [session], {"steps": 300})
+    tooled = check_against(SelfModel.load(folder), session.urdf_path).rows
     intact_rows = {row.link: row for row in check_against(control, control.urdf_path).rows}
     assert tooled[0].link == "box" and tooled[0].kind == "added matter", tooled
     # The 4 x 4 x 8 cm tool stands up to 5 cm off the described box; the intact arm's own figure is the control.

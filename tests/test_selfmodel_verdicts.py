@@ -20,11 +20,10 @@ from typer.testing import CliRunner
 from capture.session import load_session
 from capture.simulate import capture_simulated
 from rigs import load_rig, urdf as urdf_io
-from rigs.files import output_folder
 from selfcal.cli import app
 from selfmodel.labels.depth import LabelSettings
 from selfmodel.learn.trainer import SelfModelTrainer
-from selfmodel.model.folder import load_model, save_model
+from selfmodel.model.models import SelfModel
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
 runner = CliRunner()
@@ -47,9 +46,8 @@ def box(tmp_path_factory) -> dict[str, Path]:
                                labels=LabelSettings(hit_rays_per_image=300, miss_rays_per_image=100))
     result = trainer.fit([load_session(train)])
     model = root / "model"
-    with output_folder(model) as temporary:
-        save_model(result, temporary, [load_session(train)], {})
-    tree = urdf_io.parse_urdf(load_model(model).urdf_path)
+    result.model.save(model, [load_session(train)], {})
+    tree = urdf_io.parse_urdf(SelfModel.load(model).urdf_path)
     elbow = urdf_io.joints(tree)["elbow"].origin.copy()
     elbow[:3, 3] += [0.03, 0.0, 0.0]  # the description puts the elbow 3 cm off
     urdf_io.set_joint_origin(tree, "elbow", elbow)
@@ -63,8 +61,7 @@ def damaged_model(root: Path, rig: str, seed: int) -> Path:
     trainer = SelfModelTrainer(kind="structured", steps=5, seed=3, batch=512, prior_batch=128, threads=1,
                                labels=LabelSettings(hit_rays_per_image=300, miss_rays_per_image=100))
     model = root / f"{rig}-{seed}-model"
-    with output_folder(model) as temporary:
-        save_model(trainer.fit([load_session(session)]), temporary, [load_session(session)], {})
+    trainer.fit([load_session(session)]).model.save(model, [load_session(session)], {})
     return model
 
 

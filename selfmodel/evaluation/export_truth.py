@@ -441,7 +441,7 @@ def truth_figures(heldout: Path | None = None, poses: int = 10, seed: int = 0):
                 return None
             truth = truth_at_random_configurations(simulated[0], poses, rng)
             source = f"true arm of {simulated[0]} at {poses} random configurations (not trained on)"
-        base_link = getattr(model, "base_link", None) or truth.link_names[0]
+        base_link = model.base_link or truth.link_names[0]
         result = evaluate_export(PosedExport(exported_urdf, base_link, export.pieces, export.spheres), truth, rng)
         result["poses_source"] = source
         return result

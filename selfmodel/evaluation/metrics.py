@@ -228,10 +228,10 @@ def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[s
 def baked_figures(model, q: np.ndarray, rng: np.random.Generator) -> dict:
     """A structured model's baked grids beside the network: queries per second (same batches) and
     how often the two disagree (``selfmodel.model.baked.agreement``); {} for a free model."""
-    if getattr(model, "kind", "") != "structured":
+    if model.kind != "structured":
         return {}
 
-    folder = getattr(model, "folder", None)
+    folder = model.folder
     baked = load_baked(model, folder) if folder is not None and (folder / BAKED).is_file() else bake(model)
     return {"baked_queries_per_s": queries_per_second(baked, q, rng), "baked_pitch_mm": baked.pitch * 1000,
             **agreement(model, baked, q[:5], rng)}

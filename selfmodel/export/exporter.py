@@ -44,7 +44,8 @@ from selfmodel.export.margin import (check_margin, climb_outward, level_set_samp
                                      own_level_set)
 from selfmodel.export.separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
                                          without_cells)
-from selfmodel.export.sources import board_report, less_parent, link_sources, prepare_free_model
+from selfmodel.export.sources import (board_report, free_model_description, free_model_sessions, less_parent,
+                                      link_sources)
 from selfmodel.export.sphere_fit import Contact
 from selfmodel.export.sphere_groups import BOARD, fit_groups, limit_spheres, sphere_target, split_board
 from selfmodel.export.spheres import SphereCover
@@ -52,7 +53,8 @@ from selfmodel.export.srdf import CollisionMatrix, LinkTree, collision_matrix, w
 from selfmodel.export.world import CollisionWorld
 from selfmodel.labels.description import board_mesh
 from selfmodel.model.chain import ChainSpec, link_poses_numpy
-from selfmodel.model.folder import load_model, surface_samples, training_session_paths
+from selfmodel.model.folder import training_session_paths
+from selfmodel.model.models import FreeSelfModel, SelfModel, StructuredSelfModel
 
 Progress = Callable[[int, int], None]
 BOARD_SPHERES = 64  # the declared calibration board's own sphere group (0: the board counts as the tip's)
@@ -124,12 +126,9 @@ class CollisionExport:
         return {name: link.spheres for name, link in self.links.items()}
 
 
-def recorded_configurations(model) -> Recorded | None:
+def recorded_configurations(model: SelfModel) -> Recorded | None:
     """The model's training configurations with their pose ids, when it knows them."""
-    q = getattr(model, "training_q", None)
-    ids = getattr(model, "training_pose_ids", None)
-    if q is None and getattr(model, "folder", None) is not None and getattr(model, "kind", "") == "structured":
-        _, _, q = surface_samples(model)
+    q, ids = model.training_q, model.training_pose_ids
     if q is None or not len(q):
         return None
     q = np.asarray(q, dtype=float)
@@ -138,12 +137,11 @@ def recorded_configurations(model) -> Recorded | None:
     return Recorded(list(ids), q)
 
 
-def chain_of(model):
+def chain_of(model: SelfModel):
     """The model's chain (links, joints, held joints), from the model or its URDF."""
-    spec = getattr(model, "spec", None)
-    if spec is not None:
-        return spec
-    return ChainSpec.from_urdf(Path(model.urdf_path), model.base_link, model.tip_link, getattr(model, "held", None))
+    if model.spec is not None:
+        return model.spec
+    return ChainSpec.from_urdf(Path(model.urdf_path), model.base_link, model.tip_link, model.held_joints)
 
 
 class CollisionExporter:
@@ -230,7 +228,9 @@ class CollisionExporter:
         # Where the cameras saw through, the arm was not: carved before the bodies are settled
         # apart, so what two links contest is their measured matter, not their bulk.
         start = time.perf_counter()
-        carved, carving = carve(bodies, poses, getattr(model, "folder", None),
+        # Carving stays with the structured kind: a free model's link bodies are cut from one
+        # union by the URDF's frames, and what the depth images would do to those is unmeasured.
+        carved, carving = carve(bodies, poses, model.folder if model.kind == "structured" else None,
                                 None if recorded is None else recorded.q, self.carve_poses, self.carve_sigmas)
         for source in sources:
             if len(carved[source.link]):
@@ -258,7 +258,7 @@ class CollisionExporter:
         source.level_sets = [near_body(without_cells(level_set, body, cells), bodies[source.link])
                              for level_set in source.level_sets]
 
-    def fit(self, model, where: str = "model", progress: Progress | None = None) -> CollisionExport:
+    def fit(self, model: SelfModel, where: str = "model", progress: Progress | None = None) -> CollisionExport:
         staged = self.bodies(model, where)
         sources, bodies, occupancies, rng = staged.sources, staged.bodies, staged.occupancies, staged.rng
         spec, recorded, kinds, separation = staged.spec, staged.recorded, staged.kinds, staged.separation
@@ -322,8 +322,8 @@ class CollisionExporter:
             for name, link in links.items():
                 link.pieces, link.spheres = cut[name], shrunk[name]
             seconds["separation"] += time.perf_counter() - start
-        origins = model.corrected_joint_origins() if hasattr(model, "corrected_joint_origins") else {}
-        board = board_report(getattr(model, "board", None)) if hasattr(model, "link_occupancy") else None
+        origins = model.corrected_joint_origins() if isinstance(model, StructuredSelfModel) else {}
+        board = board_report(model.board) if model.kind == "structured" else None
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
                                margins, board, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
@@ -360,7 +360,7 @@ class CollisionExporter:
         network learns a plate thicker than it is)."""
         bodies = dict(bodies)
         board_targets = []
-        tip, plate = getattr(model, "tip_link", None), board_mesh(getattr(model, "board", None))
+        tip, plate = model.tip_link, board_mesh(model.board)
         if plate is not None and tip in bodies and self.board_spheres > 0:
             arm, board = split_board(bodies[tip], plate, 2 * self.voxel + margins[tip], where)
             if board is not None:
@@ -373,8 +373,8 @@ class CollisionExporter:
     @staticmethod
     def _recorded_poses(model, spec, recorded: Recorded, links: list[str]) -> dict[str, np.ndarray]:
         """link -> (C, 4, 4) poses in the base frame at the recorded configurations, by the kinematics
-        the export writes (the learned ones of a structured model, the URDF's for a free one)."""
-        if hasattr(model, "base_T_links"):
+        the export writes (the learned ones of a structured model's chain, the URDF's otherwise)."""
+        if isinstance(model, StructuredSelfModel):
             poses = model.base_T_links(recorded.q)
             names = list(model.link_names)
         else:
@@ -587,12 +587,7 @@ def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samp
 
 # -- the whole job, from a model folder -------------------------------------------------------------
 
-def load_model_folder(folder: Path):
-    """The self-model saved in ``folder`` (by ``selfcal selfmodel train``)."""
-    return load_model(Path(folder))
-
-
-def name_recorded_poses(model, model_folder: Path) -> None:
+def name_recorded_poses(model: SelfModel, model_folder: Path) -> None:
     """A structured model keeps its training configurations; its sessions, when still there, name them."""
     ids = []
     for path in training_session_paths(model_folder):
@@ -616,12 +611,12 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
     """
     check_new_output(out, force)
     model_folder = Path(model_folder)
-    model = model if model is not None else load_model_folder(model_folder)
-    if getattr(model, "kind", "") == "free":
-        prepare_free_model(model, model_folder, urdf)
+    model = model if model is not None else SelfModel.load(model_folder)
+    if isinstance(model, FreeSelfModel):
+        model.attach_description(free_model_description(model_folder, urdf), free_model_sessions(model_folder))
     else:
         name_recorded_poses(model, model_folder)
-    urdf_path = getattr(model, "urdf_path", None)
+    urdf_path = model.urdf_path
     if urdf_path is None:
         raise InputError(f"{model_folder}: the model names no URDF, so its links cannot be placed.")
     start = time.perf_counter()

@@ -15,7 +15,6 @@ import trimesh
 from rigs.errors import InputError
 from selfmodel.export.bodies import LinkBody, pieces_outside_distance
 from selfmodel.export.sources import LinkSource
-from selfmodel.model.folder import surface_samples
 
 
 def level_set_samples(occupancy: Callable[[np.ndarray], np.ndarray], mesh: trimesh.Trimesh, count: int,
@@ -100,9 +99,9 @@ def check_margin(margin: float, bodies: dict[str, LinkBody], what: str, where: s
 def measured_surface_inside(model, export) -> dict | None:
     """How much of the structured model's measured training surface (depth points, noisy) the
     export holds: fraction inside, and the 99th percentile of the distance outside (mm)."""
-    if getattr(model, "folder", None) is None or getattr(model, "kind", "") != "structured":
+    if model.surface is None:
         return None
-    points, _, _ = surface_samples(model)
+    points, _, _ = model.surface_by_link()
     result = {}
     for kind in ("pieces", "spheres"):
         inside = total = 0

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from capture.session import load_session
+from capture.session import Session, load_session
 from rigs import urdf as urdf_io
 from rigs.errors import InputError, setting
 from rigs.link_meshes import link_meshes
@@ -24,6 +24,7 @@ from selfmodel.export.bodies import LinkBody
 from selfmodel.labels.description import board_mount
 from selfmodel.model.chain import ChainSpec, link_poses_numpy
 from selfmodel.model.folder import training_session_paths
+from selfmodel.model.models import SelfModel
 
 
 @dataclass
@@ -121,32 +122,31 @@ def board_report(board: dict | None) -> dict | None:
             "blur_dropped_within_mm": 1000.0 * BOARD_BLUR if fitted else 0.0}
 
 
-def link_sources(model, rng: np.random.Generator, where: str, free_configurations: int = 12,
+def link_sources(model: SelfModel, rng: np.random.Generator, where: str, free_configurations: int = 12,
                  free_consistency: float = 0.8) -> list[LinkSource]:
     """Per-link bodies from a structured model (``link_occupancy``) or a free one (``occupancy``)."""
-    if hasattr(model, "link_occupancy") and hasattr(model, "link_bounds"):
+    if model.kind == "structured":
         sources = []
         for link in model.link_names:
             lo, hi = (np.asarray(v, dtype=float) for v in model.link_bounds(link))
             occupancy = (lambda name: lambda points: model.link_occupancy(name, points))(link)
-            if link == getattr(model, "tip_link", None) and getattr(model, "board", None):
+            if link == model.tip_link and model.board:
                 occupancy, lo, hi = with_board(occupancy, lo, hi, model.board)
             sources.append(LinkSource(link, lo, hi, occupancy, 0.5, [occupancy]))
         return sources
-    if hasattr(model, "occupancy"):
+    if model.kind == "free":
         return free_link_sources(model, rng, where, free_configurations, free_consistency)
-    raise InputError(f"{where}: not a self-model (it answers neither link_occupancy nor occupancy).")
+    raise InputError(f"{where}: not a self-model of a known kind (structured or free), got {model.kind!r}.")
 
 
-def free_link_sources(model, rng: np.random.Generator, where: str, free_configurations: int,
+def free_link_sources(model: SelfModel, rng: np.random.Generator, where: str, free_configurations: int,
                       free_consistency: float) -> list[LinkSource]:
     """A free model knows no links: a link's body is what stays occupied in that link's frame
     (URDF kinematics) across many configurations; elsewhere the other links come and go."""
-    urdf_path = getattr(model, "urdf_path", None)
-    base_link, tip_link = getattr(model, "base_link", None), getattr(model, "tip_link", None)
+    urdf_path, base_link, tip_link = model.urdf_path, model.base_link, model.tip_link
     if urdf_path is None or not base_link or not tip_link:
         raise InputError(f"{where}: a free model needs a URDF with base and tip links to cut its body into links.")
-    spec = ChainSpec.from_urdf(Path(urdf_path), base_link, tip_link, getattr(model, "held", None))
+    spec = ChainSpec.from_urdf(Path(urdf_path), base_link, tip_link, model.held_joints)
     if list(spec.joint_names) != list(model.joint_names):
         raise InputError(f"{urdf_path}: its joints ({', '.join(spec.joint_names)}) do not match the model's "
                          f"({', '.join(model.joint_names)}).")
@@ -178,10 +178,10 @@ def free_link_sources(model, rng: np.random.Generator, where: str, free_configur
     return sources
 
 
-def training_configurations(model, spec, count: int, rng: np.random.Generator) -> np.ndarray:
+def training_configurations(model: SelfModel, spec, count: int, rng: np.random.Generator) -> np.ndarray:
     """(count, dof) configurations: the model's training ones when it keeps them, else uniform in
     the URDF's joint limits."""
-    known = getattr(model, "training_q", None)
+    known = model.training_q
     if known is not None and len(known):
         known = np.asarray(known, dtype=float)
         return known[rng.choice(len(known), size=min(count, len(known)), replace=False)]
@@ -193,18 +193,20 @@ def training_configurations(model, spec, count: int, rng: np.random.Generator) -
     return rng.uniform(lower, upper, (count, len(lower)))
 
 
-def prepare_free_model(model, folder: Path, urdf: Path | None) -> None:
-    """A free model knows no chain: give it the URDF that cuts its body into links, the base and tip
-    of its training session, and its training configurations (from the sessions' joints.csv)."""
+def free_model_description(folder: Path, urdf: Path | None) -> Path:
+    """The description that cuts the body of the free model in ``folder`` into links: a free model
+    has no links of its own, so the user names one."""
     if urdf is None:
         raise InputError(f"{folder}: a free model has no links of its own; name the description to cut its body "
                          f"into links with {setting('urdf')}.")
+    return Path(urdf)
+
+
+def free_model_sessions(folder: Path) -> list[Session]:
+    """The sessions the free model in ``folder`` was trained on, still there: its base and tip links
+    and training configurations (``FreeSelfModel.attach_description``) come from them."""
     sessions = [load_session(path) for path in training_session_paths(folder) if (Path(path) / "session.json").is_file()]
     if not sessions:
         raise InputError(f"{folder}: the sessions this free model was trained on are gone, so its base and tip links "
                          f"and its training configurations are unknown.")
-    model.urdf_path = Path(urdf)
-    model.base_link, model.tip_link = sessions[0].base_link, sessions[0].tip_link
-    model.held = sessions[0].held_joints
-    model.training_q = np.vstack([session.q for session in sessions])
-    model.training_pose_ids = [pose for session in sessions for pose in session.pose_ids]
+    return sessions

@@ -32,7 +32,7 @@ def what_changed(previous, new, pitch: float = 0.005) -> dict:
         raise InputError("the two models are not of one chain: their links or joints differ.")
     old_deltas = previous.chain.deltas.detach().cpu().numpy().astype(float)
     new_deltas = new.chain.deltas.detach().cpu().numpy().astype(float)
-    old_fit, new_fit = getattr(previous, "corrections", None), getattr(new, "corrections", None)
+    old_fit, new_fit = previous.corrections, new.corrections
     joints = []
     for j, name in enumerate(new.joint_names):
         step = log6(exp6(new_deltas[j]) @ np.linalg.inv(exp6(old_deltas[j])))

@@ -51,7 +51,6 @@ from rigs.transforms import exp6, log6
 from selfmodel.labels.description import described_meshes, described_solids
 from selfmodel.labels.seen_through import View, through_counts, training_sessions, unsupported_matter
 from selfmodel.model.chain import ChainSpec, check_joint_names, link_poses_numpy
-from selfmodel.model.folder import surface_samples
 
 PITCH = 0.01  # m: side of the bins measured points are pooled in (link frames)
 MIN_POINTS = 5  # a bin needs this many points ...
@@ -121,7 +120,7 @@ def _user_corrections(model, spec: ChainSpec) -> tuple[np.ndarray, np.ndarray | 
     """The model's fitted joint placements as corrections of ``spec``'s origins ((J, 6), and their
     standard deviations or None): where the description checked is not the one the model was trained
     with, the same posed joints are expressed against its origins."""
-    fit = getattr(model, "corrections", None)
+    fit = model.corrections
     deltas = fit.deltas if fit is not None else model.chain.deltas.detach().cpu().numpy().astype(float)
     std = fit.std if fit is not None else None
     trained = [joint for joint in model.spec.joints if joint.type != "fixed"]
@@ -134,7 +133,7 @@ def _user_corrections(model, spec: ChainSpec) -> tuple[np.ndarray, np.ndarray | 
 
 def _measured_points(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(S, 3) measured surface points, base frame, m; (S,) their configuration; q (C, dof)."""
-    points, configs, q = surface_samples(model)
+    points, configs, q = model.surface_by_link()
     poses = model.base_T_links(q)
     base, config = [], []
     for i, link in enumerate(model.link_names):
@@ -253,7 +252,7 @@ def _joint_figures(spec: ChainSpec, meshes: dict, q: np.ndarray, deltas: np.ndar
 def _training_sessions(model) -> list | None:
     """The sessions the model was trained on, or None where one is gone or has no camera poses of
     its own (trained with --cameras): then nothing is seen through."""
-    return training_sessions(getattr(model, "folder", None))[0]
+    return training_sessions(model.folder)[0]
 
 
 def _seen_through(spec: ChainSpec, meshes: dict, deltas: np.ndarray, sessions: list, margin: float,
@@ -319,8 +318,9 @@ def _attached(points: np.ndarray, configs: np.ndarray, signed: np.ndarray, neare
 def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None) -> DamageCheck:
     """Per-link figures (module docstring) of a structured ``model`` against the description
     ``urdf_path``, largest first."""
-    if getattr(model, "kind", "") != "structured":
-        raise InputError("check needs a structured model (trained with --kind structured): a free model has no links.")
+    if model.kind != "structured":
+        raise InputError("check needs a structured model (`selfcal selfmodel train --kind structured`): a free model "
+                         "has no links.")
     rng = rng or np.random.default_rng(0)
     urdf_path = Path(urdf_path)
     spec = ChainSpec.from_urdf(urdf_path, model.base_link, model.tip_link, model.spec.held)
@@ -328,7 +328,7 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
     if spec.link_names != model.link_names:
         raise InputError(f"{urdf_path}: its links from base to tip ({', '.join(spec.link_names)}) are not the model's "
                          f"({', '.join(model.link_names)}).")
-    meshes = described_meshes(spec, urdf_path, model.tip_link, getattr(model, "board", None))
+    meshes = described_meshes(spec, urdf_path, model.tip_link, model.board)
     if not meshes:
         raise InputError(f"{urdf_path}: the description has no meshes on the model's chain: nothing to compare.")
     solids = described_solids(meshes)

@@ -94,7 +94,7 @@ def arm_mesh(model, q, voxel: float = 0.005, link_meshes: dict[str, trimesh.Trim
     the union. A free model is meshed over the workspace at q. Empty when the model sees nothing.
     """
     q = np.asarray(q, dtype=float)
-    if getattr(model, "kind", "") == "structured":
+    if model.kind == "structured":
         meshes = link_meshes if link_meshes is not None else link_meshes_of(model, voxel)
         poses = model.base_T_links(q)[0]
         posed = [meshes[link].copy().apply_transform(poses[i]) for i, link in enumerate(model.link_names) if link in meshes]

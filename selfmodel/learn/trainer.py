@@ -38,7 +38,8 @@ from selfmodel.labels.depth import ArmRegion, LabelSettings, TrainingData, depth
 from selfmodel.labels.description import described_meshes, described_solids
 from selfmodel.learn.placement import PlacementSettings, fit_placements
 from selfmodel.model.chain import ChainSpec, check_joint_names, link_poses_numpy
-from selfmodel.model.models import FreeSelfModel, StructuredSelfModel
+from selfmodel.model.folder import SurfaceSamples
+from selfmodel.model.models import FreeSelfModel, SelfModel, StructuredSelfModel
 from selfmodel.model.runtime import resolve_device, set_threads
 
 KINDS = ("structured", "free")
@@ -55,7 +56,7 @@ def domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi: 
 
 def check_previous(previous, kind: str, spec: ChainSpec | None, joint_names: list[str] | None = None) -> None:
     """A previous model to start from must be of the same kind and the same chain."""
-    where = str(getattr(previous, "folder", "the previous model"))
+    where = str(previous.folder or "the previous model")
     if previous.kind != kind:
         raise InputError(f"{where}: a {previous.kind} model cannot start a {kind} training; use {setting('kind')} "
                          f"{previous.kind}.")
@@ -79,7 +80,7 @@ def start_from(model, previous) -> None:
         model.workspace_lo, model.workspace_hi = previous.workspace_lo.copy(), previous.workspace_hi.copy()
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [name for name in missing if not name.startswith("chain.")]:
-        raise InputError(f"{getattr(previous, 'folder', 'the previous model')}: its networks are not of this size "
+        raise InputError(f"{previous.folder or 'the previous model'}: its networks are not of this size "
                          f"({', '.join((unexpected or missing)[:3])}).")
 
 
@@ -136,17 +137,16 @@ def overlap(link_logits: torch.Tensor, owner: torch.Tensor | None = None) -> tor
 
 @dataclass
 class TrainResult:
-    model: StructuredSelfModel | FreeSelfModel
+    """What a run did, for its caller's report: the model (which keeps the same figures in
+    ``model.training_run``, and its placement fit, surface samples and training configurations, to be
+    saved) and the loss history."""
+
+    model: SelfModel
     steps: int
     seconds: float
     final_loss: float
     labelled_points: int
     configurations: int
-    corrections: object = None  # selfmodel.learn.placement.JointCorrections (structured models)
-    surface_points_link: np.ndarray | None = None  # (S, 3) measured surface samples in their owner link's frame
-    surface_link_index: np.ndarray | None = None  # (S,) owner link index
-    surface_config: np.ndarray | None = None  # (S,) configuration index into q
-    q: np.ndarray | None = None  # (C, dof) training configurations
     history: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
 
 
@@ -200,7 +200,7 @@ class SelfModelTrainer:
 
     # -- the run ------------------------------------------------------------------------------
     def fit(self, sessions: list[Session], urdf_path: Path | None = None, checkpoint_dir: Path | None = None,
-            resume: bool = False, progress=None, previous: StructuredSelfModel | FreeSelfModel | None = None) -> TrainResult:
+            resume: bool = False, progress=None, previous: SelfModel | None = None) -> TrainResult:
         """Train on ``sessions``; with ``previous`` (a loaded model of the same kind and chain) start from
         its weights, and from its joint corrections (the start and centre of the placement fit)."""
         set_threads(self.threads)
@@ -224,6 +224,7 @@ class SelfModelTrainer:
                                         _size(previous, "frequencies", 6), urdf_path=urdf_path,
                                         base_link=first.base_link, tip_link=first.tip_link)
             board = (first.manifest.get("sensors") or {}).get("board") if self.board_on_tip else None
+            model.board = board
             meshes = described_meshes(spec, urdf_path, first.tip_link, board)
             # The gauge: joint placements are fitted first, with the description's geometry as the
             # reference, and held while the networks learn the shapes in those frames.
@@ -232,6 +233,7 @@ class SelfModelTrainer:
             with torch.no_grad():
                 model.chain.deltas.copy_(torch.from_numpy(corrections.deltas.astype(np.float32)))
             model.chain.deltas.requires_grad_(False)
+            model.corrections = corrections
             described = described_solids(meshes)
             prior = self._prior_pool(model, spec, data, sessions, rng, described, corrections.deltas, region)
             owners = described_owners(spec, data, described, corrections.deltas)
@@ -243,12 +245,10 @@ class SelfModelTrainer:
                 q_lo, q_hi = previous.q_lo, previous.q_hi
             model = FreeSelfModel(first.joint_names, data.workspace_lo, data.workspace_hi, q_lo, q_hi,
                                   self.hidden or _size(previous, "hidden", 256), self.layers or _size(previous, "layers", 5))
-            prior, owners, corrections = None, None, None
+            prior, owners = None, None
         if previous is not None:
             start_from(model, previous)
-        result = self._train(model, data, prior, owners, checkpoint_dir, resume, progress)
-        result.corrections = corrections
-        return result
+        return self._train(model, data, prior, owners, checkpoint_dir, resume, progress)
 
     def held_joints(self, sessions: list[Session]) -> dict[str, float]:
         """Where the joints off the chain stood: as recorded (``robot.held_joints``), or as stated;
@@ -371,9 +371,13 @@ class SelfModelTrainer:
         model.to("cpu")  # what is saved, baked and queried afterwards lives on the CPU
         if checkpoint is not None:
             self._save_checkpoint(checkpoint, model, optimizer, generator.get_state(), step, total, seconds, history)
-        result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), q=data.q, history=history)
+        result = TrainResult(model, step, seconds, loss_value, len(points), len(data.q), history=history)
+        model.training_run = {"steps": step, "seconds": seconds, "final_loss": loss_value,
+                              "labelled_points": len(points), "configurations": len(data.q)}
         if structured:
-            self._surface_owners(result, data)
+            # What the model folder keeps of the data: a free model's folder keeps neither.
+            model.training_q = data.q
+            model.surface = self._surface_owners(model, data)
         return result
 
     def _loop(self, model, optimizer, generator, points, labels, owners, configs, q_all, prior, structured, run: dict,
@@ -476,9 +480,8 @@ class SelfModelTrainer:
         atomic_write_bytes(path, buffer.getvalue())
 
     @staticmethod
-    def _surface_owners(result: TrainResult, data: TrainingData, keep: int = 200_000) -> None:
+    def _surface_owners(model: StructuredSelfModel, data: TrainingData, keep: int = 200_000) -> SurfaceSamples:
         """The measured surface samples in the frame of the link that claims each (for collision margins)."""
-        model = result.model
         rng = np.random.default_rng(0)
         rows = rng.choice(len(data.surface), min(keep, len(data.surface)), replace=False)
         points = torch.from_numpy(data.surface[rows])
@@ -487,6 +490,4 @@ class SelfModelTrainer:
             owner = torch.argmax(model.link_logits(points, poses), dim=1)
             chosen = poses[torch.arange(len(rows)), owner]
             local = torch.einsum("nji,nj->ni", chosen[:, :3, :3], points - chosen[:, :3, 3])
-        result.surface_points_link = local.numpy()
-        result.surface_link_index = owner.numpy().astype(np.int32)
-        result.surface_config = data.surface_config[rows]
+        return SurfaceSamples(local.numpy(), owner.numpy().astype(np.int32), data.surface_config[rows])

@@ -22,13 +22,12 @@ import numpy as np
 from capture.session import Session
 from rigs.errors import InputError, setting
 from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, current_umask, is_locked, locked_folder,
-                        make_parents, output_folder, read_json, remove_empty_folders, rename_no_replace)
+                        make_parents, read_json, remove_empty_folders, rename_no_replace)
 from selfmodel.discovery.chain_discovery import DiscoveredChain
 from selfmodel.discovery.urdf_writer import discover_urdf
 from selfmodel.inspect.changes import what_changed
 from selfmodel.labels.depth import check_depth_sessions, check_no_depth, no_depth_summary
 from selfmodel.learn.trainer import CHECKPOINT, SelfModelTrainer, TrainResult
-from selfmodel.model.folder import save_model
 
 # ``bars(label, total, unit=...)`` -> a context that yields ``update(done, total)``: the command line's
 # progress bars (selfcal.ui.progress_bar), or nothing.
@@ -155,16 +154,20 @@ def train_model(sessions: list[Session], out: Path, trainer: SelfModelTrainer, u
             with bars(f"training {trainer.kind} self-model", trainer.steps, unit=unit) as update:
                 result = trainer.fit(sessions, urdf, checkpoint_dir=partial, resume=continues, progress=update,
                                      previous=previous)
-            # The board's nominal mount is in the described tip frame: a discovered chain's tip
-            # frame is another, so its model names no board (the export would add it astray).
-            board = session_board(sessions[0], fitted_board_mount) if trainer.board_on_tip else None
+            model = result.model
+            if model.kind == "structured":
+                # The board's nominal mount is in the described tip frame: a discovered chain's tip
+                # frame is another, so its model names no board (the export would add it astray).
+                model.board = session_board(sessions[0], fitted_board_mount) if trainer.board_on_tip else None
             changes = None
             if previous is not None and previous.kind == "structured":
-                changes = what_changed(previous, result.model)
-            with output_folder(out) as folder:
-                save_model(result, folder, sessions, run, board)
+                changes = what_changed(previous, model)
+
+            def beside(folder: Path) -> None:
                 if changes is not None:
                     atomic_write_json(folder / "changes.json", {"previous": str(previous.folder), **changes})
                 if discovered is not None:
                     discovered.save(folder / "discovered_chain.json")
+
+            model.save(out, sessions, run, beside)
     return TrainedModel(Path(out), result, zeros, changes, discovered)

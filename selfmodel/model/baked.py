@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from rigs.errors import InputError
 from rigs.files import atomic_write_bytes, load_npz
 from selfmodel.model.chain import link_poses_numpy
-from selfmodel.model.models import OUTSIDE_LOGIT, StructuredSelfModel, as_queries
+from selfmodel.model.networks import OUTSIDE_LOGIT, as_queries
 from selfmodel.model.runtime import usable_cores
 
 PITCH = 0.004  # m between grid nodes
@@ -34,7 +35,9 @@ CLAMP = -OUTSIDE_LOGIT  # logits are kept in [-30, 30]: beyond, sigmoid is 0 or 
 
 
 class BakedSelfModel:
-    """``occupancy(points (N, 3), q (N, dof) or (dof,)) -> (N,)`` like the network it was baked from.
+    """``occupancy(points (N, 3), q (N, dof) or (dof,)) -> (N,)`` like the network it was baked from
+    (a :class:`~selfmodel.model.models.StructuredSelfModel`; named as an ``nn.Module`` here because
+    the model saves its baked grids, so this module cannot import it).
 
     ``threads``: Python threads sharing a large batch (torch releases the interpreter in its
     kernels); by default two where the process may use two cores, one otherwise.
@@ -42,7 +45,7 @@ class BakedSelfModel:
 
     kind = "baked"
 
-    def __init__(self, network: StructuredSelfModel, pitch: float, origins: list[np.ndarray], grids: list[np.ndarray],
+    def __init__(self, network: nn.Module, pitch: float, origins: list[np.ndarray], grids: list[np.ndarray],
                  threads: int | None = None):
         self.network = network
         self.pitch = float(pitch)
@@ -169,7 +172,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return _pools[threads]
 
 
-def bake(network: StructuredSelfModel, pitch: float = PITCH, batch: int = 200_000) -> BakedSelfModel:
+def bake(network: nn.Module, pitch: float = PITCH, batch: int = 200_000) -> BakedSelfModel:
     """Evaluate each link network on its domain's grid (nodes ``pitch`` m apart, link frame)."""
     origins, grids = [], []
     for index, link in enumerate(network.link_names):
@@ -196,7 +199,7 @@ def save_baked(baked: BakedSelfModel, folder: Path) -> None:
     atomic_write_bytes(Path(folder) / BAKED, buffer.getvalue())
 
 
-def load_baked(network: StructuredSelfModel, folder: Path) -> BakedSelfModel:
+def load_baked(network: nn.Module, folder: Path) -> BakedSelfModel:
     """The baked grids saved beside ``network`` in ``folder``; InputError when they do not fit it."""
     path = Path(folder) / BAKED
     links = len(network.link_names)

@@ -12,14 +12,16 @@ model/
   baked.npz                per-link logit grids in link frames (structured; selfmodel.model.baked)
 ```
 
-``load_model(folder)`` gives the model back; a folder of another format version is refused with
-one sentence.
+``SelfModel.save`` writes it and ``SelfModel.load`` gives the model back
+(:mod:`selfmodel.model.models`); this module holds what is on disk and how each file is read and
+written. A folder of another format version is refused with one sentence.
 """
 
 from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +30,8 @@ import torch
 from rigs import urdf as urdf_io
 from rigs.documents import check_format
 from rigs.errors import InputError
-from rigs.files import atomic_write_bytes, atomic_write_json, inside_folder, load_npz, load_torch, read_json
+from rigs.files import atomic_write_bytes, atomic_write_json, load_npz, load_torch, read_json
 from selfmodel.model.baked import BAKED, bake, save_baked
-from selfmodel.model.chain import ChainSpec
-from selfmodel.model.corrections import JointCorrections
-from selfmodel.model.models import FreeSelfModel, StructuredSelfModel
 
 FORMAT = "selfcal-selfmodel"
 FORMAT_VERSION = 1
@@ -42,10 +41,29 @@ SURFACE = "surface_samples.npz"
 CORRECTED_URDF = "robot_corrected.urdf"
 
 
-def save_model(result, folder: Path, sessions: list, training: dict, board: dict | None = None) -> None:
-    """Write a :class:`~selfmodel.learn.trainer.TrainResult` into ``folder`` (which exists and is empty)."""
+@dataclass
+class SurfaceSamples:
+    """The measured surface samples of a structured model's training data (``surface_samples.npz``),
+    each in the frame of the link that claims it.
+
+    ``points_link`` (S, 3) float32, m, in the owner link's frame; ``link_index`` (S,) int, the owner's
+    index into the model's links; ``config`` (S,) int, the configuration's index into the model's
+    ``training_q`` (C, dof).
+    """
+
+    points_link: np.ndarray
+    link_index: np.ndarray
+    config: np.ndarray
+
+
+def write_folder(model, folder: Path, sessions: list, training: dict) -> dict:
+    """Write ``model`` (a trained :class:`~selfmodel.model.models.SelfModel`) into ``folder``, which
+    exists and is empty; the config written. ``training``: the options the run was given, kept beside
+    what the run did (``model.training_run``) and the sessions, relative to the folder."""
+    if model.training_run is None:
+        raise ValueError("only a trained self-model can be saved: it knows no training run")
     folder = Path(folder)
-    model = result.model
+    run = model.training_run
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -54,14 +72,14 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
         "workspace_lo": model.workspace_lo.tolist(),
         "workspace_hi": model.workspace_hi.tolist(),
         "network": model.config(),
-        "training": {**training, "steps": result.steps, "seconds": round(result.seconds, 1),
-                     "final_loss": result.final_loss, "labelled_points": result.labelled_points,
-                     "configurations": result.configurations,
+        "training": {**training, "steps": run["steps"], "seconds": round(run["seconds"], 1),
+                     "final_loss": run["final_loss"], "labelled_points": run["labelled_points"],
+                     "configurations": run["configurations"],
                      # Relative to the model folder, so the export finds them wherever the two move together.
                      "sessions": [os.path.relpath(Path(s.path).resolve(), folder.resolve()) for s in sessions]},
         "units": {"length": "m", "angle": "rad"},
     }
-    if isinstance(model, StructuredSelfModel):
+    if model.kind == "structured":
         source = Path(model.urdf_path)
         tree = urdf_io.parse_urdf(source)
         urdf_io.copy_self_contained(tree, source.parent, folder, [source.parent], name="robot.urdf")
@@ -70,15 +88,16 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
             urdf_io.set_joint_origin(corrected, joint, origin)
         urdf_io.write_urdf(corrected, folder / CORRECTED_URDF)
         config.update({"urdf": "robot.urdf", "corrected_urdf": CORRECTED_URDF, "base_link": model.base_link,
-                       "tip_link": model.tip_link, "link_names": model.link_names, "board": board,
+                       "tip_link": model.tip_link, "link_names": model.link_names, "board": model.board,
                        "held_joints": dict(model.spec.held),
                        "joint_corrections": model.chain.deltas.detach().numpy().tolist()})
-        if result.corrections is not None:
-            config["joint_placement"] = result.corrections.to_json()
+        if model.corrections is not None:
+            config["joint_placement"] = model.corrections.to_json()
+        surface = model.surface
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, points_link=result.surface_points_link.astype(np.float32),
-                            link_index=result.surface_link_index, config=result.surface_config,
-                            q=result.q.astype(np.float64))
+        np.savez_compressed(buffer, points_link=surface.points_link.astype(np.float32),
+                            link_index=surface.link_index, config=surface.config,
+                            q=model.training_q.astype(np.float64))
         atomic_write_bytes(folder / SURFACE, buffer.getvalue())
 
         # The planner-speed form: every link network read once on a grid in its own frame.
@@ -89,6 +108,7 @@ def save_model(result, folder: Path, sessions: list, training: dict, board: dict
     torch.save(model.state_dict(), buffer)
     atomic_write_bytes(folder / WEIGHTS, buffer.getvalue())
     atomic_write_json(folder / CONFIG, config)
+    return config
 
 
 def read_config(folder: Path) -> dict:
@@ -131,44 +151,10 @@ def read_config(folder: Path) -> dict:
     return config
 
 
-def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
-    """The model saved in ``folder``; InputError for a missing, foreign or other-version folder.
-
-    Every file it names (``urdf``, ``corrected_urdf``) must lie inside the folder.
-    """
-    folder = Path(folder)
-    config = read_config(folder)
-    network = config["network"]
-    try:
-        if config["kind"] == "structured":
-            urdf = inside_folder(folder, config["urdf"], f"{folder / CONFIG}: key 'urdf'", "URDF path")
-            corrected = inside_folder(folder, config["corrected_urdf"], f"{folder / CONFIG}: key 'corrected_urdf'",
-                                      "URDF path")
-            urdf_io.check_meshes(urdf)
-            spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"], config.get("held_joints") or {})
-            if spec.link_names != config["link_names"] or spec.joint_names != config["joint_names"]:
-                raise InputError(f"{folder / CONFIG}: its links and joints are not those of the chain of {urdf.name} "
-                                 f"({spec.link_names}; {spec.joint_names}).")
-            model = StructuredSelfModel(spec, np.array(network["domains_lo"]), np.array(network["domains_hi"]),
-                                        np.array(config["workspace_lo"]), np.array(config["workspace_hi"]),
-                                        network["hidden"], network["layers"], network["frequencies"], urdf_path=urdf,
-                                        base_link=config["base_link"], tip_link=config["tip_link"])
-            model.corrected_urdf_path = corrected
-            model.corrections = None
-            if config.get("joint_placement") is not None:
-                try:
-                    model.corrections = JointCorrections.from_json(config["joint_placement"], spec.joint_names)
-                except (KeyError, TypeError, ValueError, IndexError):
-                    raise InputError(f"{folder / CONFIG}: key 'joint_placement' is not a placement fit of joints "
-                                     f"{', '.join(spec.joint_names)}.") from None
-            model.board = config.get("board")
-            model.folder = folder
-        else:
-            model = FreeSelfModel(config["joint_names"], config["workspace_lo"], config["workspace_hi"], network["q_lo"],
-                                  network["q_hi"], network["hidden"], network["layers"], network["omega"])
-    except KeyError as error:
-        raise InputError(f"{folder / CONFIG}: key {error.args[0]!r} is missing.") from None
-    weights = folder / WEIGHTS
+def read_weights(model, folder: Path) -> None:
+    """Load ``folder``'s weights.pt into ``model`` (built from the folder's config); InputError when
+    it is missing or holds weights of another model."""
+    weights = Path(folder) / WEIGHTS
     if not weights.is_file():
         raise InputError(f"{weights}: file not found.")
     state = load_torch(weights)  # weights_only=True: a file carrying pickled code is refused, never run
@@ -176,31 +162,20 @@ def load_model(folder: Path) -> StructuredSelfModel | FreeSelfModel:
         model.load_state_dict(state)
     except (RuntimeError, ValueError, TypeError, AttributeError, KeyError) as error:
         raise InputError(f"{weights}: not weights of this model ({' '.join(str(error).split())[:200]}).") from None
-    model.eval()
-    return model
 
 
-def surface_samples(model_or_folder) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
-    """Measured surface samples of a structured model's training data, per owner link.
-
-    Returns (link -> points (M, 3) in the link frame, m; link -> configuration index (M,);
-    q (C, dof) training configurations). Pose them with the model's learned kinematics
-    (``model.base_T_links(q)``) or ``robot_corrected.urdf``.
-    """
-    folder = Path(getattr(model_or_folder, "folder", model_or_folder))
-    config = read_config(folder)
-    if config["kind"] != "structured":
-        raise InputError(f"{folder}: surface samples are kept for structured models only.")
+def read_surface(folder: Path, links: list[str]) -> tuple[SurfaceSamples, np.ndarray]:
+    """The surface samples kept in ``folder`` for a structured model of ``links``, and its training
+    configurations q (C, dof) rad; InputError when the arrays do not fit together."""
+    folder = Path(folder)
     arrays = load_npz(folder / SURFACE, ["points_link", "link_index", "config", "q"])
     points, owner, configs, q = arrays["points_link"], arrays["link_index"], arrays["config"], arrays["q"]
-    links = config["link_names"]
     if points.ndim != 2 or points.shape[1:] != (3,) or owner.shape != (len(points),) or configs.shape != (len(points),) \
             or q.ndim != 2 or not np.issubdtype(owner.dtype, np.integer) or not np.issubdtype(configs.dtype, np.integer) \
             or (len(owner) and (owner.min() < 0 or owner.max() >= len(links) or configs.min() < 0 or configs.max() >= len(q))):
         raise InputError(f"{folder / SURFACE}: its arrays do not fit together (points (S, 3), link_index and config "
                          f"(S,) indices into the links and q).")
-    return ({link: points[owner == i] for i, link in enumerate(links)},
-            {link: configs[owner == i] for i, link in enumerate(links)}, q)
+    return SurfaceSamples(points, owner, configs), q
 
 
 def training_session_paths(folder: Path) -> list[Path]:

@@ -1,5 +1,9 @@
 """Occupancy self-models behind one interface: ``occupancy(points (N, 3), q (N, dof) or (dof,)) -> (N,)``.
 
+:class:`SelfModel` is the one type: every field a model can carry is declared there, and a model
+fresh from training and the same model loaded from its folder answer the same questions
+(``model.save(out, ...)``, ``SelfModel.load(folder)``). Its two kinds:
+
 - :class:`StructuredSelfModel` (kind ``structured``): the arm's chain from a URDF with learnable
   joint placement corrections, one small :class:`~selfmodel.model.networks.FourierMLP` per link in that
   link's frame, occupancy = union over links (a soft maximum of their logits). Which link owns which
@@ -14,37 +18,89 @@ Points are in the base frame, metres; q in radians (metres for prismatic joints)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
+from capture.session import Session
+from rigs import urdf as urdf_io
+from rigs.errors import InputError
+from rigs.files import inside_folder, output_folder
 from selfmodel.model.chain import ChainSpec, TorchChain
-from selfmodel.model.networks import FourierMLP, Siren
+from selfmodel.model.corrections import JointCorrections
+from selfmodel.model.folder import (CONFIG, SurfaceSamples, read_config, read_surface, read_weights,
+                                    write_folder)
+from selfmodel.model.networks import OUTSIDE_LOGIT, FourierMLP, Siren, as_queries
 
 QUERY_BATCH = 100_000
-OUTSIDE_LOGIT = -30.0  # a link's logit outside its domain: certainly free
 
 
-def as_queries(points, q, dof: int) -> tuple[np.ndarray, np.ndarray]:
-    points = np.asarray(points, dtype=np.float32).reshape(-1, 3)
-    q = np.asarray(q, dtype=np.float32)
-    if q.ndim == 1:
-        if q.shape[0] != dof:
-            raise ValueError(f"q has {q.shape[0]} joints, the model {dof}")
-        q = np.broadcast_to(q, (len(points), dof))
-    elif q.shape != (len(points), dof):
-        raise ValueError(f"q has shape {q.shape}, expected ({len(points)}, {dof}) or ({dof},)")
-    return points, q
+class SelfModel(nn.Module):
+    """An occupancy self-model: what every kind answers and every field it can carry.
 
+    Each kind defines ``logits(points, q)`` and ``config()``. Fields, None where not known:
 
-class _Occupancy(nn.Module):
-    """Shared by the structured and free models; each subclass defines ``logits(points, q)``."""
+    - ``kind``: ``"structured"`` or ``"free"`` (a class attribute).
+    - ``joint_names``: the movable joints, base to tip: the order of q's columns.
+    - ``workspace_lo``, ``workspace_hi``: (3,) float32, m, base frame: the box the data covered.
+    - ``hyper``: the network's sizes (dict; ``config()`` adds what rebuilds it).
+    - ``spec``: the :class:`ChainSpec` the model poses its links with (structured); None for a
+      free model, which knows no chain.
+    - ``link_names``: the links, base to tip (structured), else None.
+    - ``folder``: Path where the model was saved or loaded from; None for a model fresh from
+      training until ``save`` sets it.
+    - ``urdf_path``: Path of the description: the one it trained on (structured; after save or load,
+      the copy in its folder), or the one ``attach_description`` gave a free model to cut its body
+      into links.
+    - ``corrected_urdf_path``: Path of the description with the learned joint placements written
+      in (``robot_corrected.urdf``, structured); None until the model is in a folder.
+    - ``base_link``, ``tip_link``: str, the chain's ends (a free model's from ``attach_description``).
+    - ``held_joints``: dict joint -> rad or m, where the joints off the chain stood.
+    - ``corrections``: :class:`JointCorrections` the placement fit found (structured).
+    - ``board``: dict, the calibration board declared on the tip as the session's ``sensors.board``
+      states it (with ``tip_T_board_fitted`` where a calibration fitted its mount), or None.
+    - ``training_run``: dict, what the run did: ``steps``, ``seconds``, ``final_loss``,
+      ``labelled_points``, ``configurations``; once saved or loaded, also the run's options and the
+      ``sessions`` (paths relative to ``folder``), as config.json's ``training`` holds them.
+    - ``training_q``: (C, dof) float, rad: the training configurations (structured: kept in the
+      folder; free: from the training sessions, read by ``attach_description`` after loading).
+    - ``training_pose_ids``: list of C pose ids naming ``training_q``'s rows, where the sessions
+      are known.
+    - ``surface``: :class:`~selfmodel.model.folder.SurfaceSamples`, the measured surface samples of
+      the training data per owner link (structured).
+
+    What only one kind's networks have is declared by that kind: a structured model's ``chain``
+    (:class:`TorchChain`, the learnable placements), ``domains_lo``, ``domains_hi`` ((L, 3) m, each
+    link's box in its frame) and ``networks``; a free model's ``q_lo``, ``q_hi`` ((dof,) rad) and
+    ``network``.
+    """
 
     kind = ""
-    workspace_lo: np.ndarray
-    workspace_hi: np.ndarray
-    joint_names: list[str]
+
+    def __init__(self, joint_names: list[str], workspace_lo, workspace_hi, urdf_path: Path | None = None,
+                 base_link: str | None = None, tip_link: str | None = None,
+                 held_joints: dict[str, float] | None = None):
+        super().__init__()
+        self.joint_names = list(joint_names)
+        self.workspace_lo = np.asarray(workspace_lo, dtype=np.float32)
+        self.workspace_hi = np.asarray(workspace_hi, dtype=np.float32)
+        self.hyper: dict = {}
+        self.spec: ChainSpec | None = None
+        self.link_names: list[str] | None = None
+        self.folder: Path | None = None
+        self.urdf_path: Path | None = Path(urdf_path) if urdf_path is not None else None
+        self.corrected_urdf_path: Path | None = None
+        self.base_link: str | None = base_link
+        self.tip_link: str | None = tip_link
+        self.held_joints: dict[str, float] | None = dict(held_joints) if held_joints is not None else None
+        self.corrections: JointCorrections | None = None
+        self.board: dict | None = None
+        self.training_run: dict | None = None
+        self.training_q: np.ndarray | None = None
+        self.training_pose_ids: list[str] | None = None
+        self.surface: SurfaceSamples | None = None
 
     @property
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -77,27 +133,75 @@ class _Occupancy(nn.Module):
                 out[rows] = torch.sigmoid(logits).cpu().numpy()
         return out
 
+    def surface_by_link(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+        """The measured surface samples of a structured model's training data, per owner link.
 
-class StructuredSelfModel(_Occupancy):
+        Returns (link -> points (M, 3) in the link frame, m; link -> configuration index (M,);
+        q (C, dof) training configurations, rad). Pose them with the model's learned kinematics
+        (``model.base_T_links(q)``) or ``robot_corrected.urdf``.
+        """
+        if self.surface is None:
+            where = self.folder if self.folder is not None else f"this {self.kind} model"
+            raise InputError(f"{where}: surface samples are kept for structured models only.")
+        surface = self.surface
+        return ({link: surface.points_link[surface.link_index == i] for i, link in enumerate(self.link_names)},
+                {link: surface.config[surface.link_index == i] for i, link in enumerate(self.link_names)},
+                self.training_q)
+
+    # -- the folder ---------------------------------------------------------------------------
+    def save(self, out: Path, sessions: list[Session], training: dict,
+             beside: Callable[[Path], None] | None = None) -> None:
+        """Write the model folder ``out`` (which must not exist) whole: built under a temporary name
+        and moved into place, so a failure leaves nothing. ``sessions``: those it was trained on
+        (config.json names them relative to ``out``); ``training``: the run's options, kept with what
+        the run did; ``beside``: writes more files into the folder before it appears (the train job's
+        changes.json). Afterwards the model names its folder and the files in it, as a loaded one does."""
+        out = Path(out)
+        with output_folder(out) as folder:
+            config = write_folder(self, folder, sessions, training)
+            if beside is not None:
+                beside(folder)
+        self.folder = out
+        self.training_run = config["training"]
+        if self.kind == "structured":
+            self.urdf_path, self.corrected_urdf_path = out / config["urdf"], out / config["corrected_urdf"]
+
+    @classmethod
+    def load(cls, folder: Path) -> SelfModel:
+        """The model saved in ``folder``, of the kind it holds; InputError for a missing, foreign or
+        other-version folder (or one of another kind than ``cls`` asks for). Every file it names
+        (``urdf``, ``corrected_urdf``) must lie inside the folder."""
+        folder = Path(folder)
+        config = read_config(folder)
+        kind = StructuredSelfModel if config["kind"] == "structured" else FreeSelfModel
+        if not issubclass(kind, cls):
+            raise InputError(f"{folder}: holds a {kind.kind} self-model, not a {cls.kind} one.")
+        try:
+            model = kind.from_config(folder, config)
+        except KeyError as error:
+            raise InputError(f"{folder / CONFIG}: key {error.args[0]!r} is missing.") from None
+        read_weights(model, folder)
+        model.folder = folder
+        model.training_run = config.get("training")
+        model.eval()
+        return model
+
+
+class StructuredSelfModel(SelfModel):
     """Per-link networks in link frames; union over links. See the module docstring."""
 
     kind = "structured"
 
     def __init__(self, spec: ChainSpec, domains_lo: np.ndarray, domains_hi: np.ndarray, workspace_lo: np.ndarray,
                  workspace_hi: np.ndarray, hidden: int = 96, layers: int = 3, frequencies: int = 6,
-                 urdf_path: Path | None = None, base_link: str = "", tip_link: str = ""):
-        super().__init__()
+                 urdf_path: Path | None = None, base_link: str | None = None, tip_link: str | None = None):
+        super().__init__(spec.joint_names, workspace_lo, workspace_hi, urdf_path, base_link, tip_link, spec.held)
         self.spec = spec
         self.chain = TorchChain(spec)
         self.link_names = list(spec.link_names)
-        self.joint_names = list(spec.joint_names)
-        self.domains_lo = np.asarray(domains_lo, dtype=np.float32)
+        self.domains_lo = np.asarray(domains_lo, dtype=np.float32)  # (L, 3) m, each link's domain box in its frame
         self.domains_hi = np.asarray(domains_hi, dtype=np.float32)
-        self.workspace_lo = np.asarray(workspace_lo, dtype=np.float32)
-        self.workspace_hi = np.asarray(workspace_hi, dtype=np.float32)
         self.hyper = {"hidden": hidden, "layers": layers, "frequencies": frequencies}
-        self.urdf_path = urdf_path
-        self.base_link, self.tip_link = base_link, tip_link
         self.networks = nn.ModuleList([
             FourierMLP((lo + hi) / 2, float(np.max(hi - lo) / 2), hidden, layers, frequencies)
             for lo, hi in zip(self.domains_lo, self.domains_hi)])
@@ -159,19 +263,44 @@ class StructuredSelfModel(_Occupancy):
     def config(self) -> dict:
         return {"domains_lo": self.domains_lo.tolist(), "domains_hi": self.domains_hi.tolist(), **self.hyper}
 
+    @classmethod
+    def from_config(cls, folder: Path, config: dict) -> StructuredSelfModel:
+        """The model ``folder``'s checked config.json describes, without its weights: the chain from
+        the description in the folder, its placement fit, board and training data."""
+        network = config["network"]
+        urdf = inside_folder(folder, config["urdf"], f"{folder / CONFIG}: key 'urdf'", "URDF path")
+        corrected = inside_folder(folder, config["corrected_urdf"], f"{folder / CONFIG}: key 'corrected_urdf'",
+                                  "URDF path")
+        urdf_io.check_meshes(urdf)
+        spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"], config.get("held_joints") or {})
+        if spec.link_names != config["link_names"] or spec.joint_names != config["joint_names"]:
+            raise InputError(f"{folder / CONFIG}: its links and joints are not those of the chain of {urdf.name} "
+                             f"({spec.link_names}; {spec.joint_names}).")
+        model = cls(spec, np.array(network["domains_lo"]), np.array(network["domains_hi"]),
+                    np.array(config["workspace_lo"]), np.array(config["workspace_hi"]),
+                    network["hidden"], network["layers"], network["frequencies"], urdf_path=urdf,
+                    base_link=config["base_link"], tip_link=config["tip_link"])
+        model.corrected_urdf_path = corrected
+        if config.get("joint_placement") is not None:
+            try:
+                model.corrections = JointCorrections.from_json(config["joint_placement"], spec.joint_names)
+            except (KeyError, TypeError, ValueError, IndexError):
+                raise InputError(f"{folder / CONFIG}: key 'joint_placement' is not a placement fit of joints "
+                                 f"{', '.join(spec.joint_names)}.") from None
+        model.board = config.get("board")
+        model.surface, model.training_q = read_surface(folder, model.link_names)
+        return model
 
-class FreeSelfModel(_Occupancy):
+
+class FreeSelfModel(SelfModel):
     """One SIREN on (point, q) without kinematics: the baseline."""
 
     kind = "free"
 
     def __init__(self, joint_names: list[str], workspace_lo, workspace_hi, q_lo, q_hi, hidden: int = 256, layers: int = 5,
                  omega: float = 30.0):
-        super().__init__()
-        self.joint_names = list(joint_names)
-        self.workspace_lo = np.asarray(workspace_lo, dtype=np.float32)
-        self.workspace_hi = np.asarray(workspace_hi, dtype=np.float32)
-        self.q_lo = np.asarray(q_lo, dtype=np.float32)
+        super().__init__(joint_names, workspace_lo, workspace_hi)
+        self.q_lo = np.asarray(q_lo, dtype=np.float32)  # (dof,) rad, the training configurations' range
         self.q_hi = np.asarray(q_hi, dtype=np.float32)
         self.hyper = {"hidden": hidden, "layers": layers, "omega": omega}
         self.network = Siren(3 + len(joint_names), hidden, layers, omega)
@@ -186,3 +315,23 @@ class FreeSelfModel(_Occupancy):
 
     def config(self) -> dict:
         return {"q_lo": self.q_lo.tolist(), "q_hi": self.q_hi.tolist(), **self.hyper}
+
+    @classmethod
+    def from_config(cls, folder: Path, config: dict) -> FreeSelfModel:
+        """The model ``folder``'s checked config.json describes, without its weights."""
+        network = config["network"]
+        return cls(config["joint_names"], config["workspace_lo"], config["workspace_hi"], network["q_lo"],
+                   network["q_hi"], network["hidden"], network["layers"], network["omega"])
+
+    def attach_description(self, urdf: Path, sessions: list[Session]) -> None:
+        """Give this model, which knows no chain, the description that cuts its body into links and,
+        from the ``sessions`` it was trained on, its base and tip links, held joints and training
+        configurations with their pose ids."""
+        if not sessions:
+            raise InputError(f"{self.folder or 'the free model'}: no training session is given, so its base and tip "
+                             f"links and its training configurations are unknown.")
+        self.urdf_path = Path(urdf)
+        self.base_link, self.tip_link = sessions[0].base_link, sessions[0].tip_link
+        self.held_joints = sessions[0].held_joints
+        self.training_q = np.vstack([session.q for session in sessions])
+        self.training_pose_ids = [pose for session in sessions for pose in session.pose_ids]

@@ -1,11 +1,28 @@
-"""The two network shapes: a small Fourier-feature MLP per link, and a SIREN on (point, q)."""
+"""The two network shapes: a small Fourier-feature MLP per link, and a SIREN on (point, q); and
+the shape of a query every self-model and its baked grids answer."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
+
+OUTSIDE_LOGIT = -30.0  # a link's logit outside its domain: certainly free
+
+
+def as_queries(points, q, dof: int) -> tuple[np.ndarray, np.ndarray]:
+    """points (N, 3) m and q (N, dof) or (dof,) rad -> float32 (N, 3) and (N, dof); a q of another shape is refused."""
+    points = np.asarray(points, dtype=np.float32).reshape(-1, 3)
+    q = np.asarray(q, dtype=np.float32)
+    if q.ndim == 1:
+        if q.shape[0] != dof:
+            raise ValueError(f"q has {q.shape[0]} joints, the model {dof}")
+        q = np.broadcast_to(q, (len(points), dof))
+    elif q.shape != (len(points), dof):
+        raise ValueError(f"q has shape {q.shape}, expected ({len(points)}, {dof}) or ({dof},)")
+    return points, q
 
 
 class FourierMLP(nn.Module):
