@@ -111,12 +111,12 @@ class FreeStandIn(SelfModel):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """The stand-in exported once with the defaults (automatic margin)."""
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
 
     exporter = CollisionExporter(max_spheres=36, max_pieces=4, srdf_samples=10_000, voxel=0.004, seed=0)
     fitted = exporter.fit(StandInModel())
     out = tmp_path_factory.mktemp("export") / "collision"
-    report = write_export(fitted, URDF, out, exporter.srdf_samples)
+    report = fitted.save(out, URDF, exporter.srdf_samples)
     return out, report, fitted
 
 
@@ -313,11 +313,9 @@ def test_margin_that_would_swallow_the_arm_is_refused():
 
 
 def test_existing_output_folder_is_refused_without_force(exported, tmp_path):
-    from selfmodel.export.exporter import write_export
-
     out, _, fitted = exported
     with pytest.raises(InputError, match="already exists"):
-        write_export(fitted, URDF, out)
+        fitted.save(out, URDF)
     assert (out / "robot.urdf").is_file()
 
 
@@ -469,11 +467,9 @@ def test_export_writes_package_uris_that_pinocchio_resolves_from_anywhere(export
 
     import pinocchio as pin
 
-    from selfmodel.export.exporter import write_export
-
     _, _, fitted = exported
     out = tmp_path / "collision"
-    report = write_export(fitted, URDF, out, 2000, ros_package="box_description/collision")
+    report = fitted.save(out, URDF, 2000, ros_package="box_description/collision")
     assert report["ros_package"] == "box_description/collision"
     assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
     filenames = [mesh.get("filename") for mesh in ET.parse(out / "robot.urdf").getroot().iter("mesh")]

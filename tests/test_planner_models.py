@@ -33,12 +33,12 @@ class RecordedStandIn(StandInModel):
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
 
     exporter = CollisionExporter(max_spheres=36, max_pieces=4, srdf_samples=4000, voxel=0.004, seed=0)
     fitted = exporter.fit(RecordedStandIn())
     out = tmp_path_factory.mktemp("planner") / "collision"
-    report = write_export(fitted, URDF, out, exporter.srdf_samples)
+    report = fitted.save(out, URDF, exporter.srdf_samples)
     return out, report, fitted
 
 
@@ -119,25 +119,25 @@ def test_curobo_config_names_only_existing_links_and_files(written):
 
 def test_bodies_that_overlap_where_the_arm_stood_are_refused_with_links_poses_and_depth(tmp_path):
     """A recorded pose with link2 swung down through the base cannot be real: say so, write nothing."""
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
 
     recorded = np.vstack([RECORDED, [[0.0, 1.75]]])
     with pytest.raises(InputError, match=r"bodies of base and link2 overlap by up to \d+ mm at 1 of 26 recorded poses "
                                          r"\(p0025 \(\d+ mm\)\)"):
         fitted = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.006).fit(RecordedStandIn(recorded))
-        write_export(fitted, URDF, tmp_path / "collision", 500)
+        fitted.save(tmp_path / "collision", URDF, 500)
     assert not (tmp_path / "collision").exists()
 
 
 def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp_path):
     """link2 swung low (but clear of the base) where the arm stood: the inflated pieces of the two
     come within the margin of each other there, are cut apart, and the pose is free."""
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.world import CollisionWorld
 
     low = np.array([[0.0, 1.14], [np.pi / 2, 1.14]])  # link2 10 mm clear of the base's top edge
     fitted = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.006, margin=0.008).fit(RecordedStandIn(low))
-    report = write_export(fitted, URDF, tmp_path / "collision", 500)
+    report = fitted.save(tmp_path / "collision", URDF, 500)
     assert report["separation"]["piece_cuts"] >= 1
     world = CollisionWorld(tmp_path / "collision" / "robot.urdf", JOINTS, "base", srdf=tmp_path / "collision" / "robot.srdf")
     assert not any(world.collides(q) for q in low)

@@ -107,7 +107,7 @@ def recorded_configurations(urdf: Path, joints: list[str], base: str, tip: str, 
 
 @pytest.fixture(scope="module")
 def xarm(tmp_path_factory):
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.srdf import joint_limits
 
     urdf = xarm_urdf()
@@ -116,7 +116,7 @@ def xarm(tmp_path_factory):
                                  margin_climbs=40, seed=0)
     fitted = exporter.fit(model)
     out = tmp_path_factory.mktemp("xarm6") / "collision"
-    report = write_export(fitted, urdf, out, exporter.srdf_samples)
+    report = fitted.save(out, urdf, exporter.srdf_samples)
     return out, report, fitted, model, joint_limits(urdf, JOINTS)
 
 
@@ -216,7 +216,7 @@ def test_panda_with_closed_fingers_exports_the_whole_body_once_free_where_it_sto
     and disables none that the true meshes bring into contact."""
     import pybullet_data
 
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.srdf import joint_limits
     from selfmodel.export.world import CollisionWorld
 
@@ -230,7 +230,7 @@ def test_panda_with_closed_fingers_exports_the_whole_body_once_free_where_it_sto
     exporter = CollisionExporter(max_spheres=40, max_pieces=2, voxel=0.006, srdf_samples=1500, margin_samples=3000,
                                  margin_climbs=40, seed=0)
     out = tmp_path / "collision"
-    report = write_export(exporter.fit(model), urdf, out, exporter.srdf_samples)
+    report = exporter.fit(model).save(out, urdf, exporter.srdf_samples)
     assert report["held_joints"] == held and report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
     tree = ET.parse(out / "robot.urdf").getroot()
     with_pieces = {link.get("name") for link in tree.findall("link") if link.findall("collision")}

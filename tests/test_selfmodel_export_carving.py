@@ -178,13 +178,13 @@ def test_without_the_training_sessions_nothing_is_carved_and_the_report_warns(ri
 
 @pytest.mark.slow  # a whole export loaded into the planner at every recorded pose
 def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_path):
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
 
     model = GhostModel(rig["folder"], rig["session"])
     exporter = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.004, srdf_samples=300, sphere_iterations=30,
                                  margin_samples=2000, margin_climbs=50)
     fitted = exporter.fit(model)
-    report = write_export(fitted, model.urdf_path, tmp_path / "collision", exporter.srdf_samples)
+    report = fitted.save(tmp_path / "collision", model.urdf_path, exporter.srdf_samples)
     assert report["recorded_poses_in_collision"]["configurations"] == 16
     assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
     assert report["carving"]["status"] == "carved" and report["carving"]["cells_removed"]["box"] > 0

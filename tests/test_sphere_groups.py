@@ -152,7 +152,7 @@ def board_export(tmp_path_factory):
     """The export's stand-in arm (tests/test_export.py) with a declared board on its tip, link2."""
     from test_export import URDF, StandInModel
 
-    from selfmodel.export.exporter import CollisionExporter, write_export
+    from selfmodel.export.exporter import CollisionExporter
 
     model = StandInModel()
     # A 5 x 4 board of 20 mm squares facing along the tip's x axis, 5 mm past link2's end.
@@ -162,7 +162,7 @@ def board_export(tmp_path_factory):
     exporter = CollisionExporter(max_spheres=24, board_spheres=30, max_pieces=4, srdf_samples=2000, voxel=0.003, seed=0)
     fitted = exporter.fit(model)
     out = tmp_path_factory.mktemp("board") / "collision"
-    report = write_export(fitted, URDF, out, exporter.srdf_samples)
+    report = fitted.save(out, URDF, exporter.srdf_samples)
     return out, report, fitted, model
 
 

@@ -121,6 +121,19 @@ class CollisionExport:
     def pieces(self) -> dict[str, list[ConvexPiece]]:
         return {name: link.pieces for name, link in self.links.items()}
 
+    def save(self, out: Path, model_urdf: Path, srdf_samples: int = 10_000, force: bool = False,
+             evaluate: Callable[[Path, "CollisionExport"], dict] | None = None, progress: Progress | None = None,
+             seed: int = 0, description: Path | None = None, ros_package: str | None = None) -> dict:
+        """Write the export folder ``out`` atomically (robot.urdf with the collision geometry written
+        into ``model_urdf``'s links, robot.srdf from ``srdf_samples`` configurations, cuRobo's files);
+        returns the report (also ``out/export_report.json``). ``description``: the URDF whose visual
+        meshes stand for the real arm when the SRDF's disabled pairs are checked (default:
+        ``model_urdf``). ``evaluate(exported_urdf, export)`` may add report keys (``truth``,
+        ``measured_surface``). InputError, and no folder, when the written model is in collision at a
+        recorded configuration. ``ros_package``: NAME or NAME/FOLDER, robot.urdf's mesh paths written
+        as ``package://`` URIs of that ROS package once every check has read the file."""
+        return _save(self, out, model_urdf, srdf_samples, force, evaluate, progress, seed, description, ros_package)
+
     @property
     def spheres(self) -> dict[str, SphereCover]:
         return {name: link.spheres for name, link in self.links.items()}
@@ -145,7 +158,7 @@ def chain_of(model: SelfModel):
 
 
 class CollisionExporter:
-    """Configure, then ``fit(model)`` -> :class:`CollisionExport`; ``write_export`` puts it on disk.
+    """Configure, then ``fit(model)`` -> :class:`CollisionExport`; its ``save`` puts it on disk.
 
     ``max_spheres``: the sphere budget for the arm's links. ``board_spheres``: the budget of the
     calibration board the session declares on the tip, its own group (:mod:`selfmodel.export.sphere_groups`;
@@ -532,11 +545,11 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
     }
 
 
-def write_export(fitted: CollisionExport, model_urdf: Path, out: Path, srdf_samples: int = 10_000, force: bool = False,
-                 evaluate: Callable[[Path, CollisionExport], dict] | None = None,
-                 progress: Progress | None = None, seed: int = 0, description: Path | None = None,
-                 ros_package: str | None = None) -> dict:
-    """Write the export folder atomically; returns the report (also ``out/export_report.json``).
+def _save(fitted: CollisionExport, out: Path, model_urdf: Path, srdf_samples: int = 10_000, force: bool = False,
+          evaluate: Callable[[Path, CollisionExport], dict] | None = None,
+          progress: Progress | None = None, seed: int = 0, description: Path | None = None,
+          ros_package: str | None = None) -> dict:
+    """:meth:`CollisionExport.save`.
 
     ``description``: the URDF whose visual meshes stand for the real arm when the SRDF's disabled
     pairs are checked (default: ``model_urdf``). ``evaluate(exported_urdf, fitted)`` may add report
@@ -607,7 +620,7 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
     ``truth(model, model_folder, exported_urdf, export)`` (``selfmodel.evaluation.export_truth.truth_figures``
     builds one); None leaves the report's ``truth`` empty. The export itself never reads a truth.
     ``urdf``: the description that cuts a free model's body into links. ``ros_package``: see
-    :func:`write_export`.
+    :meth:`CollisionExport.save`.
     """
     check_new_output(out, force)
     model_folder = Path(model_folder)
@@ -627,5 +640,5 @@ def export_model(model_folder: Path, out: Path, exporter: CollisionExporter, for
         return {"truth": truth(model, model_folder, exported_urdf, export) if truth is not None else None,
                 "measured_surface": measured_surface_inside(model, export)}
 
-    return write_export(fitted, Path(urdf_path), out, exporter.srdf_samples, force, evaluate_all, seed=exporter.seed,
-                        ros_package=ros_package)
+    return fitted.save(out, Path(urdf_path), exporter.srdf_samples, force, evaluate_all, seed=exporter.seed,
+                       ros_package=ros_package)
