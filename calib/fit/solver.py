@@ -329,9 +329,9 @@ def rule_covariance(model: ErrorModel, final: Identifiability, jac: np.ndarray, 
     within the arm's reach, and its offsets carry that (one standard deviation: the arm's length).
     A joint the sweep held still is fixed at its start, yet off it by the same tolerance, and what
     the data see of that lands in the fitted values; so each held parameter's response adds to the
-    term too. Being what poses like the fitted ones cannot tell apart, the term adds nothing to the prediction of a pose like the fitted
-    ones, so predictions leave it out; it is what a stated value (a reflector's offset, a probe's
-    mount) does not know."""
+    term too. Being what poses like the fitted ones cannot tell apart, the term changes no
+    prediction of such a pose, so predictions leave it out; it is what a stated value (a
+    reflector's offset, a probe's mount) does not know."""
     null = final.null_basis
     covariance = np.zeros((model.size, model.size))
     arm = arm_parameters(model)
