@@ -561,7 +561,8 @@ class HandEyeCalibrator:
             "closed_form": {"methods_rms_px": scores, "best": method},
             "fit": {"rms_px": rms_px(errors), "corners": int(sum(p.count for p in photos)), "photos": len(photos),
                     "parameters": layout.size, "solver": result.message, "closed_form_rms_px": scores[method]},
-            "holdout": cross[weighting["chosen"]], "holdout_nominal": cross["nominal"], "validation": cross["validation"],
+            "holdout": cross[weighting["chosen"]], "holdout_nominal": cross["nominal"],
+            "validation": {**cross["validation"], "fold_rms": cross["fold_rms"][weighting["chosen"]]},
             "weighting": weighting,
             "flange_sigma": {"m": sigma_m, "rad": sigma_rad, "mm": 1e3 * sigma_m, "deg": float(np.degrees(sigma_rad)),
                              "source": source},
@@ -591,7 +592,8 @@ class HandEyeCalibrator:
         folds = fold_rows([len(keys)], fold_count(len(keys), self.folds), self.seed)
         held = {"per photo": [], "per corner": []}
         per_photo = {"per photo": {}, "per corner": {}}
-        held_nominal, fold_rms = [], []
+        fold_rms = {"per photo": [], "per corner": []}
+        held_nominal = []
         for rows in folds:
             held_keys = {keys[r] for r in rows[0]}
             train = [p for p in photos if p.key not in held_keys]
@@ -609,10 +611,10 @@ class HandEyeCalibrator:
             for name, state in (("per photo", weighted), ("per corner", plain)):
                 errors = residuals(state, [photos[i] for i in test], G)
                 held[name] += errors
+                fold_rms[name].append(rms_px(errors))
                 for i, error in zip(test, errors):
                     per_photo[name][i] = rms_px([error])
-            fold_rms.append(rms_px(held["per photo"][-len(test):]))
-        validation = {"method": "cross-validation", "folds": len(fold_rms), "fold_rms": fold_rms,
+        validation = {"method": "cross-validation", "folds": len(fold_rms["per photo"]),
                       "description": f"{describe_folds(len(folds), len(keys))}: the closed-form start and the "
                                      f"least-squares fit are both redone on each fold's other poses and judged on "
                                      f"its own; the delivered calibration is fitted on every pose"}
@@ -620,7 +622,7 @@ class HandEyeCalibrator:
                    for name, errors in held.items()}
         return {**figures,
                 "nominal": {"rms_px": rms_px(held_nominal), "what": "best OpenCV closed-form solution"} if held_nominal else None,
-                "validation": validation, "per_photo": per_photo}
+                "validation": validation, "per_photo": per_photo, "fold_rms": fold_rms}
 
 
 def _choose_weighting(cross: dict, flange_sigma: tuple[float, float]) -> dict:

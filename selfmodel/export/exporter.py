@@ -132,7 +132,45 @@ class CollisionExport:
         ``measured_surface``). InputError, and no folder, when the written model is in collision at a
         recorded configuration. ``ros_package``: NAME or NAME/FOLDER, robot.urdf's mesh paths written
         as ``package://`` URIs of that ROS package once every check has read the file."""
-        return _save(self, out, model_urdf, srdf_samples, force, evaluate, progress, seed, description, ros_package)
+        out = Path(out)
+        with output_folder(out, force) as folder:
+            start = time.perf_counter()
+            urdf_path = write_collision_urdf(model_urdf, self, folder)
+            matrix = collision_matrix(urdf_path, self.joint_names, self.base_link, srdf_samples,
+                                      np.random.default_rng(seed), self.held,
+                                      description=Path(description or model_urdf), progress=progress)
+            write_srdf(folder / "robot.srdf", robot_name(urdf_path), matrix, self.base_link, self.tip_link,
+                       LinkTree(urdf_path).root, self.joint_names,
+                       note="checked against the description's meshes at the same samples")
+            recorded = recorded_collisions(self, urdf_path, folder / "robot.srdf")
+            for kind in ("pieces", "spheres"):
+                if recorded[kind]["poses"]:
+                    pair, poses = max(recorded[kind]["pairs"].items(), key=lambda item: len(item[1]))
+                    raise InputError(f"{out}: the exported {kind} are in collision at {recorded[kind]['poses']} of "
+                                     f"{recorded['configurations']} recorded poses ({pair} at {', '.join(poses[:5])}"
+                                     f"{', ...' if len(poses) > 5 else ''}), where the arm really stood; not written.")
+            atomic_write_text(folder / "curobo_spheres.yml", dump(spheres_document(self.spheres)))
+            retract = self.recorded.q[0] if self.recorded is not None else matrix.default_q
+            atomic_write_text(folder / "curobo_robot.yml", dump(robot_document(
+                out, "robot.urdf", self.base_link, self.tip_link, self.spheres, matrix.disabled(),
+                self.joint_names, self.held, retract)))
+            self.seconds["write_and_srdf"] = time.perf_counter() - start
+            report = export_report(self, matrix, recorded)
+            # The export's own time: the fit (its parts are listed too) and writing; evaluation apart.
+            self.seconds["export_total"] = float(self.seconds.get("fit", sum(
+                self.seconds.get(part, 0.0) for part in ("bodies", "pieces", "spheres", "margin", "separation")))
+                + self.seconds["write_and_srdf"])
+            report["truth"] = None
+            start = time.perf_counter()
+            report.update((evaluate(urdf_path, self) or {}) if evaluate is not None else {})
+            self.seconds["evaluation"] = time.perf_counter() - start
+            if ros_package is not None:
+                # Last: the checks above load the file the way a planner beside it does (relative paths).
+                urdf_io.use_package_uris(urdf_path, ros_package)
+            report["ros_package"] = ros_package
+            report["seconds"] = self.seconds
+            atomic_write_json(folder / "export_report.json", report)
+        return report
 
     @property
     def spheres(self) -> dict[str, SphereCover]:
@@ -543,59 +581,6 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
         "held_joints": export.held,
         "seconds": export.seconds,
     }
-
-
-def _save(fitted: CollisionExport, out: Path, model_urdf: Path, srdf_samples: int = 10_000, force: bool = False,
-          evaluate: Callable[[Path, CollisionExport], dict] | None = None,
-          progress: Progress | None = None, seed: int = 0, description: Path | None = None,
-          ros_package: str | None = None) -> dict:
-    """:meth:`CollisionExport.save`.
-
-    ``description``: the URDF whose visual meshes stand for the real arm when the SRDF's disabled
-    pairs are checked (default: ``model_urdf``). ``evaluate(exported_urdf, fitted)`` may add report
-    keys (``truth``, ``measured_surface``). InputError, and no folder, when the written model is in
-    collision at a recorded configuration. ``ros_package``: NAME or NAME/FOLDER, robot.urdf's mesh
-    paths written as ``package://`` URIs of that ROS package once every check has read the file.
-    """
-    out = Path(out)
-    with output_folder(out, force) as folder:
-        start = time.perf_counter()
-        urdf_path = write_collision_urdf(model_urdf, fitted, folder)
-        matrix = collision_matrix(urdf_path, fitted.joint_names, fitted.base_link, srdf_samples,
-                                  np.random.default_rng(seed), fitted.held,
-                                  description=Path(description or model_urdf), progress=progress)
-        write_srdf(folder / "robot.srdf", robot_name(urdf_path), matrix, fitted.base_link, fitted.tip_link,
-                   LinkTree(urdf_path).root, fitted.joint_names,
-                   note=f"checked against the description's meshes at the same samples")
-        recorded = recorded_collisions(fitted, urdf_path, folder / "robot.srdf")
-        for kind in ("pieces", "spheres"):
-            if recorded[kind]["poses"]:
-                pair, poses = max(recorded[kind]["pairs"].items(), key=lambda item: len(item[1]))
-                raise InputError(f"{out}: the exported {kind} are in collision at {recorded[kind]['poses']} of "
-                                 f"{recorded['configurations']} recorded poses ({pair} at {', '.join(poses[:5])}"
-                                 f"{', ...' if len(poses) > 5 else ''}), where the arm really stood; not written.")
-        atomic_write_text(folder / "curobo_spheres.yml", dump(spheres_document(fitted.spheres)))
-        retract = fitted.recorded.q[0] if fitted.recorded is not None else matrix.default_q
-        atomic_write_text(folder / "curobo_robot.yml", dump(robot_document(
-            out, "robot.urdf", fitted.base_link, fitted.tip_link, fitted.spheres, matrix.disabled(),
-            fitted.joint_names, fitted.held, retract)))
-        fitted.seconds["write_and_srdf"] = time.perf_counter() - start
-        report = export_report(fitted, matrix, recorded)
-        # The export's own time: the fit (its parts are listed too) and writing; evaluation apart.
-        fitted.seconds["export_total"] = float(fitted.seconds.get("fit", sum(
-            fitted.seconds.get(part, 0.0) for part in ("bodies", "pieces", "spheres", "margin", "separation")))
-            + fitted.seconds["write_and_srdf"])
-        report["truth"] = None
-        start = time.perf_counter()
-        report.update((evaluate(urdf_path, fitted) or {}) if evaluate is not None else {})
-        fitted.seconds["evaluation"] = time.perf_counter() - start
-        if ros_package is not None:
-            # Last: the checks above load the file the way a planner beside it does (relative paths).
-            urdf_io.use_package_uris(urdf_path, ros_package)
-        report["ros_package"] = ros_package
-        report["seconds"] = fitted.seconds
-        atomic_write_json(folder / "export_report.json", report)
-    return report
 
 
 # -- the whole job, from a model folder -------------------------------------------------------------
