@@ -6,7 +6,7 @@
     Calibration.load("cal/")                           # the same predictions, whatever it was fitted from
 
 Learned values are plain attributes (SI units, chain order). ``chain`` is the calibrated
-:class:`~rigs.kinematics.ChainModel` (placement errors and zero offsets written in, evaluated at the
+:class:`~rigs.kinematics.ArmModel` (placement errors and zero offsets written in, evaluated at the
 joint readings); deflection (joints sag by ``compliance * tau``, a learned tip shift) is applied on
 top of it by :meth:`base_T_tip` and :meth:`tip_shift`, never written into robot.urdf.
 """
@@ -24,7 +24,7 @@ from calib.deflection.torques import GravityTorques
 from calib.io.document import read_calibration, write_calibration_files
 from calib.io.report import write_report
 from calib.io.urdf_export import write_urdf
-from calib.model.chain import SerialChain
+from calib.model.chain import BatchKinematics
 from calib.dynamics.measured import has_torques
 from calib.dynamics.model import IdentifiedDynamics
 from calib.model.envelope import Envelope
@@ -35,7 +35,7 @@ from calib.model.poses import PoseSet
 from calib.sensors.board import CharucoBoardSpec
 from capture.session import Session
 from rigs.errors import InputError
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import invert, transform_points
 
 
@@ -56,7 +56,7 @@ class Calibration:
     calibration.yaml holds); ``deflection``: the mode and its held-out comparison.
     """
 
-    chain: ChainModel
+    chain: ArmModel
     joint_names: list[str]
     tracker_T_base: dict[str, np.ndarray]
     targets: dict[str, np.ndarray]
@@ -86,15 +86,15 @@ class Calibration:
     validity: Envelope | None = None  # the joint ranges and payloads the fit poses covered
     # Compliance from measured torques: the arm dynamics identified from them (None: the URDF's inertials).
     torque_model: IdentifiedDynamics | None = field(default=None, repr=False)
-    _serial: SerialChain | None = field(default=None, init=False, repr=False, compare=False)
+    _serial: BatchKinematics | None = field(default=None, init=False, repr=False, compare=False)
     _torques: GravityTorques | None = field(default=None, init=False, repr=False, compare=False)
     _featurizer: Featurizer | None = field(default=None, init=False, repr=False, compare=False)
 
     # -- what the calibration predicts --------------------------------------------------------------
     @property
-    def serial(self) -> SerialChain:
+    def serial(self) -> BatchKinematics:
         if self._serial is None:
-            self._serial = SerialChain(self.chain)
+            self._serial = BatchKinematics(self.chain)
         return self._serial
 
     def gravity_torques(self, q: np.ndarray, payload_kg: np.ndarray | float | None = None) -> np.ndarray:

@@ -43,7 +43,7 @@ from calib.fit.checks import check_pose_set, spread_poses, structural_identifiab
 from calib.fit.identifiability import analyse
 from calib.fit.solver import RobustSolver, SolveResult, blas_single_thread, fold_solutions, robust_sigma, unit_norms
 from calib.fit.splits import describe_folds, fold_count, fold_rows, holdout_rows
-from calib.model.chain import SerialChain
+from calib.model.chain import BatchKinematics
 from calib.model.envelope import STILL_SPAN, Envelope, joint_list
 from calib.model.error_model import ErrorModel
 from calib.model.groups import (BoardPose, CameraIntrinsics, CameraPoses, JointCompliance, JointPlacements, JointZeros,
@@ -55,7 +55,7 @@ from calib.sensors.registry import BY_NAME, SENSORS
 from calib.sensors.sensor import Prepared, StartValues, join_errors
 from capture.session import Session, check_same_robot, load_session
 from rigs.errors import InputError, setting
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import invert
 
 NOISE_ROUNDS = 2  # estimate-and-refit rounds for noise the data does not state (the second changes < 1 %)
@@ -87,7 +87,7 @@ def data_hash(sessions: list[Session]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def calibrated_chain(chain: ChainModel, model: ErrorModel, deltas: np.ndarray, zeros: np.ndarray) -> ChainModel:
+def calibrated_chain(chain: ArmModel, model: ErrorModel, deltas: np.ndarray, zeros: np.ndarray) -> ArmModel:
     """The chain with ``nominal @ exp6(delta) @ exp6(S * zero)`` written into every placement."""
     out = chain.copy()
     for i, joint_id in enumerate(out.joint_ids):
@@ -103,12 +103,12 @@ class Problem:
     sensors' prepared data (per sensor name: one per session holding it)."""
 
     sessions: list[Session]
-    chain: ChainModel
+    chain: ArmModel
     poses: list[PoseSet]
     fit_rows: list[np.ndarray]
     held_rows: list[np.ndarray]
     prepared: dict[str, list[Prepared]]
-    start_chain: ChainModel
+    start_chain: ArmModel
     start_targets: dict[str, np.ndarray]
     envelope: Envelope
     torque_model: IdentifiedDynamics | None  # measured torques: the arm dynamics identified from them
@@ -341,7 +341,7 @@ class Calibrator:
                              f"without it.")
         first = sessions[0]
         tip_link = self.tip_link or first.tip_link
-        chain = ChainModel.from_urdf(first.urdf_path, first.base_link, tip_link)
+        chain = ArmModel.from_urdf(first.urdf_path, first.base_link, tip_link)
         if chain.joint_names != first.joint_names:
             raise InputError(f"tip_link {tip_link!r}: its chain from {first.base_link!r} moves joints {chain.joint_names}, "
                              f"but {first.path} records {first.joint_names}; the sensors sit on the recorded tip "
@@ -376,12 +376,12 @@ class Calibrator:
         if "board_corners" in prepared:
             items = prepared["board_corners"]
             BY_NAME["board_corners"].finish(items, [fit_rows[p.index] for p in items],
-                                            [SerialChain(start_chain).base_T_tip(p.session.q) for p in items],
+                                            [BatchKinematics(start_chain).base_T_tip(p.session.q) for p in items],
                                             self.pixel_sigma, np.random.default_rng(self.seed))
         start_targets = dict(previous.targets) if previous is not None else {}
         envelope = Envelope.of(np.concatenate([s.q[rows] for s, rows in zip(sessions, fit_rows)]),
                                np.concatenate([s.payload_kg[rows] for s, rows in zip(sessions, fit_rows)]),
-                               chain.joint_names, SerialChain(chain).prismatic)
+                               chain.joint_names, BatchKinematics(chain).prismatic)
         if self.require_full and envelope.still:
             raise InputError(f"{setting('require_full')}: {joint_list(envelope.still)} did not move (readings span "
                              f"under {np.degrees(STILL_SPAN):g} deg) in {', '.join(str(s.path) for s in sessions)}; "
@@ -390,7 +390,7 @@ class Calibrator:
         return Problem(sessions, chain, poses, fit_rows, held_rows, prepared, start_chain, start_targets, envelope,
                        torque_model)
 
-    def _torque_model(self, sessions: list[Session], chain: ChainModel) -> IdentifiedDynamics | None:
+    def _torque_model(self, sessions: list[Session], chain: ArmModel) -> IdentifiedDynamics | None:
         """The arm dynamics identified from the sessions' measured torques, or None to use the URDF's."""
         measured = all(has_torques(s) for s in sessions)
         if self.torques == "measured" and not measured:
@@ -465,7 +465,7 @@ class Calibrator:
         disagree beyond their scatter."""
         if "tool" in self.per_session or len(problem.sessions) < 2:
             return
-        serial = SerialChain(problem.start_chain)
+        serial = BatchKinematics(problem.start_chain)
         tools = []
         for i, session in enumerate(problem.sessions):
             own = StartValues()
@@ -497,7 +497,7 @@ class Calibrator:
     def _start_values(self, problem: Problem, fit_blocks: dict[str, list]) -> StartValues:
         self._check_tools(problem, fit_blocks)
         start = StartValues()
-        serial = SerialChain(problem.start_chain)
+        serial = BatchKinematics(problem.start_chain)
         for i, session in enumerate(problem.sessions):
             tips = serial.base_T_tip(session.q)
             for name in problem.sensor_names:

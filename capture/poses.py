@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from rigs.errors import InputError
-from rigs.limits import ChainJoints, check_joint_values
+from rigs.limits import ArmJoints, check_joint_values
 
 
 @dataclass
@@ -43,7 +43,7 @@ def random_poses(lower: np.ndarray, upper: np.ndarray, seed: int, is_valid: Call
             raise InputError(f"no valid pose found in {max_tries} random tries; the rig's sensors may not see the arm.")
 
 
-def read_plan(path: Path, limits: ChainJoints) -> Plan:
+def read_plan(path: Path, limits: ArmJoints) -> Plan:
     """A plan CSV: ``pose`` plus one column per joint (radians), any order; extra columns kept.
 
     Every pose must lie within the joints' URDF limits (:mod:`rigs.limits` states the tolerance).

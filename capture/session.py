@@ -34,7 +34,7 @@ from rigs import urdf as urdf_io
 from rigs.documents import check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_json, atomic_write_text, inside_folder, read_csv_rows, read_json, read_text
-from rigs.limits import REACH_SLACK_M, ChainJoints, check_joint_values, check_offset, check_spread
+from rigs.limits import REACH_SLACK_M, ArmJoints, check_joint_values, check_offset, check_spread
 
 FORMAT = "selfcal-session"
 FORMAT_VERSION = 1
@@ -406,7 +406,7 @@ def load_session(path: Path) -> Session:
     limits = None
     if urdf_path is not None and urdf_path.is_file():
         urdf_io.check_meshes(urdf_path)
-        limits = ChainJoints.from_urdf(urdf_path, robot["base_link"], robot["tip_link"])
+        limits = ArmJoints.from_urdf(urdf_path, robot["base_link"], robot["tip_link"])
         if limits.names != joint_names:
             raise InputError(f"{manifest_path}: key 'robot.joint_names' lists {joint_names}, but the chain of "
                              f"{urdf_path.name} from {robot['base_link']!r} to {robot['tip_link']!r} moves {limits.names}.")

@@ -1,6 +1,6 @@
 """The arm's kinematic chain in the Pinocchio manner: an unchanging model, scratch data per call.
 
-``ChainModel`` wraps a Pinocchio model built from a URDF and the chain from ``base_link`` to
+``ArmModel`` wraps a Pinocchio model built from a URDF and the chain from ``base_link`` to
 ``tip_link``; joint vectors ``q`` are in chain order (radians or metres), shape ``(dof,)`` or
 ``(N, dof)``. Joints of the URDF outside the chain (a gripper's fingers) stay at neutral.
 """
@@ -15,10 +15,46 @@ import pinocchio as pin
 
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
+from rigs.transforms import invert, skew
+
+
+def configurations(model: pin.Model, joint_ids: list[int], q: np.ndarray, rest: np.ndarray | None = None) -> np.ndarray:
+    """Values (N, k) or (k,) of the joints ``joint_ids`` (rad or m) -> Pinocchio configurations (N, nq).
+
+    The one place a joint value becomes Pinocchio's configuration: a revolute or prismatic joint
+    takes its value, a continuous joint (cos, sin). Every other joint sits where ``rest`` (nq,) has
+    it (default: Pinocchio's neutral).
+    """
+    q = np.atleast_2d(np.asarray(q, dtype=float))
+    base = pin.neutral(model) if rest is None else np.asarray(rest, dtype=float)
+    full = np.repeat(base[None], len(q), axis=0)
+    for column, joint_id in enumerate(joint_ids):
+        joint = model.joints[joint_id]
+        if joint.nq == 1:
+            full[:, joint.idx_q] = q[:, column]
+        else:  # continuous joint: (cos, sin)
+            full[:, joint.idx_q], full[:, joint.idx_q + 1] = np.cos(q[:, column]), np.sin(q[:, column])
+    return full
+
+
+def frame_poses(model: pin.Model, frames: list[int], full: np.ndarray, data: pin.Data | None = None) -> np.ndarray:
+    """Configurations (N, nq) -> (N, F, 4, 4) poses of the Pinocchio ``frames`` in the model's root
+    frame: the one forward kinematics every room's Pinocchio model goes through."""
+    data = data or model.createData()
+    full = np.atleast_2d(full)
+    poses = np.empty((len(full), len(frames), 4, 4))
+    for row, configuration in enumerate(full):
+        pin.framesForwardKinematics(model, data, configuration)
+        for column, frame in enumerate(frames):
+            poses[row, column] = data.oMf[frame].homogeneous
+    return poses
 
 
 @dataclass
-class ChainModel:
+class ArmModel:
+    """The arm's Pinocchio model with its chain from ``base_link`` to ``tip_link`` named: forward
+    kinematics, gravity and inverse dynamics with a payload, inverse kinematics."""
+
     model: pin.Model
     joint_names: list[str]  # movable chain joints, base to tip
     joint_ids: list[int]  # their Pinocchio joint ids
@@ -29,7 +65,7 @@ class ChainModel:
     axes: np.ndarray  # (dof, 3) joint axes in the joint frame
 
     @classmethod
-    def from_urdf(cls, path: Path, base_link: str, tip_link: str) -> "ChainModel":
+    def from_urdf(cls, path: Path, base_link: str, tip_link: str) -> "ArmModel":
         path = Path(path)
         tree = urdf_io.parse_urdf(path)
         chain = urdf_io.movable(urdf_io.chain(tree, base_link, tip_link, path))
@@ -44,7 +80,7 @@ class ChainModel:
                               np.array([j.axis for j in chain]))
 
     @classmethod
-    def from_model(cls, model, joint_names, base_link, tip_link, lower, upper, axes) -> "ChainModel":
+    def from_model(cls, model, joint_names, base_link, tip_link, lower, upper, axes) -> "ArmModel":
         ids = [model.getJointId(name) for name in joint_names]
         base_frame = model.getFrameId(base_link)
         tip_frame = model.getFrameId(tip_link)
@@ -54,32 +90,31 @@ class ChainModel:
     def dof(self) -> int:
         return len(self.joint_ids)
 
-    def copy(self) -> "ChainModel":
-        return ChainModel(self.model.copy(), list(self.joint_names), list(self.joint_ids), self.base_frame,
+    def copy(self) -> "ArmModel":
+        return ArmModel(self.model.copy(), list(self.joint_names), list(self.joint_ids), self.base_frame,
                           self.tip_frame, self.lower.copy(), self.upper.copy(), self.axes.copy())
 
     def full_q(self, q: np.ndarray) -> np.ndarray:
         """Chain joint vector (dof,) -> Pinocchio configuration (nq,)."""
-        full = pin.neutral(self.model)
-        for value, joint_id in zip(q, self.joint_ids):
-            joint = self.model.joints[joint_id]
-            if joint.nq == 1:
-                full[joint.idx_q] = value
-            else:  # continuous joint: (cos, sin)
-                full[joint.idx_q:joint.idx_q + 2] = np.cos(value), np.sin(value)
-        return full
+        return configurations(self.model, self.joint_ids, q)[0]
 
     def base_T_frame(self, q: np.ndarray, frame: int | None = None, data: pin.Data | None = None) -> np.ndarray:
         """Pose (4, 4) of ``frame`` (default: the tip) in the base frame at chain configuration q (dof,)."""
-        data = data or self.model.createData()
-        pin.framesForwardKinematics(self.model, data, self.full_q(q))
-        base = data.oMf[self.base_frame]
-        return (base.actInv(data.oMf[self.tip_frame if frame is None else frame])).homogeneous
+        frames = [self.base_frame, self.tip_frame if frame is None else frame]
+        base, pose = frame_poses(self.model, frames, self.full_q(q), data)[0]
+        return invert(base) @ pose
 
     def base_T_tip_batch(self, qs: np.ndarray) -> np.ndarray:
         """(N, dof) -> (N, 4, 4) tip poses in the base frame."""
+        poses = frame_poses(self.model, [self.base_frame, self.tip_frame], configurations(self.model, self.joint_ids, qs))
+        return np.stack([invert(base) @ tip for base, tip in poses])
+
+    def base_T_joints(self, q: np.ndarray) -> np.ndarray:
+        """Poses (dof, 4, 4) of the chain's joint frames in the base frame at chain configuration q (dof,)."""
         data = self.model.createData()
-        return np.stack([self.base_T_frame(q, data=data) for q in np.atleast_2d(qs)])
+        base = frame_poses(self.model, [self.base_frame], self.full_q(q), data)[0, 0]  # also places data.oMi
+        base_T_root = invert(base)
+        return np.stack([base_T_root @ data.oMi[joint_id].homogeneous for joint_id in self.joint_ids])
 
     def gravity_torques(self, q: np.ndarray, payload_kg: float = 0.0, payload_com: np.ndarray | None = None,
                         gravity: float = 9.81) -> np.ndarray:
@@ -140,7 +175,7 @@ class ChainModel:
             J = pin.computeFrameJacobian(model, data, full, self.tip_frame, pin.LOCAL)[:, columns]
             # Tip-frame twist -> motion of the point and rotation, expressed in the base frame.
             R = base_T_tip.rotation
-            J_linear = R @ (J[:3] - _skew(point) @ J[3:])
+            J_linear = R @ (J[:3] - skew(point) @ J[3:])
             J_angular = R @ J[3:]
             current = base_T_tip.act(point)
             if position is not None:
@@ -158,6 +193,3 @@ class ChainModel:
             q = np.clip(q + step, self.lower, self.upper)
         return q, residual
 
-
-def _skew(v: np.ndarray) -> np.ndarray:
-    return np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]])

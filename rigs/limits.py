@@ -35,7 +35,7 @@ _ANGLE_UNITS = {"rad": 1.0, "deg": np.pi / 180.0}
 
 
 @dataclass(frozen=True)
-class ChainJoints:
+class ArmJoints:
     """The movable joints from base to tip: names, URDF types, limits (rad or m); ``reach`` in m."""
 
     names: list[str]
@@ -45,12 +45,12 @@ class ChainJoints:
     reach: float = float("inf")
 
     @classmethod
-    def from_urdf(cls, urdf: Path, base_link: str, tip_link: str) -> "ChainJoints":
+    def from_urdf(cls, urdf: Path, base_link: str, tip_link: str) -> "ArmJoints":
         urdf = Path(urdf)
         return cls.from_tree(urdf_io.parse_urdf(urdf), base_link, tip_link, urdf)
 
     @classmethod
-    def from_tree(cls, tree, base_link: str, tip_link: str, path: Path | str) -> "ChainJoints":
+    def from_tree(cls, tree, base_link: str, tip_link: str, path: Path | str) -> "ArmJoints":
         joints = urdf_io.chain(tree, base_link, tip_link, path)
         chain = urdf_io.movable(joints)
         if not chain:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import trimesh
 
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.quiet import c_output_silenced, import_pybullet
 from rigs.spec import BoardSpec, CameraSpec, Rig
 from rigs.transforms import exp6, invert, quat_xyzw
@@ -93,7 +93,7 @@ class Simulator:
         base_name = p.getBodyInfo(self.body, physicsClientId=self.client)[0].decode()
         self.link_index[base_name] = -1
         self.link_names = [base_name] + [info[12].decode() for info in infos]
-        self.chain = ChainModel.from_urdf(true_urdf, rig.robot.base_link, rig.robot.tip_link)
+        self.chain = ArmModel.from_urdf(true_urdf, rig.robot.base_link, rig.robot.tip_link)
         self.pb_joints = [self.joint_index[name] for name in self.chain.joint_names]
         self.tip_index = self.link_index[rig.robot.tip_link]
         self.base_index = self.link_index[rig.robot.base_link]

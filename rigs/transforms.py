@@ -101,3 +101,37 @@ def transform_points(a_T_b: np.ndarray, points_b: np.ndarray) -> np.ndarray:
     """Points (N, 3) in frame b -> (N, 3) in frame a."""
     points_b = np.asarray(points_b, dtype=float)
     return points_b @ a_T_b[:3, :3].T + a_T_b[:3, 3]
+
+
+def skew(v: np.ndarray) -> np.ndarray:
+    """(..., 3) -> (..., 3, 3) cross-product matrices."""
+    v = np.asarray(v, dtype=float)
+    out = np.zeros(v.shape[:-1] + (3, 3))
+    out[..., 0, 1], out[..., 0, 2] = -v[..., 2], v[..., 1]
+    out[..., 1, 0], out[..., 1, 2] = v[..., 2], -v[..., 0]
+    out[..., 2, 0], out[..., 2, 1] = -v[..., 1], v[..., 0]
+    return out
+
+
+def joint_motions(axes: np.ndarray, prismatic: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Joint motions: unit ``axes`` (J, 3) in the joint frames, ``prismatic`` (J,) bool, readings
+    ``q`` (N, J) rad or m -> (N, J, 4, 4): a turn about the axis or a shift along it, the one
+    numpy joint motion of every chain kept as URDF origins and axes."""
+    axes = np.asarray(axes, float)
+    prismatic = np.asarray(prismatic, bool)
+    q = np.atleast_2d(np.asarray(q, float))
+    out = np.zeros(q.shape + (4, 4))
+    out[..., 3, 3] = 1.0
+    slides = np.flatnonzero(prismatic)
+    turns = np.flatnonzero(~prismatic) if len(slides) else slice(None)
+    if len(slides):
+        out[:, slides, :3, :3] = np.eye(3)
+        translation = out[..., :3, 3]  # a view: one advanced index only, so the axes keep their order
+        translation[:, slides] = axes[slides] * q[:, slides, None]
+    k = skew(axes[turns])  # (R, 3, 3)
+    angle = q[:, turns, None, None]
+    # Rodrigues: R = I + sin(q) K + (1 - cos(q)) K^2 for a unit axis with cross-product matrix K.
+    rotation = np.sin(angle) * k + (1.0 - np.cos(angle)) * (k @ k)
+    rotation[..., [0, 1, 2], [0, 1, 2]] += 1.0
+    out[:, turns, :3, :3] = rotation
+    return out

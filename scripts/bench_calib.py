@@ -290,7 +290,7 @@ def _compensation(workdir: Path, chosen, rigid, session: Path, payload: float) -
     from capture.session import load_session, read_tracker_csv
     from capture.simulate import capture_simulated
     from rigs import load_rig
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
     from rigs.transforms import transform_points
 
     recorded = load_session(session)
@@ -299,7 +299,7 @@ def _compensation(workdir: Path, chosen, rigid, session: Path, payload: float) -
     reached = transform_points(np.linalg.inv(chosen.tracker_T_base["s0"]), chosen.predict(q, "smr1", payload_kg=payload))
     offsets = np.random.default_rng(7).normal(size=(len(q), 3))
     wanted = reached + 0.02 * offsets / np.linalg.norm(offsets, axis=1, keepdims=True)
-    nominal = ChainModel.from_urdf(recorded.urdf_path, recorded.base_link, recorded.tip_link)
+    nominal = ArmModel.from_urdf(recorded.urdf_path, recorded.base_link, recorded.tip_link)
     rows = TargetRows([f"t{i:02d}" for i in range(len(q))], wanted, ["smr1"] * len(q), np.full(len(q), payload), q)
     commands = {"nominal URDF": correct(rigid, rows, nominal, payload, recorded.nominal_targets).nominal_q}
     for label, calibration in (("calibrated, rigid", rigid), ("calibrated + deflection", chosen)):

@@ -88,7 +88,7 @@ def calibration_section(work: Path) -> None:
     from calib.sensors.board_corners import detect_session, initialise_cameras
     from calib.workflows.validate import validate_corners
     from capture.session import load_session
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
     from rigs.transforms import invert
 
     fit_session = load_session(capture(ROOT / "rigs/builtin/xarm6-cameras.toml", 80, 21, work))
@@ -99,7 +99,7 @@ def calibration_section(work: Path) -> None:
     calibrated = validate_corners(result, held_session)
 
     # The hand-eye initialiser alone: nominal URDF, PnP + numpy hand-eye camera and board poses.
-    chain = ChainModel.from_urdf(fit_session.urdf_path, fit_session.base_link, fit_session.tip_link)
+    chain = ArmModel.from_urdf(fit_session.urdf_path, fit_session.base_link, fit_session.tip_link)
     detections = detect_session(fit_session)
     init = initialise_cameras(detections, chain.base_T_tip_batch(fit_session.q), np.arange(len(fit_session.pose_ids)),
                               np.random.default_rng(0))

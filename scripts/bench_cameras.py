@@ -164,12 +164,12 @@ def label_figures(workdir: Path, session_path: Path, settings, name: str) -> dic
     from selfmodel.evaluation.metrics import label_errors
     from selfmodel.labels.depth import depth_training_data
     from selfmodel.learn.trainer import SelfModelTrainer, domain_region
-    from selfmodel.model.chain import ChainSpec
+    from selfmodel.model.chain import ArmLinks
 
     def make():
         log(f"label errors ({name}) ...")
         session = load_session(session_path)
-        spec = ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+        spec = ArmLinks.from_urdf(session.urdf_path, session.base_link, session.tip_link)
         domains = SelfModelTrainer(steps=1)._domains(spec, session.urdf_path)
         data = depth_training_data([session], settings, np.random.default_rng(0),
                                    arm_region=domain_region(spec, [session], *domains))

@@ -81,10 +81,10 @@ def checked(model: Path, session: Path) -> dict:
 def true_bend(session: Path, joint: str) -> float | None:
     """Degrees: the rotation of the joint's true placement (truth/, evaluation only)."""
     from selfmodel.evaluation.metrics import true_corrections
-    from selfmodel.model.chain import ChainSpec
+    from selfmodel.model.chain import ArmLinks
 
     s = load_session(session)
-    spec = ChainSpec.from_urdf(s.urdf_path, s.base_link, s.tip_link)
+    spec = ArmLinks.from_urdf(s.urdf_path, s.base_link, s.tip_link)
     if joint not in spec.joint_names:
         return None
     return float(np.degrees(np.linalg.norm(true_corrections(s, spec)[spec.joint_names.index(joint), 3:])))

@@ -160,8 +160,8 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
 
     from capture.session import load_session
-    from rigs.kinematics import ChainModel
-    from selfmodel.discovery.chain_discovery import DiscoveredChain
+    from rigs.kinematics import ArmModel
+    from selfmodel.discovery.chain_discovery import DiscoveredArm
     from selfmodel.discovery.evaluation import axis_errors, tip_rms
 
     import copy
@@ -177,7 +177,7 @@ def main() -> None:
         run("discover", session, "--out", found)
         seconds = time.perf_counter() - start
         recorded = load_session(session)
-        chain = DiscoveredChain.load(found / "chain.json")
+        chain = DiscoveredArm.load(found / "chain.json")
         # The sweeps' own estimates, as a URDF of their own: what the random poses changed.
         sweep_chain = copy.deepcopy(chain)
         for joint in sweep_chain.joints:
@@ -198,7 +198,7 @@ def main() -> None:
                               _ratio(position, row.get("position_sd_mm")),
                               "held (slide)" if sweep_sd.get(row["joint"], {}).get("held") else
                               ("refined" if row["joint"] in sweep_sd else "sweeps only")])
-        true = ChainModel.from_urdf(truth / "robot.urdf", base, tip)
+        true = ArmModel.from_urdf(truth / "robot.urdf", base, tip)
         rng = np.random.default_rng(0)
         span = true.upper - true.lower
         whole = rng.uniform(true.lower + 0.05 * span, true.upper - 0.05 * span, (args.poses, true.dof))

@@ -59,11 +59,11 @@ class RayCaster:
         import trimesh
 
         from rigs.link_meshes import link_meshes
-        from selfmodel.model.chain import ChainSpec
+        from selfmodel.model.chain import ArmLinks
 
         session = load_session(native)
         urdf = native / "truth" / "robot.urdf"
-        self.spec = ChainSpec.from_urdf(urdf, session.base_link, session.tip_link)
+        self.spec = ArmLinks.from_urdf(urdf, session.base_link, session.tip_link)
         self.meshes = link_meshes(urdf, self.spec.link_names)
         self.room = trimesh.creation.box((5.0, 5.0, 3.0)).apply_translation((0.0, 0.0, 1.5)) if room else None
         self.clip = clip

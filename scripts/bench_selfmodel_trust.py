@@ -58,7 +58,7 @@ def planned_capture(workdir: Path, rig: str, poses: int, model_folder: Path, see
     """The crashed rig recorded at the poses `selfcal plan --optimal --self-model` chooses from the
     intact model (the command a user runs), and the planner's summary."""
     from capture.poses import read_plan
-    from rigs.limits import ChainJoints
+    from rigs.limits import ArmJoints
 
     plan = workdir / f"{rig}-planned-{poses}.csv"
     summary_path = plan.with_suffix(".json")
@@ -71,7 +71,7 @@ def planned_capture(workdir: Path, rig: str, poses: int, model_folder: Path, see
     out = workdir / f"{rig}-planned-{poses}-{seed}"
     if not out.exists():
         spec = load_rig(rig)
-        limits = ChainJoints.from_urdf(spec.robot.urdf, spec.robot.base_link, spec.robot.tip_link)
+        limits = ArmJoints.from_urdf(spec.robot.urdf, spec.robot.base_link, spec.robot.tip_link)
         capture_simulated(spec, poses, seed, out, plan=read_plan(plan, limits))
     return out, json.loads(summary_path.read_text())
 
@@ -127,13 +127,13 @@ def evaluated(model_folder: Path, session: Path, poses: int) -> dict:
 
 def correction_rows(label: str, model_folder: Path, session: Path) -> tuple[list, dict]:
     from selfmodel.evaluation.metrics import true_corrections
-    from selfmodel.model.chain import ChainSpec
+    from selfmodel.model.chain import ArmLinks
     from selfmodel.model.corrections import TOLERANCE
     from selfmodel.model.models import SelfModel
 
     model = SelfModel.load(model_folder)
     loaded = load_session(session)
-    spec = ChainSpec.from_urdf(loaded.urdf_path, loaded.base_link, loaded.tip_link, loaded.held_joints)
+    spec = ArmLinks.from_urdf(loaded.urdf_path, loaded.base_link, loaded.tip_link, loaded.held_joints)
     fit = model.corrections
     error = (fit.deltas - true_corrections(loaded, spec)) * SCALE
     tolerance = TOLERANCE * SCALE

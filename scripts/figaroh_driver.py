@@ -41,6 +41,7 @@ def run_figaroh(session_path: Path, heldout_path: Path, workdir: Path) -> dict |
     from figaroh.calibration.calibration_tools import calc_updated_fkm
 
     from capture.session import load_session
+    from rigs.kinematics import configurations
 
     session, heldout = load_session(session_path), load_session(heldout_path)
     targets = sorted(set(session.tracker.targets))
@@ -82,9 +83,7 @@ def run_figaroh(session_path: Path, heldout_path: Path, workdir: Path) -> dict |
 
     frame = pd.read_csv(folder / "heldout.csv")
     q = frame[list(session.joint_names)].to_numpy(float)
-    q_full = np.array([robot.q0.copy() for _ in q])
-    for j, name in enumerate(session.joint_names):
-        q_full[:, robot.model.joints[robot.model.getJointId(name)].idx_q] = q[:, j]
+    q_full = configurations(robot.model, [robot.model.getJointId(name) for name in session.joint_names], q, robot.q0)
     config = dict(calibration.calib_config, NbSample=len(q))  # FIGAROH sizes its output by NbSample
     predicted = calc_updated_fkm(robot.model, robot.data, variables, q_full, config)
     predicted = predicted.reshape(len(targets), 3, len(q))

@@ -34,12 +34,12 @@ def capture(
         from capture.session import load_session
         from capture.simulate import capture_simulated
         from rigs import load_rig
-        from rigs.limits import ChainJoints
+        from rigs.limits import ArmJoints
 
         rig_spec = load_rig(rig)
         plan_data = None
         if plan is not None:
-            limits = ChainJoints.from_urdf(rig_spec.robot.urdf, rig_spec.robot.base_link, rig_spec.robot.tip_link)
+            limits = ArmJoints.from_urdf(rig_spec.robot.urdf, rig_spec.robot.base_link, rig_spec.robot.tip_link)
             plan_data = read_plan(plan, limits)
         with progress_bar(f"capturing {rig_spec.name}", plan_data and len(plan_data.pose_ids) or poses, unit="poses") as update:
             capture_simulated(rig_spec, poses, seed, out, payload, plan_data, resume, update, arm_seed)

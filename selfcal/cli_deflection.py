@@ -46,14 +46,14 @@ def _identified_payload(calibration, value: Optional[float], payload_file: Optio
 
 
 def _limits(calibration_dir: Path, calibration):
-    """The calibrated chain's joint limits and reach (:class:`rigs.limits.ChainJoints`), from its robot.urdf."""
+    """The calibrated chain's joint limits and reach (:class:`rigs.limits.ArmJoints`), from its robot.urdf."""
     from calib.io.document import read_calibration_document
     from rigs.files import inside_folder
-    from rigs.limits import ChainJoints
+    from rigs.limits import ArmJoints
 
     path, document = read_calibration_document(calibration_dir)
     urdf = inside_folder(Path(calibration_dir), document["robot"].get("urdf", "robot.urdf"), f"{path}: key 'robot.urdf'")
-    return ChainJoints.from_urdf(urdf, calibration.summary["base_link"], calibration.summary["tip_link"])
+    return ArmJoints.from_urdf(urdf, calibration.summary["base_link"], calibration.summary["tip_link"])
 
 
 def _check_joints(q, path: Path, limits) -> None:
@@ -130,7 +130,7 @@ def correct(
         from calib.workflows.compensate import read_targets
         from rigs.errors import InputError
         from rigs.files import atomic_write_text, check_new_file
-        from rigs.kinematics import ChainModel
+        from rigs.kinematics import ArmModel
         from rigs.limits import check_reachable
 
         if out is not None:
@@ -143,7 +143,7 @@ def correct(
         if rows.seeds is not None:
             _check_joints(rows.seeds, targets, limits)
         base, tip = calibration.summary["base_link"], calibration.summary["tip_link"]
-        nominal = ChainModel.from_urdf(nominal_urdf, base, tip) if nominal_urdf is not None else calibration.chain
+        nominal = ArmModel.from_urdf(nominal_urdf, base, tip) if nominal_urdf is not None else calibration.chain
         if nominal.joint_names != calibration.joint_names:
             raise InputError(f"{nominal_urdf}: its chain moves {nominal.joint_names}, the calibration's {calibration.joint_names}.")
         with progress_bar("correcting", None, unit="targets"):

@@ -181,10 +181,10 @@ def _sweep_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path],
         if described and joint:
             raise InputError("give either a robot (--rig or --urdf) or its --joint ranges, not both.")
         if described:
-            from rigs.limits import ChainJoints
+            from rigs.limits import ArmJoints
 
             spec = robot_from_options(rig, urdf, base_link, tip_link)
-            types = ChainJoints.from_urdf(spec.robot.urdf, spec.robot.base_link, spec.robot.tip_link).types
+            types = ArmJoints.from_urdf(spec.robot.urdf, spec.robot.base_link, spec.robot.tip_link).types
             with nominal_world(spec) as world:
                 chain = world.chain
                 low, high = rig_sweep_ranges(types, chain.lower, chain.upper, np.radians(sweep_deg),

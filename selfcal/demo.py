@@ -182,7 +182,7 @@ def render_images(folder: Path) -> dict[str, str]:
     from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
     from capture.session import load_session
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
     from selfmodel.inspect.meshing import arm_mesh
     from selfmodel.model.models import SelfModel
 
@@ -191,7 +191,7 @@ def render_images(folder: Path) -> dict[str, str]:
     model = SelfModel.load(folder / "selfmodel")
     learned = arm_mesh(model, q, voxel=0.006)
     true_body = _posed_truth(session, 0)
-    chain = ChainModel.from_urdf(folder / "collision" / "robot.urdf", session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(folder / "collision" / "robot.urdf", session.base_link, session.tip_link)
     pieces = _collision_meshes(folder / "collision" / "robot.urdf")
     data = chain.model.createData()
     posed = []

@@ -54,7 +54,7 @@ def _kabsch(source, target):
 def test_report_equals_iso_formulas_from_raw_points(audit_session, tmp_path):
     """AP, RP, AD, RD recomputed here from tracker.csv with the standard's formulas, independently."""
     from capture.session import load_session
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
     result = runner.invoke(app, ["audit", "report", str(audit_session / "s"), "--out", str(tmp_path / "r"), "--json",
                                  "--point", "tcp"])
@@ -64,7 +64,7 @@ def test_report_equals_iso_formulas_from_raw_points(audit_session, tmp_path):
     assert (tmp_path / "r" / "report.html").read_text().count("<img") >= 2
 
     session = load_session(audit_session / "s")
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     targets = session.nominal_targets
     names = sorted(targets)
     # Tracker frame registered on every point with the nominal model, as the report's nominal column.

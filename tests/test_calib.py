@@ -23,7 +23,7 @@ from calib.workflows.evaluation import combination_z_scores
 from calib.workflows.validate import validate
 from capture.session import load_session
 from rigs.errors import InputError
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from selfcal.cli import app
 
 
@@ -53,7 +53,7 @@ def poses_of(session) -> PoseSet:
 
 def test_analytic_jacobian_matches_finite_differences(fit_session):
     session = load_session(fit_session)
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     model = ErrorModel.for_sensors(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)})
     tracker = session.tracker
     block = PointObservations("s0", poses_of(session), tracker.pose_index[:12], tracker.targets[:12], tracker.xyz[:12],
@@ -95,7 +95,7 @@ def test_exported_urdf_reproduces_the_calibrated_model(calibration, check_sessio
 
     calibration.save(tmp_path)
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") >= 2
-    exported = ChainModel.from_urdf(tmp_path / "robot.urdf", "lbr_iiwa_link_0", "lbr_iiwa_link_7")
+    exported = ArmModel.from_urdf(tmp_path / "robot.urdf", "lbr_iiwa_link_0", "lbr_iiwa_link_7")
     q = np.random.default_rng(3).uniform(exported.lower, exported.upper, (50, exported.dof))
     difference = exported.base_T_tip_batch(q) - calibration.base_T_tip(q)
     assert np.abs(difference[:, :3, 3]).max() < 1e-9
@@ -148,7 +148,7 @@ def test_offsets_model_fits_only_zero_offsets(fit_session):
 def test_a_solver_that_cannot_converge_says_so(fit_session):
     calibrator = rigid(holdout=0.0)
     session = load_session(fit_session)
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     block = tracker_blocks(session, poses_of(session))
     model = ErrorModel.for_sensors(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)})
     with pytest.raises(InputError, match="did not converge"):

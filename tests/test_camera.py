@@ -186,9 +186,9 @@ def test_hand_eye_recovers_known_camera_and_board_poses():
 
 def _truth_model(session):
     """The error model at the simulated truth: true chain, true camera poses, true board on the tip."""
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
-    chain = ChainModel.from_urdf(session.path / "truth" / "robot.urdf", session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.path / "truth" / "robot.urdf", session.base_link, session.tip_link)
     truth = json.loads((session.path / "truth" / "parameters.json").read_text())
     cameras = {name: invert(np.asarray(c["base_T_camera"])) for name, c in session.manifest["sensors"]["cameras"].items()}
     return ErrorModel.for_sensors(chain, reference_camera_T_base={name: cameras[name] for name in sorted(cameras)},
@@ -247,7 +247,7 @@ def test_a_camera_session_calibrates_the_arm_and_truth_is_never_read(camera_sess
 
 
 def test_calibrate_and_validate_with_cameras_write_and_read_a_calibration_folder(camera_session, tmp_path):
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
     out = tmp_path / "cal"
     result = runner.invoke(app, ["calibrate", str(camera_session), "--out", str(out), "--holdout", "0.25",
@@ -257,7 +257,7 @@ def test_calibrate_and_validate_with_cameras_write_and_read_a_calibration_folder
     assert set(document["cameras"]) == {"front", "left", "back", "right"}
     assert document["board"]["spec"] == BOARD_TEXT and document["tracker_T_base"] is None
     assert "Cameras" in (out / "report.html").read_text()
-    chain = ChainModel.from_urdf(out / "robot.urdf", "link_base", "link6")
+    chain = ArmModel.from_urdf(out / "robot.urdf", "link_base", "link6")
     loaded = Calibration.load(out)
     assert np.allclose(loaded.base_T_tip(np.zeros(6))[0], chain.base_T_frame(np.zeros(6)))
     result = runner.invoke(app, ["validate", str(out), str(camera_session), "--json"])

@@ -23,7 +23,7 @@ from calib.model.groups import BoardPose, CameraIntrinsics, CameraPoses, JointPl
 from calib.model.poses import PoseSet
 from capture.camera_info import CameraInfo
 from capture.session import load_session
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import invert
 from selfcal.cli import app
 from selfcal.cli_calib import summary_line
@@ -185,7 +185,7 @@ def test_the_intrinsics_columns_of_the_corner_jacobian_match_finite_differences(
 
     true, _, _ = sessions
     session = load_session(true)
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     cameras = {name: invert(np.asarray(c["base_T_camera"])) for name, c in session.manifest["sensors"]["cameras"].items()}
     truth = json.loads((true / "truth" / "parameters.json").read_text())
 
@@ -215,7 +215,7 @@ def test_the_intrinsics_columns_of_the_corner_jacobian_match_finite_differences(
 def test_a_value_the_identifiability_analysis_cannot_separate_is_not_determined_at_all():
     from calib.sensors.board_corners import intrinsics_determination
 
-    chain = ChainModel.from_urdf(load_session_urdf(), "link_base", "link6")
+    chain = ArmModel.from_urdf(load_session_urdf(), "link_base", "link6")
     K = np.array([[760.0, 0, 320], [0, 760, 240], [0, 0, 1]])
     model = ErrorModel(chain, [JointPlacements(chain.joint_names),
                                JointZeros(chain.joint_names, ErrorModel.for_sensors(chain).serial.prismatic),

@@ -39,18 +39,18 @@ def test_captured_session_is_self_contained_and_complete(iiwa_session, tmp_path)
     np.testing.assert_array_equal(again.q, session.q)
     assert (moved / "truth" / "robot.urdf").is_file()
     # Joint angles stay inside the URDF limits.
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
-    chain = ChainModel.from_urdf(again.urdf_path, again.base_link, again.tip_link)
+    chain = ArmModel.from_urdf(again.urdf_path, again.base_link, again.tip_link)
     assert np.all(session.q >= chain.lower) and np.all(session.q <= chain.upper)
 
 
 def test_nominal_model_misses_by_millimetres_and_noise_is_at_tracker_level(iiwa_session):
     """The hidden errors make the problem real (1-3 mm), while the injected noise stays at tracker level."""
     session = load_session(iiwa_session)
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     predicted = []
     for index, target in zip(session.tracker.pose_index, session.tracker.targets):
         base_T_tip = chain.base_T_frame(session.q[index])

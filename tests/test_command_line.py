@@ -143,9 +143,9 @@ def test_corrected_joints_are_csv_any_reader_splits_right(capture_session, tmp_p
     cal = tmp_path / "cal"
     assert runner.invoke(app, ["calibrate", str(session), "--out", str(cal), "--deflection", "none"]).exit_code == 0
     loaded = load_session(session)
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
-    chain = ChainModel.from_urdf(loaded.urdf_path, loaded.base_link, loaded.tip_link)
+    chain = ArmModel.from_urdf(loaded.urdf_path, loaded.base_link, loaded.tip_link)
     tip = chain.base_T_tip_batch(loaded.q[:2])[:, :3, 3]
     targets = tmp_path / "targets.csv"
     with open(targets, "w", newline="") as stream:

@@ -109,12 +109,12 @@ def test_no_entity_is_expanded_in_any_encoding(tmp_path, encoding):
 
 
 def test_pinocchio_reads_what_was_checked_not_the_file_again(tmp_path):
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
     body = (IMPORT / "robot" / "arm3.urdf").read_text()
     utf16 = tmp_path / "arm3.urdf"
     utf16.write_bytes(('<?xml version="1.0" encoding="UTF-16"?>\n' + body[body.index("<robot"):]).encode("utf-16"))
-    chain = ChainModel.from_urdf(utf16, "base_link", "tool0")
+    chain = ArmModel.from_urdf(utf16, "base_link", "tool0")
     assert chain.joint_names == ["shoulder_pan", "shoulder_lift", "elbow"]
 
 

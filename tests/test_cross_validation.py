@@ -132,7 +132,7 @@ def test_the_nominal_figure_beside_the_held_out_one_is_cross_validated_on_the_sa
 
     from calib.model.error_model import ErrorModel
     from calib.sensors.registry import BY_NAME
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
     camera_session = capture_session("xarm6-cameras", 12, 3)
     for model in ("full", "offsets"):
@@ -151,7 +151,7 @@ def test_the_nominal_figure_beside_the_held_out_one_is_cross_validated_on_the_sa
     residuals = calibration.summary["residuals"]
     assert residuals["camera"]["holdout_nominal_rms_px"] == pytest.approx(residuals["holdout_nominal"]["rms_px"])
     loaded = load_session(camera_session)
-    chain = ChainModel.from_urdf(loaded.urdf_path, loaded.base_link, calibration.summary["tip_link"])
+    chain = ArmModel.from_urdf(loaded.urdf_path, loaded.base_link, calibration.summary["tip_link"])
     frames = ErrorModel.for_sensors(chain, reference_camera_T_base={name: np.linalg.inv(pose) for name, pose in
                                                                     calibration.base_T_camera.items()},
                                     reference_tip_T_board=calibration.tip_T_board, frames_only=True)

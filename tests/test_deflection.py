@@ -21,7 +21,7 @@ from calib.model.poses import PoseSet
 from calib.sensors.tracker_points import tracker_blocks
 from calib.workflows.validate import validate
 from capture.session import load_session
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from selfcal.cli import app
 
 RIG = "iiwa-tracker-compliant"
@@ -54,7 +54,7 @@ def _true_stiffness(session: Path) -> np.ndarray:
 
 def test_compliance_columns_match_finite_differences(fit_sessions):
     session = load_session(fit_sessions[1])
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     model = ErrorModel.for_sensors(chain, ["s0"], sorted(session.nominal_targets), {"s0": np.eye(4)}, compliance=True)
     torques = gravity_torques(chain, session.q, session.payload_kg, session.payload_com)
     block = tracker_blocks(session, PoseSet(session.q, session.pose_ids, session.payload_kg, torques=torques), np.arange(5))

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from selfcal.cli import app
-from selfmodel.discovery.chain_discovery import DiscoveredChain
+from selfmodel.discovery.chain_discovery import DiscoveredArm
 from selfmodel.discovery.depth_points import find_sweeps
 from selfmodel.discovery.evaluation import axis_errors, tip_rms
 
@@ -67,7 +67,7 @@ def test_a_sweep_plan_moves_one_joint_at_a_time_then_random_poses(discovered):
 def test_each_joint_type_and_axis_is_found_without_reading_any_description(discovered):
     folder, summary, truth = discovered
     assert [j["type"] for j in summary["joints"]] == ["revolute", "revolute", "prismatic"]
-    chain = DiscoveredChain.load(folder / "found" / "chain.json")
+    chain = DiscoveredArm.load(folder / "found" / "chain.json")
     errors = axis_errors(chain, truth / "robot.urdf", "base", "tool")
     for row in errors:
         assert row["direction_error_deg"] < 1.5, row  # measured about 0.1 degrees
@@ -87,9 +87,9 @@ def _nearest_true_link(truth_urdf: Path, points: np.ndarray) -> tuple[np.ndarray
     base) and the distance (m) to it: the truth, read here only to score."""
     from rigs.link_meshes import link_meshes
     from rigs.solids import raycasting_scene, surface_distance
-    from selfmodel.model.chain import ChainSpec, link_poses_numpy
+    from selfmodel.model.chain import ArmLinks, link_poses_numpy
 
-    spec = ChainSpec.from_urdf(truth_urdf, "base", "tool")
+    spec = ArmLinks.from_urdf(truth_urdf, "base", "tool")
     meshes = link_meshes(truth_urdf, spec.link_names)
     poses = link_poses_numpy(spec, np.zeros((1, 3)))[0]
     distances = np.stack([surface_distance(raycasting_scene(meshes[name]), points @ np.linalg.inv(poses[k])[:3, :3].T
@@ -101,7 +101,7 @@ def test_each_link_is_what_its_motion_explains_over_every_frame(discovered):
     """The links' points at home, segmented by which link's motion explains them over all frames,
     lie on their own true link (the base: what stands still under the first link)."""
     folder, _, truth = discovered
-    chain = DiscoveredChain.load(folder / "found" / "chain.json")
+    chain = DiscoveredArm.load(folder / "found" / "chain.json")
     assert chain.home == [0.0, 0.0, 0.0]
     groups = [np.array(chain.base_points)] + [np.array(points) for points in chain.link_points.values()]
     for k, points in enumerate(groups):
@@ -123,7 +123,7 @@ def test_the_axes_do_not_rest_on_the_motion_segmentation(discovered, monkeypatch
     from selfmodel.discovery.segmentation import MotionSegmentation
 
     folder, _, _ = discovered
-    honest = DiscoveredChain.load(folder / "found" / "chain.json")
+    honest = DiscoveredArm.load(folder / "found" / "chain.json")
     fit = MotionSegmentation.fit
 
     def swapped(self, *args, **kwargs):
@@ -178,12 +178,12 @@ def test_a_point_seen_by_a_camera_projects_back_onto_its_own_pixel(discovered):
 def test_the_urdf_written_from_scratch_loads_in_pinocchio_and_pybullet_and_moves_like_the_arm(discovered):
     import pybullet
 
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
     folder, summary, truth = discovered
     urdf = folder / "found" / "robot.urdf"
-    chain = DiscoveredChain.load(folder / "found" / "chain.json")
-    model = ChainModel.from_urdf(urdf, summary["base_link"], summary["tip_link"])
+    chain = DiscoveredArm.load(folder / "found" / "chain.json")
+    model = ArmModel.from_urdf(urdf, summary["base_link"], summary["tip_link"])
     assert model.joint_names == ["turn", "bend", "slide"]
     client = pybullet.connect(pybullet.DIRECT)
     try:
@@ -194,7 +194,7 @@ def test_the_urdf_written_from_scratch_loads_in_pinocchio_and_pybullet_and_moves
         pybullet.disconnect(client)
     assert names == ["turn", "bend", "slide"]
     assert kinds == [pybullet.JOINT_REVOLUTE, pybullet.JOINT_REVOLUTE, pybullet.JOINT_PRISMATIC]
-    true = ChainModel.from_urdf(truth / "robot.urdf", "base", "tool")
+    true = ArmModel.from_urdf(truth / "robot.urdf", "base", "tool")
     q = np.random.default_rng(0).uniform(true.lower * 0.9, true.upper * 0.9, (50, 3))
     figures = tip_rms(urdf, chain, truth / "robot.urdf", "base", "tool", q)
     assert figures["tip_rms_mm"] < 8.0, figures  # measured about 1 mm over the whole joint range
@@ -220,7 +220,7 @@ def test_the_self_model_trains_on_the_discovered_chain_without_reading_the_descr
     result = invoke("selfmodel", "train", folder / "session", "--no-urdf", "--steps", "3", "--threads", "1",
                     "--out", tmp_path / "model", "--json")
     assert result.exit_code == 0, result.output
-    chain = DiscoveredChain.load(tmp_path / "model" / "discovered_chain.json")
+    chain = DiscoveredArm.load(tmp_path / "model" / "discovered_chain.json")
     assert [j.type for j in chain.joints] == ["revolute", "revolute", "prismatic"]
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["joint_names"] == ["turn", "bend", "slide"] and config["training"]["discovered"] is True

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import trimesh
 
-from selfmodel.discovery.chain_discovery import DiscoveredChain, DiscoveredJoint
+from selfmodel.discovery.chain_discovery import DiscoveredArm, DiscoveredJoint
 from selfmodel.discovery.refine import AxisRefinement
 from selfmodel.discovery.screws import line_distance, screw_motion
 
@@ -69,7 +69,7 @@ def test_the_random_poses_bring_back_an_axis_the_sweeps_placed_off():
     off /= np.linalg.norm(off)
     joints = [DiscoveredJoint("a", "revolute", [0.0, 0.0, 1.0], [0.0, 0.0, 0.0], 0, -2, 2, 1, 1, 1, 9, 100, 1),
               DiscoveredJoint("b", "revolute", off.tolist(), [0.0, 0.004, 0.506], 0, -2, 2, 1, 1, 1, 9, 100, 1)]
-    chain = DiscoveredChain(joints, [0.0, 0.0], link_points={"a_link": home_points[0].tolist(),
+    chain = DiscoveredArm(joints, [0.0, 0.0], link_points={"a_link": home_points[0].tolist(),
                                                             "tip": home_points[1].tolist()})
     refined = AxisRefinement(voxel=0.004).fit(chain, _Frames(clouds), list(range(len(q))), noise, q)
     report = refined.report
@@ -91,7 +91,7 @@ def test_a_discovered_chain_predicts_where_its_links_go():
     carries a point 1 m out along x to 1 m out along y, and the second link turns with it."""
     joints = [DiscoveredJoint("a", "revolute", [0.0, 0.0, 1.0], [0.0, 0.0, 0.0], 0, -2, 2, 1, 1, 1, 9, 100, 1),
               DiscoveredJoint("b", "prismatic", [1.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0, -2, 2, 1, 1, 1, 9, 100, 1)]
-    chain = DiscoveredChain(joints, [0.0, 0.1])
+    chain = DiscoveredArm(joints, [0.0, 0.1])
     motions = chain.predict([[np.pi / 2, 0.3], [0.0, 0.1]])
     assert motions.shape == (2, 2, 4, 4)
     point = np.array([1.0, 0.0, 0.0, 1.0])

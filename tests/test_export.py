@@ -91,10 +91,10 @@ class FreeStandIn(SelfModel):
     kind = "free"
 
     def __init__(self):
-        from selfmodel.model.chain import ChainSpec
+        from selfmodel.model.chain import ArmLinks
 
         super().__init__(JOINTS, *WORKSPACE, URDF, "base", "link2")
-        self.spec = ChainSpec.from_urdf(URDF, "base", "link2")
+        self.spec = ArmLinks.from_urdf(URDF, "base", "link2")
         self.structured = StandInModel()
 
     def occupancy(self, points: np.ndarray, q: np.ndarray) -> np.ndarray:

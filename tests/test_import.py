@@ -35,9 +35,9 @@ def import_tracker(out: Path, *args: str, joints: Path = DATA / "joints_deg.csv"
 
 def expected_points_m() -> dict[tuple[str, str], np.ndarray]:
     """Reflector positions the example files were made from (m, tracker frame), before rounding to 0.1 um."""
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
-    chain = ChainModel.from_urdf(DATA / "robot" / "arm3.urdf", "base_link", "tool0")
+    chain = ArmModel.from_urdf(DATA / "robot" / "arm3.urdf", "base_link", "tool0")
     tracker_T_base = np.array(TRUTH["tracker_T_base"])
     points = {}
     for k, q in enumerate(TRUTH["q_rad"]):
@@ -92,13 +92,13 @@ def test_joint_log_keeps_payload_efforts_and_time(tmp_path):
 
 def test_payload_reaches_the_gravity_model(tmp_path):
     """The imported payload column is what the deflection model is fed: heavier poses, larger torques."""
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
     out = tmp_path / "session"
     assert import_tracker(out, "--points", str(DATA / "points_plain.txt"), "--payload-com", "0,0,50")[0] == 0
     session = load_session(out)
     np.testing.assert_allclose(session.payload_com, [0.0, 0.0, 0.05])
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     with_payload = chain.gravity_torques(session.q[4], session.payload_kg[4], session.payload_com)
     without = chain.gravity_torques(session.q[4], 0.0, session.payload_com)
     assert session.payload_kg[4] == 5.0

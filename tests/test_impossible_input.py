@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from bad_inputs import IIWA_JOINTS, edit_cell, scale_columns
 from capture.session import load_session
-from rigs.limits import ChainJoints
+from rigs.limits import ArmJoints
 from selfcal.cli import app
 
 runner = CliRunner()
@@ -34,7 +34,7 @@ def calibrate(session: Path, tmp_path: Path):
 
 
 def test_the_reach_comes_from_the_urdf_chain(iiwa_session):
-    limits = ChainJoints.from_urdf(iiwa_session / "robot.urdf", "lbr_iiwa_link_0", "lbr_iiwa_link_7")
+    limits = ArmJoints.from_urdf(iiwa_session / "robot.urdf", "lbr_iiwa_link_0", "lbr_iiwa_link_7")
     # The LBR iiwa 7 reaches about 1.27 m from its base plate (0.34 + 0.4 + 0.4 + 0.126 m of links).
     assert 1.2 < limits.reach < 1.35
 
@@ -61,7 +61,7 @@ def test_joint_angles_in_degrees_are_refused_with_the_row(iiwa_session, tmp_path
 
 def test_a_joint_past_its_limit_is_refused_beyond_the_tolerance_only(iiwa_session, tmp_path):
     session = load_session(iiwa_session)
-    limits = ChainJoints.from_urdf(iiwa_session / "robot.urdf", session.base_link, session.tip_link)
+    limits = ArmJoints.from_urdf(iiwa_session / "robot.urdf", session.base_link, session.tip_link)
     upper = limits.upper[1]
     inside = copied(iiwa_session, tmp_path / "inside")
     edit_cell(inside / "joints.csv", 3, "lbr_iiwa_joint_2", repr(float(upper + np.deg2rad(0.5))))

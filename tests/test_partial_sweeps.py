@@ -17,7 +17,7 @@ from calib.model.groups import JointPlacements, JointZeros, Reflectors, TrackerF
 from calib.workflows.validate import validate
 from capture.session import load_session
 from rigs.errors import InputError
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.spec import load_rig
 
 POSES = 36  # below the 40 a learned residual needs, so auto compares the rigid and compliant fits only
@@ -136,7 +136,7 @@ def test_register_tool_names_the_poses_it_needs():
 
 def test_a_reflector_metres_from_the_flange_is_refused_by_name():
     rig = load_rig("iiwa-tracker-partial")
-    chain = ChainModel.from_urdf(rig.robot.urdf, rig.robot.base_link, rig.robot.tip_link)
+    chain = ArmModel.from_urdf(rig.robot.urdf, rig.robot.base_link, rig.robot.tip_link)
     model = ErrorModel(chain, [JointPlacements(chain.joint_names), JointZeros(chain.joint_names, np.zeros(7, bool)),
                                TrackerFrames({"s0": np.eye(4)}),
                                Reflectors({"m0": np.array([0.0, 67.0, 0.0]), "mx": np.array([0.1, 0.0, 0.0])})])
@@ -183,7 +183,7 @@ def test_a_fit_that_runs_away_names_what_ran():
     from calib.fit.solver import runaway
 
     rig = load_rig("iiwa-tracker-partial")
-    chain = ChainModel.from_urdf(rig.robot.urdf, rig.robot.base_link, rig.robot.tip_link)
+    chain = ArmModel.from_urdf(rig.robot.urdf, rig.robot.base_link, rig.robot.tip_link)
     model = ErrorModel(chain, [JointPlacements(chain.joint_names), JointZeros(chain.joint_names, np.zeros(7, bool)),
                                TrackerFrames({"s0": np.eye(4)}), Reflectors({"m0": np.zeros(3)})])
     start = model.initial_vector()

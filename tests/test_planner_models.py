@@ -148,12 +148,12 @@ def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp
 def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():
     import pybullet_data
 
-    from selfmodel.model.chain import ChainSpec
+    from selfmodel.model.chain import ArmLinks
 
     urdf = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
     with pytest.raises(InputError, match=r"joint 'panda_finger_joint1' moves link 'panda_leftfinger'.*\(hold panda_finger_joint1=VALUE\)"):
-        ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand")
-    spec = ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0.01, "panda_finger_joint2": 0.01})
+        ArmLinks.from_urdf(urdf, "panda_link0", "panda_hand")
+    spec = ArmLinks.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0.01, "panda_finger_joint2": 0.01})
     assert spec.link_names[-3:] == ["panda_hand", "panda_leftfinger", "panda_rightfinger"]
     assert "panda_link8" not in spec.link_names and len(spec.joint_names) == 7
     from selfmodel.model.chain import link_poses_numpy
@@ -166,7 +166,7 @@ def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():
     assert np.allclose(np.linalg.inv(hand) @ right[:, 3], [0, -0.01, 0.0584, 1], atol=1e-9)
     assert np.isclose(np.linalg.norm(hand[:3, 3] - poses[spec.link_names.index("panda_link7")][:3, 3]), 0.107)
     with pytest.raises(InputError, match="held joint 'panda_joint3' is not a movable joint off the chain"):
-        ChainSpec.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0, "panda_finger_joint2": 0,
+        ArmLinks.from_urdf(urdf, "panda_link0", "panda_hand", {"panda_finger_joint1": 0, "panda_finger_joint2": 0,
                                                                  "panda_joint3": 0.0})
 
 

@@ -46,9 +46,9 @@ class TrueMeshModel(SelfModel):
                  pitch: float = 0.002):
         from rigs.link_meshes import link_meshes
         from rigs.solids import solid_of
-        from selfmodel.model.chain import ChainSpec
+        from selfmodel.model.chain import ArmLinks
 
-        spec = ChainSpec.from_urdf(urdf, base, tip, dict(held or {}))
+        spec = ArmLinks.from_urdf(urdf, base, tip, dict(held or {}))
         super().__init__(spec.joint_names, [-2.0, -2.0, -2.0], [2.0, 2.0, 2.0], urdf, base, tip, spec.held)
         self.spec = spec
         meshes = link_meshes(urdf, self.spec.link_names)
@@ -90,9 +90,9 @@ def recorded_configurations(urdf: Path, joints: list[str], base: str, tip: str, 
     two or more joints move between two links, one-joint pairs no deeper than they always nest."""
     from rigs.self_contact import SelfContact
     from selfmodel.export.srdf import joint_limits
-    from selfmodel.model.chain import ChainSpec, link_poses_numpy
+    from selfmodel.model.chain import ArmLinks, link_poses_numpy
 
-    spec = ChainSpec.from_urdf(urdf, base, tip, held)
+    spec = ArmLinks.from_urdf(urdf, base, tip, held)
     rules = SelfContact(urdf, joints, held, clearance=0.005)
     lower, upper = joint_limits(urdf, joints)
     rng = np.random.default_rng(seed)

@@ -22,7 +22,7 @@ from calib.workflows.validate import validate
 from capture.session import load_session
 from rigs import load_rig
 from rigs.errors import InputError
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import exp6, invert, log6
 from selfcal.cli import app
 
@@ -122,7 +122,7 @@ def test_resumed_capture_has_each_probe_pose_once(tmp_path):
 
 def test_registration_recovers_both_frames_from_poses_alone():
     rng = np.random.default_rng(4)
-    chain = ChainModel.from_urdf(load_rig(RIG).robot.urdf, "lbr_iiwa_link_0", "lbr_iiwa_link_7")
+    chain = ArmModel.from_urdf(load_rig(RIG).robot.urdf, "lbr_iiwa_link_0", "lbr_iiwa_link_7")
     tips = chain.base_T_tip_batch(rng.uniform(-2.0, 2.0, (12, chain.dof)))
     tracker_T_base = exp6(np.array([2.5, -1.0, 0.7, 0.3, -2.0, 1.0]))
     tip_T_probe = exp6(np.array([0.01, 0.03, 0.09, 0.2, -0.1, 1.5]))
@@ -137,7 +137,7 @@ def test_registration_recovers_both_frames_from_poses_alone():
 
 def test_pose_jacobian_matches_finite_differences(fit_session):
     session = load_session(fit_session)
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     tips = chain.base_T_tip_batch(session.q)
     frame, probe = register_poses(tips, session.tracker_poses.tracker_T_probe)
     model = ErrorModel.for_sensors(chain, ["s0"], [], {"s0": frame}, "full", reference_tip_T_probe={PROBE: probe})

@@ -129,9 +129,9 @@ def _shells(session, mode: str, per_link: int = 3000) -> tuple[float, float]:
     from selfmodel.evaluation.metrics import PosedTruth, true_arm
     from selfmodel.labels.depth import never_seen_free
     from selfmodel.learn.trainer import SelfModelTrainer, domain_region
-    from selfmodel.model.chain import ChainSpec, link_poses_numpy
+    from selfmodel.model.chain import ArmLinks, link_poses_numpy
 
-    spec = ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    spec = ArmLinks.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     domains = SelfModelTrainer(steps=1)._domains(spec, session.urdf_path, session.tip_link)
     poses = link_poses_numpy(spec, session.q)
     rng = np.random.default_rng(3)

@@ -12,35 +12,35 @@ import trimesh
 from selfmodel.labels.depth import TrainingData
 from selfmodel.labels.description import described_solids
 from selfmodel.learn.trainer import described_owners
-from selfmodel.model.chain import ChainJoint, ChainSpec
+from selfmodel.model.chain import LinkJoint, ArmLinks
 
 DATA = Path(pybullet_data.getDataPath())
 
 
 def test_links_on_fixed_and_held_joints_form_one_rigid_group():
-    panda = ChainSpec.from_urdf(DATA / "franka_panda" / "panda.urdf", "panda_link0", "panda_hand",
+    panda = ArmLinks.from_urdf(DATA / "franka_panda" / "panda.urdf", "panda_link0", "panda_hand",
                                 {"panda_finger_joint1": 0.0, "panda_finger_joint2": 0.0})
     assert [[panda.link_names[i] for i in group] for group in panda.rigid_groups()] == [
         ["panda_link7", "panda_hand", "panda_leftfinger", "panda_rightfinger"]]
-    assert ChainSpec.from_urdf(DATA / "xarm" / "xarm6_robot.urdf", "link_base", "link6").rigid_groups() == []
+    assert ArmLinks.from_urdf(DATA / "xarm" / "xarm6_robot.urdf", "link_base", "link6").rigid_groups() == []
 
 
-def two_boxes(fixed: bool) -> tuple[ChainSpec, dict]:
+def two_boxes(fixed: bool) -> tuple[ArmLinks, dict]:
     """base -(revolute)- arm -(fixed or revolute)- hand: the arm a 10 cm cube at its origin, the hand
     a 10 cm cube 30 cm along x (its own origin), the base a cube far below."""
     def joint(name, kind, parent, x):
         origin = np.eye(4)
         origin[:3, 3] = [x, 0.0, 0.0]
-        return ChainJoint(name, kind, parent, origin, np.array([0.0, 0.0, 1.0]))
+        return LinkJoint(name, kind, parent, origin, np.array([0.0, 0.0, 1.0]))
 
     joints = [joint("j1", "revolute", 0, 0.0), joint("j2", "fixed" if fixed else "revolute", 1, 0.3)]
-    spec = ChainSpec(["base", "arm", "hand"], joints, ["j1"] if fixed else ["j1", "j2"])
+    spec = ArmLinks(["base", "arm", "hand"], joints, ["j1"] if fixed else ["j1", "j2"])
     box = trimesh.creation.box([0.1, 0.1, 0.1])
     base = trimesh.creation.box([0.1, 0.1, 0.1], transform=trimesh.transformations.translation_matrix([0, 0, -1.0]))
     return spec, described_solids({"base": base, "arm": box, "hand": box})
 
 
-def readings(spec: ChainSpec, points: np.ndarray) -> TrainingData:
+def readings(spec: ArmLinks, points: np.ndarray) -> TrainingData:
     q = np.zeros((1, spec.dof))
     return TrainingData(q, points.astype(np.float32), np.ones(len(points), np.float32), np.zeros(len(points), np.int32),
                         np.zeros((0, 3), np.float32), np.zeros(0, np.int32), np.full(3, -2.0), np.full(3, 2.0))

@@ -24,7 +24,7 @@ from selfmodel.evaluation.metrics import true_corrections
 from selfmodel.labels.depth import LabelSettings
 from selfmodel.learn.trainer import SelfModelTrainer
 from selfmodel.model.baked import agreement, bake, load_baked, save_baked
-from selfmodel.model.chain import ChainSpec
+from selfmodel.model.chain import ArmLinks
 from selfmodel.model.corrections import TOLERANCE
 from selfmodel.model.models import SelfModel
 from selfmodel.model.runtime import default_threads, resolve_device, set_threads
@@ -57,7 +57,7 @@ def intact(sessions, tmp_path_factory):
 
 def _truth(session_path: Path) -> np.ndarray:
     session = load_session(session_path)
-    return true_corrections(session, ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link))
+    return true_corrections(session, ArmLinks.from_urdf(session.urdf_path, session.base_link, session.tip_link))
 
 
 def test_an_arm_without_placement_errors_learns_near_zero_corrections(intact, sessions):
@@ -80,7 +80,7 @@ def test_near_zero_corrections_hold_for_other_seeds(sessions, seed):
     from selfmodel.learn.placement import PlacementSettings, fit_placements
 
     session = load_session(sessions["intact"])
-    spec = ChainSpec.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    spec = ArmLinks.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     data = depth_training_data([session], LabelSettings(hit_rays_per_image=300, miss_rays_per_image=10),
                                np.random.default_rng(seed))
     fit = fit_placements(spec, described_meshes(spec, session.urdf_path, session.tip_link, None), data.surface,
@@ -323,7 +323,7 @@ def test_placement_jacobian_matches_finite_differences_of_the_residuals():
     from selfmodel.model.chain import link_poses_numpy
 
     session = load_rig(DATA / "two_joint_box.toml")
-    spec = ChainSpec.from_urdf(session.robot.urdf, session.robot.base_link, session.robot.tip_link)
+    spec = ArmLinks.from_urdf(session.robot.urdf, session.robot.base_link, session.robot.tip_link)
     rng = np.random.default_rng(0)
     q = rng.uniform(-1.0, 1.0, (3, spec.dof))
     deltas = rng.normal(0.0, 0.03, (spec.dof, 6))

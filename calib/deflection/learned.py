@@ -16,7 +16,7 @@ from calib.deflection.residual_model import ResidualModel, features
 from calib.deflection.torques import GravityTorques
 from calib.model.error_model import ErrorModel
 from calib.model.poses import PoseSet
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 
 def tip_shifts(blocks: list, model: ErrorModel, theta: np.ndarray) -> dict[int, tuple[PoseSet, np.ndarray, np.ndarray]]:
@@ -49,7 +49,7 @@ class Featurizer:
     (see :func:`calib.deflection.residual_model.features`); torques from the chain's gravity model.
     ``of(poses)`` gives every pose of a pose set, computed once (folds reuse them)."""
 
-    def __init__(self, chain: ChainModel, payload_com: np.ndarray | None):
+    def __init__(self, chain: ArmModel, payload_com: np.ndarray | None):
         self.chain = chain
         self.torques = GravityTorques(chain, payload_com)
         self._by_set: dict[int, tuple[PoseSet, np.ndarray]] = {}

@@ -37,7 +37,7 @@ import numpy as np
 import scipy.spatial
 
 from calib.deflection.torques import gravity_torques
-from calib.model.chain import SerialChain
+from calib.model.chain import BatchKinematics
 from rigs.documents import check_format
 from rigs.errors import InputError, first_line
 from rigs.files import atomic_write_text, load_torch, read_json
@@ -113,10 +113,10 @@ def features(chain, q: np.ndarray, torques: np.ndarray) -> np.ndarray:
 
     The last block makes sag-like residuals (elastic links, gear play that follows the torque)
     nearly linear in the features, which a few hundred poses can learn; q and tau alone are too
-    little data for a 14-dimensional function. ``chain``: a :class:`rigs.kinematics.ChainModel`.
+    little data for a 14-dimensional function. ``chain``: a :class:`rigs.kinematics.ArmModel`.
     """
     q, torques = np.atleast_2d(q), np.atleast_2d(torques)
-    _, velocity = SerialChain(chain).tip_velocity_columns(q)  # (N, 3, dof), base frame
+    _, velocity = BatchKinematics(chain).tip_velocity_columns(q)  # (N, 3, dof), base frame
     sag = np.swapaxes(velocity * torques[:, None, :], 1, 2).reshape(len(q), -1)
     return np.concatenate([q, torques, sag], axis=1)
 

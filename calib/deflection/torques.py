@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel, configurations
 
 GRAVITY = 9.81
 
@@ -19,7 +19,7 @@ class GravityTorques:
     """``torques(q (N, dof), payload_kg (N,) or scalar) -> (N, dof)`` N m for a chain and a payload
     centre of mass ``payload_com`` (3,) m in the tip frame (tip origin when None)."""
 
-    def __init__(self, chain: ChainModel, payload_com: np.ndarray | None):
+    def __init__(self, chain: ArmModel, payload_com: np.ndarray | None):
         self.chain = chain
         self.payload_com = np.zeros(3) if payload_com is None else np.asarray(payload_com, float)
         arm = chain.model.copy()
@@ -31,18 +31,6 @@ class GravityTorques:
         self._models = (arm, loaded)
         self._data = (arm.createData(), loaded.createData())
         self._velocity_index = np.array([arm.joints[j].idx_v for j in chain.joint_ids])
-        self._neutral = pin.neutral(arm)
-        self._single = np.array([arm.joints[j].nq == 1 for j in chain.joint_ids])
-        self._position_index = np.array([arm.joints[j].idx_q for j in chain.joint_ids])
-
-    def _configurations(self, q: np.ndarray) -> np.ndarray:
-        full = np.repeat(self._neutral[None], len(q), axis=0)
-        single, index = self._single, self._position_index
-        full[:, index[single]] = q[:, single]
-        if not single.all():  # continuous joints: (cos, sin)
-            full[:, index[~single]] = np.cos(q[:, ~single])
-            full[:, index[~single] + 1] = np.sin(q[:, ~single])
-        return full
 
     def __call__(self, q: np.ndarray, payload_kg: np.ndarray | float | None = None) -> np.ndarray:
         q = np.atleast_2d(np.asarray(q, float))
@@ -50,7 +38,7 @@ class GravityTorques:
         arm, loaded = self._models
         arm_data, loaded_data = self._data
         out = np.empty((len(q), self.chain.dof))
-        for n, full in enumerate(self._configurations(q)):
+        for n, full in enumerate(configurations(arm, self.chain.joint_ids, q)):
             tau = pin.computeGeneralizedGravity(arm, arm_data, full)[self._velocity_index]
             if payload[n]:
                 per_kg = pin.computeGeneralizedGravity(loaded, loaded_data, full)[self._velocity_index] - tau
@@ -59,7 +47,7 @@ class GravityTorques:
         return out
 
 
-def gravity_torques(chain: ChainModel, q: np.ndarray, payload_kg: np.ndarray | float | None,
+def gravity_torques(chain: ArmModel, q: np.ndarray, payload_kg: np.ndarray | float | None,
                     payload_com: np.ndarray | None) -> np.ndarray:
     """Gravity torques (N, dof) N m at joint readings q (N, dof) with payloads (N,) kg at ``payload_com`` (3,) m (tip frame)."""
     return GravityTorques(chain, payload_com)(q, payload_kg)

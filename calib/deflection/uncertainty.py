@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calib.model.chain import skew
+from rigs.transforms import skew
 from calib.model.parameters import TWIST_AXES
 
 

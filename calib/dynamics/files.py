@@ -29,7 +29,7 @@ from rigs import urdf as urdf_io
 from rigs.documents import Table, check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_text, inside_folder, load_npz, read_yaml
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.version import VERSION
 
 FORMAT = "selfcal-dynamics"
@@ -102,7 +102,7 @@ def read_dynamics(folder: Path) -> dict:
     if not isinstance(friction, bool):
         raise InputError(f"{path}: key 'friction' should be true or false, got {friction!r}.")
     urdf = inside_folder(folder, robot.get("urdf", "str", "robot.urdf"), f"{path}: key 'robot.urdf'", "URDF path")
-    chain = ChainModel.from_urdf(urdf, base, tip)
+    chain = ArmModel.from_urdf(urdf, base, tip)
     if chain.joint_names != names:
         raise InputError(f"{path}: key 'robot.joint_names' lists {names}, but {urdf.name} from {base!r} to {tip!r} "
                          f"moves {chain.joint_names}.")

@@ -31,7 +31,7 @@ from calib.fit.identifiability import analyse
 from calib.model.parameters import ParameterInfo
 from capture.session import Session, check_same_robot, load_session
 from rigs.errors import InputError, setting
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 ROUNDS = 2  # noise estimate and refit rounds (the second changes the weights by well under 1 %)
 MIN_ROWS_PER_PARAMETER = 2
@@ -87,7 +87,7 @@ class ArmDynamics:
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
         check_same_robot(sessions, "fit")
         first = sessions[0]
-        chain = ChainModel.from_urdf(first.urdf_path, first.base_link, self.tip_link or first.tip_link)
+        chain = ArmModel.from_urdf(first.urdf_path, first.base_link, self.tip_link or first.tip_link)
         if chain.joint_names != first.joint_names:
             raise InputError(f"tip_link {self.tip_link!r}: its chain moves {chain.joint_names}, but {first.path} "
                              f"records {first.joint_names}.")

@@ -22,7 +22,7 @@ import numpy as np
 from calib.dynamics.files import read_dynamics, write_dynamics
 from calib.dynamics.measured import read_torques
 from calib.dynamics.regressor import TorqueRegressor
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 
 def design(regressor: TorqueRegressor, q: np.ndarray, velocity: np.ndarray | None, acceleration: np.ndarray | None,
@@ -49,7 +49,7 @@ class IdentifiedDynamics:
     ``summary``: identifiability, base parameters, per-joint figures, sessions (what dynamics.yaml holds).
     """
 
-    chain: ChainModel
+    chain: ArmModel
     names: list[str]
     theta: np.ndarray
     covariance: np.ndarray

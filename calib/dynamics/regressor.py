@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pinocchio as pin
 
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 GRAVITY = 9.81
 PARAMETERS = ("m", "mx", "my", "mz", "Ixx", "Ixy", "Iyy", "Ixz", "Iyz", "Izz")
@@ -32,7 +32,7 @@ STATIC = 4  # at rest a body's torques depend on m and m c only
 class TorqueRegressor:
     """Regressor of a chain's joint torques (see the module docstring)."""
 
-    def __init__(self, chain: ChainModel):
+    def __init__(self, chain: ArmModel):
         self.chain = chain
         model = chain.model.copy()
         model.gravity.linear = np.array([0.0, 0.0, -GRAVITY])

@@ -19,7 +19,7 @@ import numpy as np
 from calib.model.error_model import ErrorModel
 from calib.sensors.sensor import plain_name
 from rigs.errors import setting
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 # Two sessions disagree on the tool when a point of it lies further apart between them than this
 # many times the larger session's own closed-form scatter, and at least TOOL_AGREEMENT_FLOOR_M.
@@ -32,7 +32,7 @@ PROBE_LEVER_M = 0.1  # a probe's orientation is compared as points this far alon
 TOOL_REACH_ARMS = 2.0
 
 
-def arm_reach(chain: ChainModel) -> float:
+def arm_reach(chain: ArmModel) -> float:
     """The arm's length (m): the joint placements' and the tip frame's translations, summed along the chain."""
     model = chain.model
     total = sum(float(np.linalg.norm(model.jointPlacements[j].translation)) for j in chain.joint_ids)

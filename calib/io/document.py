@@ -27,7 +27,7 @@ from rigs import urdf as urdf_io
 from rigs.documents import as_table, check_format
 from rigs.errors import InputError
 from rigs.files import atomic_write_text, inside_folder, read_yaml
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import exp6, make_transform, matrix_to_rpy, quat_xyzw, quat_xyzw_to_matrix
 from rigs.version import VERSION
 
@@ -293,7 +293,7 @@ def read_calibration(folder: Path) -> dict:
     # The URDF must be the folder's own: a calibration file may not point elsewhere.
     urdf = inside_folder(folder, robot.get("urdf", "robot.urdf"), f"{path}: key 'robot.urdf'", "URDF path")
     urdf_io.check_meshes(urdf)
-    chain = ChainModel.from_urdf(urdf, robot["base_link"], robot["tip_link"])
+    chain = ArmModel.from_urdf(urdf, robot["base_link"], robot["tip_link"])
     joints = document["joints"] or {}
     missing = [n for n in chain.joint_names if n not in joints]
     if missing:

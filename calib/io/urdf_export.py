@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.model.chain import SerialChain
+from calib.model.chain import BatchKinematics
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.transforms import exp6
@@ -28,7 +28,7 @@ def write_urdf(calibration, folder: Path) -> Path:
     source = Path(calibration.source_urdf)
     tree = urdf_io.parse_urdf(source)
     joints = urdf_io.joints(tree, source)
-    subspace = SerialChain(calibration.chain).subspace
+    subspace = BatchKinematics(calibration.chain).subspace
     for i, name in enumerate(calibration.joint_names):
         origin = joint_origin(joints[name].origin, calibration.deltas[i], calibration.zero_offsets[i], subspace[i])
         urdf_io.set_joint_origin(tree, name, origin)

@@ -2,7 +2,7 @@
 
 Pinocchio's algorithms take one configuration at a time; a calibration evaluates the same chain at
 hundreds of poses dozens of times, so a Python loop over poses was most of the fit's time. The chain
-of a :class:`rigs.kinematics.ChainModel` is, for movable joints i = 1..n with placements ``P_i``
+of a :class:`rigs.kinematics.ArmModel` is, for movable joints i = 1..n with placements ``P_i``
 (parent joint frame to joint frame, fixed joints merged in as Pinocchio does) and joint motions
 ``M_i(q_i)`` (a rotation about, or a shift along, the joint axis):
 
@@ -22,17 +22,8 @@ import numpy as np
 import pinocchio as pin
 
 from rigs.errors import InputError
-from rigs.kinematics import ChainModel
-
-
-def skew(v: np.ndarray) -> np.ndarray:
-    """(..., 3) -> (..., 3, 3) cross-product matrices."""
-    v = np.asarray(v, dtype=float)
-    out = np.zeros(v.shape[:-1] + (3, 3))
-    out[..., 0, 1], out[..., 0, 2] = -v[..., 2], v[..., 1]
-    out[..., 1, 0], out[..., 1, 2] = v[..., 2], -v[..., 0]
-    out[..., 2, 0], out[..., 2, 1] = -v[..., 1], v[..., 0]
-    return out
+from rigs.kinematics import ArmModel, frame_poses
+from rigs.transforms import invert, joint_motions, skew
 
 
 def inverse_adjoint(transforms: np.ndarray) -> np.ndarray:
@@ -46,7 +37,7 @@ def inverse_adjoint(transforms: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class ChainPass:
+class KinematicsPass:
     """One evaluation at N poses: ``base_T_tip`` (N, 4, 4); with columns, ``placement_adjoints``
     (N, dof, 6, 6) = Ad(B_i^-1) (tip LOCAL twist per placement twist of joint i) and ``joint_columns``
     (N, 6, dof) (tip LOCAL twist per unit of joint i's reading); ``joint_origins`` (N, dof, 3) and
@@ -57,14 +48,14 @@ class ChainPass:
     joint_columns: np.ndarray | None = None
 
 
-class SerialChain:
-    """Numpy kinematics of a :class:`ChainModel`'s movable chain (see the module docstring).
+class BatchKinematics:
+    """Numpy kinematics of an :class:`ArmModel`'s movable chain, for N poses at once (see the module docstring).
 
     ``placements`` (dof, 4, 4) may be replaced per call (a calibrated chain); joint readings ``q``
     are (N, dof) in chain order, radians (metres for prismatic joints).
     """
 
-    def __init__(self, chain: ChainModel):
+    def __init__(self, chain: ArmModel):
         model = chain.model
         ids = list(chain.joint_ids)
         for previous, joint in zip(ids, ids[1:]):
@@ -76,9 +67,8 @@ class SerialChain:
         if tip.parentJoint != ids[-1]:
             raise InputError(f"tip link {tip.name!r} does not hang from the chain's last joint {model.names[ids[-1]]!r}.")
         data = model.createData()
-        pin.framesForwardKinematics(model, data, pin.neutral(model))
-        root = data.oMi[model.parents[ids[0]]]
-        self.base_T_root = (data.oMf[chain.base_frame].actInv(root)).homogeneous
+        base = frame_poses(model, [chain.base_frame], pin.neutral(model), data)[0, 0]  # also places data.oMi
+        self.base_T_root = invert(base) @ data.oMi[model.parents[ids[0]]].homogeneous
         self.tip_placement = tip.placement.homogeneous.copy()
         self.placements = np.array([model.jointPlacements[j].homogeneous for j in ids])
         self.prismatic = np.array([model.joints[j].shortname().startswith("JointModelP") for j in ids])
@@ -86,31 +76,12 @@ class SerialChain:
         self.subspace = np.where(self.prismatic[:, None], np.concatenate([self.axes, np.zeros_like(self.axes)], 1),
                                  np.concatenate([np.zeros_like(self.axes), self.axes], 1))  # (dof, 6)
         self.dof = len(ids)
-        self._k = skew(self.axes)  # (dof, 3, 3)
-        self._k2 = self._k @ self._k
-        self._revolute = np.flatnonzero(~self.prismatic)
-        self._prismatic = np.flatnonzero(self.prismatic)
 
     def motions(self, q: np.ndarray) -> np.ndarray:
         """(N, dof) readings -> (N, dof, 4, 4) joint motions ``M_i(q_i)``."""
-        q = np.atleast_2d(np.asarray(q, float))
-        out = np.zeros(q.shape + (4, 4))
-        out[..., 3, 3] = 1.0
-        if len(self._prismatic):
-            out[:, self._prismatic, :3, :3] = np.eye(3)
-            translation = out[..., :3, 3]  # a view: one advanced index only, so the axes keep their order
-            translation[:, self._prismatic] = self.axes[self._prismatic] * q[:, self._prismatic, None]
-            revolute = self._revolute
-        else:
-            revolute = slice(None)
-        angle = q[:, revolute, None, None]
-        # Rodrigues: R = I + sin(q) K + (1 - cos(q)) K^2 for a unit axis with cross-product matrix K.
-        rotation = np.sin(angle) * self._k[revolute] + (1.0 - np.cos(angle)) * self._k2[revolute]
-        rotation[..., [0, 1, 2], [0, 1, 2]] += 1.0
-        out[:, revolute, :3, :3] = rotation
-        return out
+        return joint_motions(self.axes, self.prismatic, q)
 
-    def evaluate(self, q: np.ndarray, placements: np.ndarray | None = None, columns: bool = False) -> ChainPass:
+    def evaluate(self, q: np.ndarray, placements: np.ndarray | None = None, columns: bool = False) -> KinematicsPass:
         """Tip poses at readings ``q`` (N, dof); with ``columns`` also the calibration columns."""
         placements = self.placements if placements is None else placements
         motions = self.motions(q)
@@ -124,9 +95,9 @@ class SerialChain:
             rest = placements[i] @ after
         base_T_tip = self.base_T_root @ rest
         if not columns:
-            return ChainPass(base_T_tip)
+            return KinematicsPass(base_T_tip)
         joint_columns = np.swapaxes((adjoints @ self.subspace[:, :, None])[..., 0], 1, 2)
-        return ChainPass(base_T_tip, adjoints, joint_columns)
+        return KinematicsPass(base_T_tip, adjoints, joint_columns)
 
     def base_T_tip(self, q: np.ndarray, placements: np.ndarray | None = None) -> np.ndarray:
         """(N, dof) -> (N, 4, 4) tip poses in the base frame."""

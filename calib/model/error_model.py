@@ -18,13 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import pinocchio as pin
 
-from calib.model.chain import SerialChain
+from calib.model.chain import BatchKinematics
 from calib.model.groups import (BoardPose, CameraPoses, JointCompliance, JointPlacements, JointZeros, ProbeFrames,
                                 Reflectors, TrackerFrames)
 from calib.model.parameters import FrameGroup, ParameterGroup, ParameterInfo
 from calib.model.poses import PoseSet
 from rigs.errors import InputError, setting
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 MODEL_KINDS = ("full", "offsets")
 # The order groups take in theta; groups a model lacks are skipped.
@@ -82,11 +82,11 @@ class ErrorModel:
     cameras, board): the arm stays as it starts.
     """
 
-    def __init__(self, chain: ChainModel, groups: list[ParameterGroup], kind: str = "full", frames_only: bool = False):
+    def __init__(self, chain: ArmModel, groups: list[ParameterGroup], kind: str = "full", frames_only: bool = False):
         if kind not in MODEL_KINDS:
             raise InputError(f"{setting('kind')} must be 'full' or 'offsets', got {kind!r}.")
         self.chain = chain
-        self.serial = SerialChain(chain)
+        self.serial = BatchKinematics(chain)
         self.kind = kind
         self.frames_only = frames_only
         by_key = {}
@@ -112,7 +112,7 @@ class ErrorModel:
         self.arm_index = np.concatenate(arm)
 
     @classmethod
-    def for_sensors(cls, chain: ChainModel, sensors: list[str] | tuple = (), target_names: list[str] | tuple = (),
+    def for_sensors(cls, chain: ArmModel, sensors: list[str] | tuple = (), target_names: list[str] | tuple = (),
                     reference_tracker_T_base: dict[str, np.ndarray] | None = None, kind: str = "full",
                     reference_tip_T_probe: dict[str, np.ndarray] | None = None,
                     reference_camera_T_base: dict[str, np.ndarray] | None = None,
@@ -121,7 +121,7 @@ class ErrorModel:
                     zero_offsets: np.ndarray | None = None, compliances: np.ndarray | None = None,
                     frames_only: bool = False) -> "ErrorModel":
         """A model of the arm plus the named frames and reflectors (``targets``: initial offsets)."""
-        serial_prismatic = SerialChain(chain).prismatic
+        serial_prismatic = BatchKinematics(chain).prismatic
         groups: list[ParameterGroup] = [JointPlacements(chain.joint_names, deltas),
                                         JointZeros(chain.joint_names, serial_prismatic, zero_offsets)]
         references = reference_tracker_T_base or {}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.model.chain import skew
+from rigs.transforms import skew
 from calib.model.error_model import ErrorModel, TipEvaluation
 from calib.model.groups import INTRINSIC_AXES, intrinsic_vector
 from calib.model.poses import PoseSet

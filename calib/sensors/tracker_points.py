@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.model.chain import skew
+from rigs.transforms import skew
 from calib.model.error_model import ErrorModel, TipEvaluation
 from calib.model.poses import PoseSet
 from calib.sensors.blocks import evaluate, tips_for

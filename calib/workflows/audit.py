@@ -31,7 +31,7 @@ from calib.workflows import iso9283
 from calib.workflows.hand_eye import HandEyeCalibration
 from capture.session import Session
 from rigs.errors import InputError, setting
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import matrix_to_rpy, quat_xyzw
 
 POSES = ["P1", "P2", "P3", "P4", "P5"]
@@ -58,7 +58,7 @@ class AuditPlan:
         return header, rows
 
 
-def plan_audit(chain: ChainModel, is_valid: Callable[[np.ndarray], bool], cycles: int = 30, cube: float | None = None,
+def plan_audit(chain: ArmModel, is_valid: Callable[[np.ndarray], bool], cycles: int = 30, cube: float | None = None,
                seed: int = 0, samples: int = 1500) -> AuditPlan:
     """The ISO 9283 cube, its five poses and the cycle order; InputError when the cube does not fit."""
     if cycles < 2:
@@ -98,7 +98,7 @@ def plan_audit(chain: ChainModel, is_valid: Callable[[np.ndarray], bool], cycles
     raise InputError(f"{what} near {np.round(median, 3).tolist()} m does not fit the workspace ({failure}).")
 
 
-def _reach_all(chain: ChainModel, points: dict[str, np.ndarray], seed: np.ndarray, is_valid) -> tuple[dict | None, str]:
+def _reach_all(chain: ArmModel, points: dict[str, np.ndarray], seed: np.ndarray, is_valid) -> tuple[dict | None, str]:
     """Joint angles for P1..P5 with the tool down, each solved from P1's; (None, why) when one fails."""
     solution: dict[str, np.ndarray] = {}
     start = seed
@@ -154,7 +154,7 @@ def calibration_frame(calibration_dir: Path, session: Session) -> Frame:
 
 def nominal_frame(session: Session) -> Frame:
     """The URDF as recorded, with tracker_T_base registered on the session's own points (Kabsch)."""
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, session.tip_link)
     targets = session.nominal_targets
     predicted = np.array([_apply(chain.base_T_frame(session.q[i]), targets[t])
                           for i, t in zip(session.tracker.pose_index, session.tracker.targets)])

@@ -28,7 +28,7 @@ import numpy as np
 from capture.session import parse_number
 from rigs.errors import InputError
 from rigs.files import read_text
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 TIP = "tip"
 
@@ -116,7 +116,7 @@ def calibrated_points(calibration, q: np.ndarray, payload_kg: np.ndarray, points
             + calibration.tip_shift(q, payload_kg))
 
 
-def correct(calibration, rows: TargetRows, nominal: ChainModel, payload_kg: float = 0.0,
+def correct(calibration, rows: TargetRows, nominal: ArmModel, payload_kg: float = 0.0,
             nominal_targets: dict[str, np.ndarray] | None = None, tolerance: float = 1e-7,
             rounds: int = 20) -> Correction:
     """Joint commands (see module docstring). ``nominal``: the nominal URDF's chain (the seed);

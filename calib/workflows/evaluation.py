@@ -12,7 +12,7 @@ from calib.sensors.registration import register_points
 from calib.sensors.tracker_poses import pose_errors
 from capture.session import Session, read_tracker_csv, read_tracker_poses_csv
 from capture.truth_files import reached_joints, truth_parameters
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import invert, log6
 
 
@@ -80,7 +80,7 @@ def true_tip_poses(session: Session) -> np.ndarray | None:
         return None
     if any(p not in lookup for p in session.pose_ids):
         return None
-    chain = ChainModel.from_urdf(urdf, session.base_link, session.tip_link)
+    chain = ArmModel.from_urdf(urdf, session.base_link, session.tip_link)
     return chain.base_T_tip_batch(np.array([lookup[p] for p in session.pose_ids]))
 
 

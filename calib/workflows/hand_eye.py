@@ -43,7 +43,7 @@ from capture.camera_info import CameraInfo
 from capture.session import Session, load_session
 from rigs.errors import InputError, setting
 from rigs.files import atomic_write_text
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import invert
 from rigs.verdicts import Verdict
 
@@ -120,7 +120,7 @@ def session_flange_poses(session: Session, tip_link: str | None = None) -> np.nd
         return session.base_T_flange
     if not session.described:
         raise InputError(f"{session.path}: has neither flange poses nor a robot description to compute them from.")
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     return chain.base_T_tip_batch(session.q)
 
 

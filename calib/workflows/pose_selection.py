@@ -18,7 +18,7 @@ from calib.model.error_model import ErrorModel
 from calib.model.poses import PoseSet
 from calib.sensors.blocks import stack
 from calib.sensors.tracker_points import PointObservations
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Selection:
     rank: int  # identifiable combinations
 
 
-def candidate_jacobians(chain: ChainModel, q: np.ndarray, targets: dict[str, np.ndarray],
+def candidate_jacobians(chain: ArmModel, q: np.ndarray, targets: dict[str, np.ndarray],
                         tracker_T_base: np.ndarray) -> tuple[np.ndarray, int]:
     """Per-candidate Jacobian blocks (M, 3 T, r) on the identifiable combinations, and r."""
     names = sorted(targets)

@@ -24,7 +24,7 @@ from calib.sensors.tracker_poses import pose_errors, register_poses
 from calib.workflows.evaluation import noise_floor_rms_mm, pose_noise_floor
 from capture.session import Session
 from rigs.errors import InputError, setting
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import invert, log6
 
 ROUNDS = 3  # registration rounds; points beyond OUTLIER_SIGMA robust deviations leave the next one
@@ -207,7 +207,7 @@ def nominal_registered_errors(session: Session, tip_link: str | None, reg_rows: 
     """3D error (M,) m of every tracker point under the nominal URDF, its tracker placement and
     reflector offsets registered on the pose rows ``reg_rows`` only."""
     tracker = session.tracker
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     tips = chain.base_T_tip_batch(session.q)[tracker.pose_index]
     rows = np.isin(tracker.pose_index, reg_rows)
     frame, offsets = initial_frame_and_targets(tips[rows], [t for t, r in zip(tracker.targets, rows) if r],
@@ -248,7 +248,7 @@ def validate_poses_registered(calibration, session: Session, names: list[str] | 
         frame = _robust_registration(corners(predicted[in_reg]), corners(poses.tracker_T_probe[in_reg]))
     registered = pose_figures(*pose_errors(frame @ predicted[in_eval], poses.tracker_T_probe[in_eval]))
     unregistered = pose_figures(*pose_errors(stored @ predicted[in_eval], poses.tracker_T_probe[in_eval]))
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, calibration.summary.get("tip_link"))
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, calibration.summary.get("tip_link"))
     nominal_tips = chain.base_T_tip_batch(session.q)[poses.pose_index]
     tracker_T_base, tip_T_probe = register_poses(nominal_tips[in_reg], poses.tracker_T_probe[in_reg], rounds=20)
     nominal = pose_figures(*pose_errors(tracker_T_base @ nominal_tips[in_eval] @ tip_T_probe,

@@ -22,7 +22,7 @@ from calib.workflows.evaluation import (noise_floor_rms_mm, pose_noise_floor, ti
 from calib.workflows.register import validate_poses_registered, validate_registered
 from capture.session import Session
 from rigs.errors import InputError, setting
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 
 
 def _check_joints(calibration, session: Session) -> None:
@@ -52,7 +52,7 @@ def point_errors(calibration, session: Session, sensor: str | None = None) -> np
     return block.errors(model, theta)
 
 
-def nominal_errors(session: Session, tip_link: str | None = None, chain: ChainModel | None = None,
+def nominal_errors(session: Session, tip_link: str | None = None, chain: ArmModel | None = None,
                    targets: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """3D error (M,) m of the uncalibrated URDF, with the tracker pose and reflectors fitted to the points.
 
@@ -61,7 +61,7 @@ def nominal_errors(session: Session, tip_link: str | None = None, chain: ChainMo
     """
     tracker = session.tracker
     if chain is None:
-        chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
+        chain = ArmModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     poses = chain.base_T_tip_batch(session.q)[tracker.pose_index]
     frame, offsets = initial_frame_and_targets(poses, tracker.targets, tracker.xyz,
                                                session.nominal_targets if targets is None else targets, rounds=10)
@@ -87,7 +87,7 @@ def probe_errors(calibration, session: Session, sensor: str | None = None) -> tu
 def nominal_probe_errors(session: Session, tip_link: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Errors of the uncalibrated URDF, with the tracker and the probe mount registered to the poses."""
     poses = session.tracker_poses
-    chain = ChainModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
+    chain = ArmModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     tips = chain.base_T_tip_batch(session.q)[poses.pose_index]
     tracker_T_base, tip_T_probe = register_poses(tips, poses.tracker_T_probe, rounds=20)
     return pose_errors(tracker_T_base @ tips @ tip_T_probe, poses.tracker_T_probe)
@@ -155,7 +155,7 @@ def validate_corners(calibration, session: Session) -> dict:
         tips = calibration.base_T_tip(session.q, session.payload_kg)
         tips[:, :3, 3] += calibration.tip_shift(session.q, session.payload_kg)
         aligned, unaligned = tip_errors(tips[:, :3, 3], truth)
-        nominal_chain = ChainModel.from_urdf(session.urdf_path, session.base_link, calibration.summary["tip_link"])
+        nominal_chain = ArmModel.from_urdf(session.urdf_path, session.base_link, calibration.summary["tip_link"])
         nominal, _ = tip_errors(nominal_chain.base_T_tip_batch(session.q)[:, :3, 3], truth)
         result.update({"tip_rms_mm": rms(aligned) * 1e3, "tip_max_mm": float(aligned.max() * 1e3),
                        "tip_rms_mm_base_frame": rms(unaligned) * 1e3, "nominal_tip_rms_mm": rms(nominal) * 1e3})

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from capture.importers.joint_logs import ChainJoints, JointLog, read_joint_log
+from capture.importers.joint_logs import ArmJoints, JointLog, read_joint_log
 from capture.importers.join import assign_by_name, assign_by_time, split_pose_names
 from capture.importers.poses6d import PoseRecords, read_poses
 from capture.importers.tables import file_encoding
@@ -69,17 +69,17 @@ class Joined:
     match: str
 
 
-def check_robot(robot: Robot) -> ChainJoints:
+def check_robot(robot: Robot) -> ArmJoints:
     """The URDF exists, the links are in it, the chain between them moves; Pinocchio can read it."""
-    from rigs.kinematics import ChainModel
+    from rigs.kinematics import ArmModel
 
     if not Path(robot.urdf).is_file():
         raise InputError(f"{robot.urdf}: URDF file not found.")
     for folder in robot.package_dirs:
         if not Path(folder).is_dir():
             raise InputError(f"{folder}: {setting('package_dirs')} is not a folder.")
-    chain = ChainJoints.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
-    ChainModel.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
+    chain = ArmJoints.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
+    ArmModel.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
     # Only meshes beside the URDF or in a --package-dir are copied into the session.
     urdf_io.check_meshes(robot.urdf, [Path(p) for p in robot.package_dirs])
     return chain
@@ -140,7 +140,7 @@ def join(log: JointLog, points: PointRecords | None, poses: PoseRecords | None, 
     return Joined(log, points, point_pose, point_target, poses, probe_pose, match)
 
 
-def _manifest(robot: Robot, chain: ChainJoints, joined: Joined, targets: dict[str, list[float]], source: dict) -> dict:
+def _manifest(robot: Robot, chain: ArmJoints, joined: Joined, targets: dict[str, list[float]], source: dict) -> dict:
     sensors: dict = {"tracker": None, "cameras": {}, "board": None}
     if joined.points is not None:
         # MPEs are left out on purpose: without a stated accuracy the fit weights points by the
@@ -173,7 +173,7 @@ def _targets(joined: Joined, given: dict[str, tuple[float, float, float]] | None
     return {name: [float(v) for v in given.get(name, (0.0, 0.0, 0.0))] for name in seen}
 
 
-def write_session(out: Path, robot: Robot, chain: ChainJoints, joined: Joined, targets: dict[str, tuple] | None,
+def write_session(out: Path, robot: Robot, chain: ArmJoints, joined: Joined, targets: dict[str, tuple] | None,
                   source: dict, force: bool = False, progress: Callable[[int, int], None] | None = None) -> Path:
     """Write the joined data as a session folder at ``out`` (all or nothing)."""
     log = joined.log

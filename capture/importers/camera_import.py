@@ -31,7 +31,7 @@ import numpy as np
 
 from capture.camera_info import CameraInfo
 from capture.importers.assemble import Robot, check_robot
-from capture.importers.joint_logs import ChainJoints
+from capture.importers.joint_logs import ArmJoints
 from capture.importers.ros_images import MILLIMETRE
 from capture.importers.stills import DEFAULT_STILL, DEFAULT_WINDOW, REASONS, assign_frames, find_stands
 from capture.session import FORMAT, FORMAT_VERSION, SessionWriter, load_session, pose_id
@@ -264,7 +264,7 @@ def camera_manifest_entry(camera: ImportedCamera) -> dict:
             "recorded": camera.origin, "frames": camera.counts}
 
 
-def write_camera_session(out: Path, robot: Robot, chain: ChainJoints, pose_ids: list[str], q: np.ndarray,
+def write_camera_session(out: Path, robot: Robot, chain: ArmJoints, pose_ids: list[str], q: np.ndarray,
                          columns: dict[str, list[str]], payload_kg: np.ndarray | None, cameras: list[ImportedCamera],
                          images: Iterable[tuple[str, str, str, np.ndarray]], options: CameraOptions, source: dict,
                          force: bool = False, finish: Callable[[], None] | None = None,

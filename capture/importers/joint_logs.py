@@ -22,7 +22,7 @@ from capture.importers.tables import check_header_unit, read_table
 from capture.importers.units import angle_factor, check_joint_values, length_factor
 from capture.session import pose_id
 from rigs.errors import InputError, setting
-from rigs.limits import ChainJoints
+from rigs.limits import ArmJoints
 
 TIME_COLUMNS = ("time", "timestamp", "stamp")
 EFFORT_PREFIX = "effort_"
@@ -42,13 +42,13 @@ class JointLog:
     extra: dict[str, list[str]] = field(default_factory=dict)  # kept extra columns, as text
 
 
-def _factors(chain: ChainJoints, length_unit: str, angle_unit: str) -> np.ndarray:
+def _factors(chain: ArmJoints, length_unit: str, angle_unit: str) -> np.ndarray:
     """(dof,) SI units per file unit for each joint (angle unit for revolute, length unit for prismatic)."""
     return np.array([length_factor(length_unit) if kind == "prismatic" else angle_factor(angle_unit)
                      for kind in chain.types])
 
 
-def read_joint_log(path: Path, chain: ChainJoints, length_unit: str = "mm", angle_unit: str = "deg",
+def read_joint_log(path: Path, chain: ArmJoints, length_unit: str = "mm", angle_unit: str = "deg",
                    keep_extra: bool = False) -> JointLog:
     """Read a joints file (see module docstring) and convert it to rad/m."""
     table = read_table(path, header="required", what="joints")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capture.importers.joint_logs import ChainJoints, JointLog
+from capture.importers.joint_logs import ArmJoints, JointLog
 from capture.session import pose_id
 from rigs.errors import InputError, first_line
 
@@ -36,7 +36,7 @@ def open_bag(bag: Path):
     return reader
 
 
-def read_joint_states(bag: Path, topic: str, chain: ChainJoints) -> JointLog:
+def read_joint_states(bag: Path, topic: str, chain: ArmJoints) -> JointLog:
     """Every JointState message of ``topic``, in time order; pose ids ``p0000``... by message order.
 
     ``lines`` of the result are message numbers (1-based, in bag order) for error messages.

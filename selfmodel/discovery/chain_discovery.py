@@ -71,7 +71,7 @@ class DiscoveredJoint:
 
 
 @dataclass
-class DiscoveredChain:
+class DiscoveredArm:
     """The chain base to tip: joints in the readings' order, home pose (dof,), per-link points at home."""
 
     joints: list[DiscoveredJoint]
@@ -104,7 +104,7 @@ class DiscoveredChain:
         atomic_write_json(Path(path), document)
 
     @classmethod
-    def load(cls, path: Path) -> "DiscoveredChain":
+    def load(cls, path: Path) -> "DiscoveredArm":
         document = read_json(Path(path), "discovered chain")
         check_format(document, Path(path), FORMAT, FORMAT_VERSION, "discovered chain")
         try:
@@ -117,7 +117,7 @@ class DiscoveredChain:
 
 @dataclass
 class ChainDiscovery:
-    """Configure, then ``fit(session)`` -> :class:`DiscoveredChain`.
+    """Configure, then ``fit(session)`` -> :class:`DiscoveredArm`.
 
     ``max_step``: the largest change of one reading between consecutive sweep frames (rad or m);
     ``pair_step``: frames paired for a first registration are this far apart at least (or a quarter
@@ -143,7 +143,7 @@ class ChainDiscovery:
     segment_votes: int = 120
     seed: int = 0
 
-    def fit(self, session: Session, progress: Progress | None = None) -> DiscoveredChain:
+    def fit(self, session: Session, progress: Progress | None = None) -> DiscoveredArm:
         frames = DepthFrames(session)
         q = session.q
         sweeps = {}
@@ -178,7 +178,7 @@ class ChainDiscovery:
         tip = session.manifest.get("robot", {}).get("tip_link") or "tip"
         link_names = [base] + [f"{joint.name}_link" for joint in joints[:-1]] + [tip]
         link_points = self._link_points(home_points, moved_masks, link_names)
-        chain = DiscoveredChain(joints, home, base, tip, link_points,
+        chain = DiscoveredArm(joints, home, base, tip, link_points,
                                 {"session": str(session.path), "sweep_poses": sum(len(s.rows) for s in sweeps.values()),
                                  "cameras": frames.cameras})
         for joint in joints:
@@ -200,7 +200,7 @@ class ChainDiscovery:
         self._segment(chain, frames, session, others)
         return chain
 
-    def _segment(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, others: list[int]) -> None:
+    def _segment(self, chain: DiscoveredArm, frames: DepthFrames, session: Session, others: list[int]) -> None:
         """Each link's points at home by :class:`MotionSegmentation`: seen at home and at a few random
         poses (sides home did not show), voted on by every frame (at most ``segment_votes``)."""
         q, home = session.q, np.array(chain.home)
@@ -222,7 +222,7 @@ class ChainDiscovery:
                                         "points": {name: len(points) for name, points in zip(names, links[1:])},
                                         "static_points": len(links[0]), "base_points": len(chain.base_points)}
 
-    def refine(self, chain: DiscoveredChain, frames: DepthFrames, session: Session, rows: list[int]) -> RefinedAxes:
+    def refine(self, chain: DiscoveredArm, frames: DepthFrames, session: Session, rows: list[int]) -> RefinedAxes:
         """All axes refined at once over the poses ``rows`` (the random ones: every joint away from
         home), and each axis's uncertainty from that fit: a refined copy of ``chain`` and a report."""
         noise = self._noise(frames, rows)
@@ -519,7 +519,7 @@ class ChainDiscovery:
         return out
 
 
-def base_under(chain: DiscoveredChain, still: np.ndarray, first: np.ndarray, gap: float = 0.02,
+def base_under(chain: DiscoveredArm, still: np.ndarray, first: np.ndarray, gap: float = 0.02,
                reach: float = 1.5) -> np.ndarray:
     """The base's points (n, 3) at home: of the points that stand still in every frame (``still``),
     those joined (within ``gap`` m, one DBSCAN cluster) to what the first joint carries (``first``),

@@ -6,36 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pinocchio as pin
 
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.urdf import chain as urdf_chain, movable, parse_urdf
-from selfmodel.discovery.chain_discovery import DiscoveredChain
+from selfmodel.discovery.chain_discovery import DiscoveredArm
 from selfmodel.discovery.screws import line_distance
 
 
 def true_axes(truth_urdf: Path, base_link: str, tip_link: str, q: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """(direction (3,), joint origin (3,) m) of each movable joint in the base frame at ``q``."""
-    chain = ChainModel.from_urdf(truth_urdf, base_link, tip_link)
-    model, data = chain.model, chain.model.createData()
-    full = pin.neutral(model)
-    for joint_id, value in zip(chain.joint_ids, q):
-        full[model.joints[joint_id].idx_q] = value
-    pin.forwardKinematics(model, data, full)
-    pin.updateFramePlacements(model, data)
-    base = data.oMf[chain.base_frame]
-    out = []
-    for joint_id, axis in zip(chain.joint_ids, chain.axes):
-        base_T_joint = base.inverse() * data.oMi[joint_id]
-        out.append((base_T_joint.rotation @ axis, base_T_joint.translation.copy()))
-    return out
+    chain = ArmModel.from_urdf(truth_urdf, base_link, tip_link)
+    return [(pose[:3, :3] @ axis, pose[:3, 3].copy()) for pose, axis in zip(chain.base_T_joints(q), chain.axes)]
 
 
-def axis_errors(chain: DiscoveredChain, truth_urdf: Path, base_link: str, tip_link: str) -> list[dict]:
+def axis_errors(chain: DiscoveredArm, truth_urdf: Path, base_link: str, tip_link: str) -> list[dict]:
     """Per joint: type right or not, direction error (deg), and for a revolute joint the distance (mm)
     of the true joint origin from the discovered axis line, all at the home pose."""
     truth = true_axes(truth_urdf, base_link, tip_link, np.array(chain.home))
-    types = ChainModel.from_urdf(truth_urdf, base_link, tip_link)
+    types = ArmModel.from_urdf(truth_urdf, base_link, tip_link)
 
     true_types = [j.type for j in movable(urdf_chain(parse_urdf(truth_urdf), base_link, tip_link, truth_urdf))]
     del types
@@ -53,14 +41,14 @@ def axis_errors(chain: DiscoveredChain, truth_urdf: Path, base_link: str, tip_li
     return rows
 
 
-def tip_rms(discovered_urdf: Path, chain: DiscoveredChain, truth_urdf: Path, base_link: str, tip_link: str,
+def tip_rms(discovered_urdf: Path, chain: DiscoveredArm, truth_urdf: Path, base_link: str, tip_link: str,
             q: np.ndarray) -> dict:
     """Forward kinematics of the discovered URDF (loaded by Pinocchio) against the truth at poses
     ``q`` (N, dof). The discovered tip frame is not the true one (nothing told where the true tip
     frame is), so the true tip origin at home is carried rigidly on the discovered last link: what is
     compared is where the chain takes that point, and how it turns (deg)."""
-    found = ChainModel.from_urdf(discovered_urdf, chain.base_link, chain.tip_link)
-    truth = ChainModel.from_urdf(truth_urdf, base_link, tip_link)
+    found = ArmModel.from_urdf(discovered_urdf, chain.base_link, chain.tip_link)
+    truth = ArmModel.from_urdf(truth_urdf, base_link, tip_link)
     home = np.array(chain.home)
     found_home, true_home = found.base_T_frame(home), truth.base_T_frame(home)
     tip_in_found = np.linalg.inv(found_home) @ true_home  # evaluation's alignment at home only

@@ -29,7 +29,7 @@ from selfmodel.discovery.screws import chain_motions, cloud_with_normals, thin
 
 @dataclass
 class RefinedAxes:
-    """What :class:`AxisRefinement` gives back: ``chain``, a refined copy of the DiscoveredChain it
+    """What :class:`AxisRefinement` gives back: ``chain``, a refined copy of the DiscoveredArm it
     was given (directions, points and their standard deviations), and ``report``: poses used, RMS
     point-to-plane residual (mm) before and after, per joint the change and the standard deviations."""
 
@@ -60,7 +60,7 @@ class AxisRefinement:
     seed: int = 0
 
     def fit(self, chain, frames, rows: list[int], noise: float, q: np.ndarray) -> RefinedAxes:
-        """The axes of ``chain`` (a DiscoveredChain) refined with the frames of session ``rows``
+        """The axes of ``chain`` (a DiscoveredArm) refined with the frames of session ``rows``
         (random poses; ``q`` (N, dof) the session's readings; ``noise`` m, the depth noise)."""
         chain = copy.deepcopy(chain)
         rng = np.random.default_rng(self.seed)

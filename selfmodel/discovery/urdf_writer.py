@@ -20,13 +20,13 @@ import trimesh
 from rigs.errors import InputError
 from rigs.files import atomic_write_text
 from rigs.transforms import matrix_to_rpy
-from selfmodel.discovery.chain_discovery import ChainDiscovery, DiscoveredChain
+from selfmodel.discovery.chain_discovery import ChainDiscovery, DiscoveredArm
 from selfmodel.discovery.screws import screw_motion, slide_motion
 
 MIN_HULL_POINTS = 20
 
 
-def home_frames(chain: DiscoveredChain) -> list[np.ndarray]:
+def home_frames(chain: DiscoveredArm) -> list[np.ndarray]:
     """``M_k`` (4, 4): frame of link k in the base frame at home (k = 0 is the base)."""
     frames = [np.eye(4)]
     previous = np.zeros(3)
@@ -39,7 +39,7 @@ def home_frames(chain: DiscoveredChain) -> list[np.ndarray]:
     return frames
 
 
-def joint_origins(chain: DiscoveredChain) -> list[np.ndarray]:
+def joint_origins(chain: DiscoveredArm) -> list[np.ndarray]:
     """Each joint's URDF origin (4, 4) in its parent link's frame."""
     frames = home_frames(chain)
     origins = []
@@ -73,7 +73,7 @@ def _origin_element(parent: ET.Element, transform: np.ndarray) -> None:
     ET.SubElement(parent, "origin", xyz=xyz, rpy=rpy)
 
 
-def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str = "discovered") -> Path:
+def write_discovered_urdf(chain: DiscoveredArm, folder: Path, robot_name: str = "discovered") -> Path:
     """``folder``/robot.urdf (+ meshes/link_<k>.stl) for ``chain``; returns the URDF's path."""
     folder = Path(folder)
     (folder / "meshes").mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def write_discovered_urdf(chain: DiscoveredChain, folder: Path, robot_name: str 
     return path
 
 
-def discover_urdf(session, folder: Path, progress=None) -> tuple[DiscoveredChain, Path]:
+def discover_urdf(session, folder: Path, progress=None) -> tuple[DiscoveredArm, Path]:
     """Discover ``session``'s chain (no description read) and write its URDF into ``folder``: the
     one entry point the self-model's training uses for an arm nobody described."""
     chain = ChainDiscovery().fit(session, progress)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pinocchio as pin
 import trimesh
 from scipy.spatial import ConvexHull, QhullError
 
@@ -36,6 +37,7 @@ from capture.session import load_session
 from capture.truth_files import truth_parameters
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
+from rigs.kinematics import configurations, frame_poses
 from rigs.link_meshes import link_meshes
 from rigs.self_contact import MOVING
 from rigs.simulator import board_plate
@@ -44,9 +46,9 @@ from rigs.transforms import invert, transform_points
 from selfmodel.evaluation.metrics import true_arm
 from selfmodel.export.bodies import ConvexPiece, polytope
 from selfmodel.export.spheres import SphereCover
-from selfmodel.export.srdf import LinkTree, full_configurations, link_poses
+from selfmodel.export.srdf import LinkTree
 from selfmodel.export.world import CollisionWorld
-from selfmodel.model.chain import ChainSpec, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, link_poses_numpy
 from selfmodel.model.folder import training_session_paths
 
 TRUTH_PITCH = 0.001  # m: grid of the true solids
@@ -95,17 +97,16 @@ def load_truth(session_path: Path, pose_ids: list[str] | None = None) -> TruthAt
 def export_link_poses(export: PosedExport, links: list[str], joint_names: list[str], q: np.ndarray) -> np.ndarray:
     """(P, dof) commanded angles -> (P, L, 4, 4) poses of ``links`` of the export, base frame
     (joints off the chain where the export holds them)."""
-    import pinocchio as pin  # Pinocchio loads only where a planner's view of the URDF is built
-
     model = pin.buildModelFromUrdf(str(export.urdf_path))
+    missing = [name for name in joint_names if not model.existJointName(name)]
+    if missing:
+        raise InputError(f"{export.urdf_path}: joint {missing[0]!r} of the session is not in this URDF.")
     names = list(joint_names) + [name for name in export.held if model.existJointName(name)]
     q = np.atleast_2d(np.asarray(q, dtype=float))
     values = np.hstack([q, np.tile([export.held[name] for name in names[len(joint_names):]], (len(q), 1))])
-    try:
-        full = full_configurations(model, names, values)
-    except KeyError as error:
-        raise InputError(f"{export.urdf_path}: joint {error.args[0]!r} of the session is not in this URDF.") from None
-    poses = link_poses(model, [export.base_link] + links, full)
+    full = configurations(model, [model.getJointId(name) for name in names], values)
+    frames = [model.getFrameId(link, pin.BODY) for link in [export.base_link] + links]
+    poses = frame_poses(model, frames, full)
     return np.einsum("pij,pljk->plik", np.linalg.inv(poses[:, 0]), poses[:, 1:])
 
 
@@ -349,7 +350,7 @@ def truth_at_random_configurations(session_path: Path, count: int, rng: np.rando
     session = load_session(session_path)
     arm = true_arm(session, session.pose_ids[:1])
     truth_urdf = session.path / "truth" / "robot.urdf"
-    spec = ChainSpec.from_urdf(truth_urdf, session.base_link, session.tip_link, session.held_joints)
+    spec = ArmLinks.from_urdf(truth_urdf, session.base_link, session.tip_link, session.held_joints)
     infos = urdf_io.joints(urdf_io.parse_urdf(truth_urdf), truth_urdf)
     lower = np.array([infos[name].lower for name in spec.joint_names])
     upper = np.array([infos[name].upper for name in spec.joint_names])

@@ -30,7 +30,7 @@ from rigs.solids import occupancy_vote, raycasting_scene, surface_distance
 from rigs.transforms import axis_angle, exp6, log6
 from selfmodel.inspect.meshing import arm_mesh, link_meshes_of
 from selfmodel.model.baked import BAKED, agreement, bake, load_baked
-from selfmodel.model.chain import ChainSpec, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, link_poses_numpy
 
 HIDDEN_OFFSET = 0.002  # m: a true surface sample whose outward neighbour is inside the arm is a hidden face
 
@@ -76,7 +76,7 @@ def true_arm(session: Session, pose_ids: list[str] | None = None) -> TrueArmPose
     missing = [p for p in pose_ids if p not in reached]
     if missing:
         raise InputError(f"{reached_path}: pose {missing[0]!r} has no row.")
-    spec = ChainSpec.from_urdf(urdf, session.base_link, session.tip_link, session.held_joints)
+    spec = ArmLinks.from_urdf(urdf, session.base_link, session.tip_link, session.held_joints)
     meshes = link_meshes(urdf, spec.link_names)
     board = true_board_mesh(truth_parameters(session.path, required=False), session.manifest)
     if board is not None:
@@ -271,7 +271,7 @@ def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int
             "free_labels": free_total, "occupied_labels": occupied_total, "labels": len(data.points)}
 
 
-def true_corrections(session: Session, spec: ChainSpec) -> np.ndarray:
+def true_corrections(session: Session, spec: ArmLinks) -> np.ndarray:
     """(dof, 6) the simulated arm's true joint placements in the self-model's convention
     (``origin @ exp6(delta) @ motion(q)``): placement error, zero offset and a bend of the parent
     link folded into one delta per movable joint. Evaluation only: reads truth/parameters.json."""

@@ -52,7 +52,7 @@ from selfmodel.export.spheres import SphereCover
 from selfmodel.export.srdf import CollisionMatrix, LinkTree, collision_matrix, write_srdf
 from selfmodel.export.world import CollisionWorld
 from selfmodel.labels.description import board_mesh
-from selfmodel.model.chain import ChainSpec, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, link_poses_numpy
 from selfmodel.model.folder import training_session_paths
 from selfmodel.model.models import FreeSelfModel, SelfModel, StructuredSelfModel
 
@@ -192,7 +192,7 @@ def chain_of(model: SelfModel):
     """The model's chain (links, joints, held joints), from the model or its URDF."""
     if model.spec is not None:
         return model.spec
-    return ChainSpec.from_urdf(Path(model.urdf_path), model.base_link, model.tip_link, model.held_joints)
+    return ArmLinks.from_urdf(Path(model.urdf_path), model.base_link, model.tip_link, model.held_joints)
 
 
 class CollisionExporter:

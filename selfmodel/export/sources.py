@@ -22,7 +22,7 @@ from rigs.transforms import transform_points
 from rigs.urdf import joints as urdf_joints
 from selfmodel.export.bodies import LinkBody
 from selfmodel.labels.description import board_mount
-from selfmodel.model.chain import ChainSpec, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, link_poses_numpy
 from selfmodel.model.folder import training_session_paths
 from selfmodel.model.models import SelfModel
 
@@ -146,7 +146,7 @@ def free_link_sources(model: SelfModel, rng: np.random.Generator, where: str, fr
     urdf_path, base_link, tip_link = model.urdf_path, model.base_link, model.tip_link
     if urdf_path is None or not base_link or not tip_link:
         raise InputError(f"{where}: a free model needs a URDF with base and tip links to cut its body into links.")
-    spec = ChainSpec.from_urdf(Path(urdf_path), base_link, tip_link, model.held_joints)
+    spec = ArmLinks.from_urdf(Path(urdf_path), base_link, tip_link, model.held_joints)
     if list(spec.joint_names) != list(model.joint_names):
         raise InputError(f"{urdf_path}: its joints ({', '.join(spec.joint_names)}) do not match the model's "
                          f"({', '.join(model.joint_names)}).")

@@ -192,35 +192,3 @@ def write_srdf(path: Path, robot_name: str, matrix: CollisionMatrix, base_link: 
     tree = ET.ElementTree(root)
     ET.indent(tree, space="  ")
     atomic_write_text(Path(path), '<?xml version="1.0"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
-
-
-def full_configurations(model, joint_names: list[str], q: np.ndarray) -> np.ndarray:
-    """Chain joint values (N, dof) in ``joint_names`` order -> Pinocchio configurations (N, nq);
-    joints not named stay at neutral."""
-    import pinocchio as pin  # Pinocchio loads only where a planner's view of the URDF is built
-
-    q = np.atleast_2d(np.asarray(q, dtype=float))
-    full = np.tile(pin.neutral(model), (len(q), 1))
-    for column, name in enumerate(joint_names):
-        if not model.existJointName(name):
-            raise KeyError(name)
-        joint = model.joints[model.getJointId(name)]
-        if joint.nq == 1:
-            full[:, joint.idx_q] = q[:, column]
-        else:
-            full[:, joint.idx_q], full[:, joint.idx_q + 1] = np.cos(q[:, column]), np.sin(q[:, column])
-    return full
-
-
-def link_poses(model, links: list[str], qs: np.ndarray) -> np.ndarray:
-    """(N, nq) configurations -> (N, L, 4, 4) poses of each link frame in the model's root frame."""
-    import pinocchio as pin  # Pinocchio loads only where a planner's view of the URDF is built
-
-    data = model.createData()
-    frames = [model.getFrameId(link, pin.BODY) for link in links]
-    poses = np.empty((len(qs), len(links), 4, 4))
-    for row, q in enumerate(qs):
-        pin.framesForwardKinematics(model, data, q)
-        for column, frame in enumerate(frames):
-            poses[row, column] = data.oMf[frame].homogeneous
-    return poses

@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pinocchio as pin
 import trimesh
 
 from rigs.errors import InputError
+from rigs.kinematics import configurations, frame_poses
+from rigs.transforms import invert
 
 
 @dataclass(frozen=True)
@@ -38,12 +41,6 @@ class Box:
         """(N, 3) base frame -> (N,) bool inside the box."""
         local = (np.asarray(points_base) - self.base_T_box[:3, 3]) @ self.base_T_box[:3, :3]
         return np.all(np.abs(local) <= self.size / 2, axis=1)
-
-
-def _pin():
-    import pinocchio as pin  # Pinocchio loads only where a planner's view of the URDF is built
-
-    return pin
 
 
 def mesh_geometry(mesh: trimesh.Trimesh):
@@ -74,7 +71,6 @@ class CollisionWorld:
                  held: dict[str, float] | None = None, obstacles: list[Box] = (), convex: bool = True,
                  geometry: str = "collision", extra: dict[str, trimesh.Trimesh] | None = None,
                  pairs: set[tuple[str, str]] | None = None, read_meshes: str = "pinocchio"):
-        pin = _pin()
         import coal  # coal loads only where a planner's view of the URDF is built
 
         if read_meshes not in ("pinocchio", "trimesh"):
@@ -112,9 +108,7 @@ class CollisionWorld:
                     self.geometry.removeCollisionPair(pair)
         if not self.model.existFrame(base_link):
             raise InputError(f"{urdf}: base link {base_link!r} is not a link of this URDF.")
-        data = self.model.createData()
-        pin.framesForwardKinematics(self.model, data, pin.neutral(self.model))
-        self.root_T_base = data.oMf[self.model.getFrameId(base_link)].homogeneous
+        self.root_T_base = frame_poses(self.model, [self.model.getFrameId(base_link)], pin.neutral(self.model))[0, 0]
         self.obstacles = list(obstacles)
         for box in self.obstacles:
             placement = pin.SE3(self.root_T_base @ box.base_T_box)
@@ -126,37 +120,22 @@ class CollisionWorld:
         self.data = self.model.createData()
         self.geometry_data = pin.GeometryData(self.geometry)
         self.joint_names = list(joint_names)
-        self._columns = []
         for name in self.joint_names:
             if not self.model.existJointName(name):
                 raise InputError(f"{urdf}: joint {name!r} is not in this URDF.")
-            self._columns.append(self.model.joints[self.model.getJointId(name)])
-        self._neutral = pin.neutral(self.model)
-        for name, value in (held or {}).items():
-            if self.model.existJointName(name):
-                self._set(self._neutral, self.model.joints[self.model.getJointId(name)], value)
-
-    @staticmethod
-    def _set(full: np.ndarray, joint, value: float) -> None:
-        if joint.nq == 1:
-            full[joint.idx_q] = value
-        else:  # continuous: (cos, sin)
-            full[joint.idx_q], full[joint.idx_q + 1] = np.cos(value), np.sin(value)
+        self._joint_ids = [self.model.getJointId(name) for name in self.joint_names]
+        held = {name: value for name, value in (held or {}).items() if self.model.existJointName(name)}
+        self._rest = configurations(self.model, [self.model.getJointId(name) for name in held], list(held.values()))[0]
 
     def full(self, q: np.ndarray) -> np.ndarray:
         """(dof,) joint values in ``joint_names`` order -> Pinocchio configuration (nq,)."""
-        full = self._neutral.copy()
-        for joint, value in zip(self._columns, np.asarray(q, dtype=float)):
-            self._set(full, joint, value)
-        return full
+        return configurations(self.model, self._joint_ids, q, self._rest)[0]
 
     def collides(self, q: np.ndarray) -> bool:
-        pin = _pin()
         return bool(pin.computeCollisions(self.model, self.data, self.geometry, self.geometry_data, self.full(q), True))
 
     def colliding_pairs(self, q: np.ndarray) -> set[tuple[str, str]]:
         """Link pairs (sorted; an obstacle is ``obstacle:<name>``) whose geometry overlaps at ``q``."""
-        pin = _pin()
         pin.computeCollisions(self.model, self.data, self.geometry, self.geometry_data, self.full(q), False)
         found = set()
         for pair, result in zip(self.geometry.collisionPairs, self.geometry_data.collisionResults):
@@ -166,16 +145,12 @@ class CollisionWorld:
 
     def link_pose(self, link: str, q: np.ndarray) -> np.ndarray:
         """(4, 4) pose of ``link`` in the base link frame at ``q``."""
-        pin = _pin()
-        pin.framesForwardKinematics(self.model, self.data, self.full(q))
-        return np.linalg.inv(self.root_T_base) @ self.data.oMf[self.model.getFrameId(link)].homogeneous
+        return self.link_poses([link], q)[0]
 
     def link_poses(self, links: list[str], q: np.ndarray) -> np.ndarray:
         """(L, 4, 4) poses of ``links`` in the base link frame at ``q``, from one forward kinematics."""
-        pin = _pin()
-        pin.framesForwardKinematics(self.model, self.data, self.full(q))
-        base_T_root = np.linalg.inv(self.root_T_base)
-        return np.stack([base_T_root @ self.data.oMf[self.model.getFrameId(link)].homogeneous for link in links])
+        poses = frame_poses(self.model, [self.model.getFrameId(link) for link in links], self.full(q), self.data)[0]
+        return invert(self.root_T_base) @ poses
 
     @property
     def checked_pairs(self) -> set[tuple[str, str]]:

@@ -50,7 +50,7 @@ from rigs.errors import InputError
 from rigs.transforms import exp6, log6
 from selfmodel.labels.description import described_meshes, described_solids
 from selfmodel.labels.seen_through import View, through_counts, training_sessions, unsupported_matter
-from selfmodel.model.chain import ChainSpec, check_joint_names, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, check_joint_names, link_poses_numpy
 
 PITCH = 0.01  # m: side of the bins measured points are pooled in (link frames)
 MIN_POINTS = 5  # a bin needs this many points ...
@@ -116,7 +116,7 @@ class DamageCheck:
                 "links": [asdict(row) for row in self.rows]}
 
 
-def _user_corrections(model, spec: ChainSpec) -> tuple[np.ndarray, np.ndarray | None]:
+def _user_corrections(model, spec: ArmLinks) -> tuple[np.ndarray, np.ndarray | None]:
     """The model's fitted joint placements as corrections of ``spec``'s origins ((J, 6), and their
     standard deviations or None): where the description checked is not the one the model was trained
     with, the same posed joints are expressed against its origins."""
@@ -143,7 +143,7 @@ def _measured_points(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.concatenate(base), np.concatenate(config), q
 
 
-def _signed_distances(spec: ChainSpec, solids: dict, poses: np.ndarray, points: np.ndarray,
+def _signed_distances(spec: ArmLinks, solids: dict, poses: np.ndarray, points: np.ndarray,
                       configs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per point: (signed distance to the nearest described link, m, negative inside; that link's
     index; the point in that link's frame)."""
@@ -201,7 +201,7 @@ def _bins(local: np.ndarray, signed: np.ndarray, configs: np.ndarray) -> tuple[n
     return (index[keep] + 0.5) * PITCH, medians[keep], counts[keep]
 
 
-def _joint_figures(spec: ChainSpec, meshes: dict, q: np.ndarray, deltas: np.ndarray, std: np.ndarray | None,
+def _joint_figures(spec: ArmLinks, meshes: dict, q: np.ndarray, deltas: np.ndarray, std: np.ndarray | None,
                    rng: np.random.Generator) -> list[dict]:
     """Per movable joint: how far its correction alone moves everything after it (95th percentile,
     mm), its rotation (deg) and the shift of the joint's origin (mm), each with a standard deviation
@@ -255,7 +255,7 @@ def _training_sessions(model) -> list | None:
     return training_sessions(model.folder)[0]
 
 
-def _seen_through(spec: ChainSpec, meshes: dict, deltas: np.ndarray, sessions: list, margin: float,
+def _seen_through(spec: ArmLinks, meshes: dict, deltas: np.ndarray, sessions: list, margin: float,
                   rng: np.random.Generator) -> dict:
     """Link -> (described surface samples (n, 3) link frame, rays through them (n,), rays that met
     them (n,)): at up to POSES_THROUGH training poses, every camera's depth at the pixel of each
@@ -323,7 +323,7 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
                          "has no links.")
     rng = rng or np.random.default_rng(0)
     urdf_path = Path(urdf_path)
-    spec = ChainSpec.from_urdf(urdf_path, model.base_link, model.tip_link, model.spec.held)
+    spec = ArmLinks.from_urdf(urdf_path, model.base_link, model.tip_link, model.spec.held)
     check_joint_names(spec, model.joint_names, str(urdf_path))
     if spec.link_names != model.link_names:
         raise InputError(f"{urdf_path}: its links from base to tip ({', '.join(spec.link_names)}) are not the model's "

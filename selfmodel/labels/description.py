@@ -12,7 +12,7 @@ import trimesh
 from rigs.link_meshes import link_meshes
 from rigs.simulator import board_plate
 from rigs.solids import solid_of
-from selfmodel.model.chain import ChainSpec
+from selfmodel.model.chain import ArmLinks
 
 DESCRIBED_PITCH = 0.003  # m: grid of the description's solids (the ownership prior)
 
@@ -37,7 +37,7 @@ def board_mesh(board: dict | None):
 
 
 
-def described_meshes(spec: ChainSpec, urdf_path: Path, tip: str, board: dict | None) -> dict:
+def described_meshes(spec: ArmLinks, urdf_path: Path, tip: str, board: dict | None) -> dict:
     """Link -> its description's surface (URDF visual meshes, and a board the session declares on the
     tip), trimesh in the link frame."""
     meshes = link_meshes(Path(urdf_path), spec.link_names)

@@ -38,7 +38,7 @@ import trimesh
 
 from rigs.solids import raycasting_scene
 from rigs.transforms import exp6
-from selfmodel.model.chain import ChainSpec, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, link_poses_numpy
 from selfmodel.model.corrections import JointCorrections
 
 PRIOR_SIGMA = np.array([0.02] * 3 + [np.radians(5.0)] * 3)  # weak: only the null space listens to it
@@ -75,7 +75,7 @@ def _local(poses: np.ndarray, link: int, points: np.ndarray, configs: np.ndarray
     return np.einsum("nji,nj->ni", pose[:, :3, :3], points - pose[:, :3, 3])
 
 
-def downstream_joints(spec: ChainSpec) -> np.ndarray:
+def downstream_joints(spec: ArmLinks) -> np.ndarray:
     """(J, L) bool: movable joint j moves link l."""
     movable = [k for k, joint in enumerate(spec.joints) if joint.type != "fixed"]
     moved = np.zeros((len(movable), len(spec.link_names)), dtype=bool)
@@ -87,7 +87,7 @@ def downstream_joints(spec: ChainSpec) -> np.ndarray:
     return moved
 
 
-def surface_jacobian(spec: ChainSpec, poses: np.ndarray, deltas: np.ndarray, moved: np.ndarray, points: np.ndarray,
+def surface_jacobian(spec: ArmLinks, poses: np.ndarray, deltas: np.ndarray, moved: np.ndarray, points: np.ndarray,
               normals: np.ndarray, owner: np.ndarray, configs: np.ndarray) -> np.ndarray:
     """(n, 6 J) derivatives of the point-to-plane residuals n . (link_T_base p - c) by the corrections.
 
@@ -114,7 +114,7 @@ def surface_jacobian(spec: ChainSpec, poses: np.ndarray, deltas: np.ndarray, mov
     return jacobian
 
 
-def fit_placements(spec: ChainSpec, meshes: dict[str, trimesh.Trimesh], surface: np.ndarray, surface_config: np.ndarray,
+def fit_placements(spec: ArmLinks, meshes: dict[str, trimesh.Trimesh], surface: np.ndarray, surface_config: np.ndarray,
                    q: np.ndarray, initial: np.ndarray | None = None,
                    settings: PlacementSettings | None = None) -> JointCorrections:
     """Corrections (see the module docstring) from measured surface points ``surface`` (S, 3) base frame

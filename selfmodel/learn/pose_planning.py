@@ -20,10 +20,10 @@ import numpy as np
 import trimesh
 
 from selfmodel.learn.placement import downstream_joints, surface_jacobian
-from selfmodel.model.chain import ChainSpec, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, link_poses_numpy
 
 
-def surface_samples(meshes: dict, spec: ChainSpec, per_link: int, rng: np.random.Generator):
+def surface_samples(meshes: dict, spec: ArmLinks, per_link: int, rng: np.random.Generator):
     """Points (P, 3) and outward normals (P, 3) on each described link's surface (link frame), and
     their link index (P,)."""
     points, normals, owners = [], [], []
@@ -67,7 +67,7 @@ def seen(points: np.ndarray, normals: np.ndarray, cameras, scene=None) -> np.nda
     return count
 
 
-def _posed_scene(meshes: dict, spec: ChainSpec, poses: np.ndarray):
+def _posed_scene(meshes: dict, spec: ArmLinks, poses: np.ndarray):
     """An open3d RaycastingScene of the description's links posed by ``poses`` (L, 4, 4)."""
     import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
 
@@ -81,7 +81,7 @@ def _posed_scene(meshes: dict, spec: ChainSpec, poses: np.ndarray):
     return scene
 
 
-def placement_information(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras, deltas: np.ndarray | None = None,
+def placement_information(spec: ArmLinks, meshes: dict, q: np.ndarray, cameras, deltas: np.ndarray | None = None,
                           per_link: int = 60, seed: int = 0) -> np.ndarray:
     """(M, 6 J, 6 J) information of the placement corrections from each candidate configuration of
     ``q`` (M, dof): sum over seen description surface samples of J^T J times the cameras that see them
@@ -106,7 +106,7 @@ def placement_information(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras,
     return out
 
 
-def placement_blocks(spec: ChainSpec, meshes: dict, q: np.ndarray, cameras, deltas: np.ndarray | None = None,
+def placement_blocks(spec: ArmLinks, meshes: dict, q: np.ndarray, cameras, deltas: np.ndarray | None = None,
                      seed: int = 0) -> tuple[np.ndarray, int]:
     """Per-candidate blocks (M, r, r) with B^T B each candidate's information on the r combinations
     of corrections some candidate's cameras see, and r: the shape the calibration planner's

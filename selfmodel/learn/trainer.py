@@ -37,7 +37,7 @@ from rigs.link_meshes import link_meshes
 from selfmodel.labels.depth import ArmRegion, LabelSettings, TrainingData, depth_training_data, never_seen_free
 from selfmodel.labels.description import described_meshes, described_solids
 from selfmodel.learn.placement import PlacementSettings, fit_placements
-from selfmodel.model.chain import ChainSpec, check_joint_names, link_poses_numpy
+from selfmodel.model.chain import ArmLinks, check_joint_names, link_poses_numpy
 from selfmodel.model.folder import SurfaceSamples
 from selfmodel.model.models import FreeSelfModel, SelfModel, StructuredSelfModel
 from selfmodel.model.runtime import resolve_device, set_threads
@@ -47,14 +47,14 @@ CLEAR, MATTER, OWN = 0.0, 1.0, 2.0  # labels of the never-seen-free prior (see S
 CHECKPOINT = "checkpoint.pt"
 
 
-def domain_region(spec: ChainSpec, sessions: list[Session], lo: np.ndarray, hi: np.ndarray) -> ArmRegion:
+def domain_region(spec: ArmLinks, sessions: list[Session], lo: np.ndarray, hi: np.ndarray) -> ArmRegion:
     """Where the labels take a reading for the arm: inside some link's domain box at that pose
     (description kinematics); what lies outside every one is background (a table, a wall)."""
     q = np.concatenate([session.q for session in sessions])
     return ArmRegion(link_poses_numpy(spec, q), lo, hi)
 
 
-def check_previous(previous, kind: str, spec: ChainSpec | None, joint_names: list[str] | None = None) -> None:
+def check_previous(previous, kind: str, spec: ArmLinks | None, joint_names: list[str] | None = None) -> None:
     """A previous model to start from must be of the same kind and the same chain."""
     where = str(previous.folder or "the previous model")
     if previous.kind != kind:
@@ -84,10 +84,10 @@ def start_from(model, previous) -> None:
                          f"({', '.join((unexpected or missing)[:3])}).")
 
 
-def described_owners(spec: ChainSpec, data: TrainingData, described: dict, deltas: np.ndarray | None = None) -> np.ndarray:
+def described_owners(spec: ArmLinks, data: TrainingData, described: dict, deltas: np.ndarray | None = None) -> np.ndarray:
     """(M,) for every labelled point: the link whose description alone holds it at its configuration
     (description kinematics with the placement corrections ``deltas`` (dof, 6)), else -1. Only points
-    labelled occupied get an owner. Links that move as one body (``ChainSpec.rigid_groups``) share
+    labelled occupied get an owner. Links that move as one body (``ArmLinks.rigid_groups``) share
     every motion, so the data never says which of them a reading outside their descriptions belongs
     to: such a point goes to the member whose description is nearest, when that is the nearest
     description of all (else the hand's readings are up for grabs, and a closed finger's network
@@ -211,7 +211,7 @@ class SelfModelTrainer:
             if first is None:
                 raise InputError("no session given.")
             urdf_path = Path(urdf_path) if urdf_path is not None else first.urdf_path
-            spec = ChainSpec.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
+            spec = ArmLinks.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
             check_joint_names(spec, first.joint_names, str(urdf_path))
             domains = self._domains(spec, urdf_path, first.tip_link)
             if previous is not None:
@@ -263,7 +263,7 @@ class SelfModelTrainer:
         held.update(self.hold)
         return held
 
-    def _domains(self, spec: ChainSpec, urdf_path: Path, tip_link: str) -> tuple[np.ndarray, np.ndarray]:
+    def _domains(self, spec: ArmLinks, urdf_path: Path, tip_link: str) -> tuple[np.ndarray, np.ndarray]:
         """Per link, the box (lo (L, 3), hi (L, 3)) in its frame where its matter can be."""
         meshes = link_meshes(urdf_path, spec.link_names)
         lo, hi = [], []
@@ -280,7 +280,7 @@ class SelfModelTrainer:
             hi.append(corners.max(axis=0) + margin)
         return np.array(lo), np.array(hi)
 
-    def _prior_pool(self, model: StructuredSelfModel, spec: ChainSpec, data: TrainingData, sessions: list[Session],
+    def _prior_pool(self, model: StructuredSelfModel, spec: ArmLinks, data: TrainingData, sessions: list[Session],
                     rng: np.random.Generator, described: dict, deltas: np.ndarray | None = None,
                     region: ArmRegion | None = None, per_link: int = 30_000) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per link: candidate points (n, 3) in the link frame, (n,) labels and (n,) owners (link

@@ -23,7 +23,7 @@ from capture.session import Session
 from rigs.errors import InputError, setting
 from rigs.files import (TEMPORARY_TAG, atomic_write_json, clean_leftovers, current_umask, is_locked, locked_folder,
                         make_parents, read_json, remove_empty_folders, rename_no_replace)
-from selfmodel.discovery.chain_discovery import DiscoveredChain
+from selfmodel.discovery.chain_discovery import DiscoveredArm
 from selfmodel.discovery.urdf_writer import discover_urdf
 from selfmodel.inspect.changes import what_changed
 from selfmodel.labels.depth import check_depth_sessions, check_no_depth, no_depth_summary
@@ -53,7 +53,7 @@ class TrainedModel:
     result: TrainResult
     no_depth: dict
     changes: dict | None = None
-    discovered: DiscoveredChain | None = None
+    discovered: DiscoveredArm | None = None
 
 
 def partial_folder(out: Path) -> Path:

@@ -21,20 +21,20 @@ import torch
 
 from rigs import urdf as urdf_io
 from rigs.errors import InputError, setting
-from rigs.transforms import exp6
+from rigs.transforms import exp6, joint_motions
 
 
 @dataclass(frozen=True)
-class ChainJoint:
+class LinkJoint:
     name: str
     type: str  # revolute, continuous, prismatic or fixed
-    parent_index: int  # index into ChainSpec.link_names
+    parent_index: int  # index into ArmLinks.link_names
     origin: np.ndarray  # (4, 4) parent link frame
     axis: np.ndarray  # (3,)
 
 
 @dataclass(frozen=True)
-class ChainSpec:
+class ArmLinks:
     """Links (base first) and the joints that place them; ``joints[k]`` places ``link_names[k + 1]``.
 
     The chain from base to tip comes first; then every link hanging off it by other joints (gripper
@@ -45,12 +45,12 @@ class ChainSpec:
     """
 
     link_names: list[str]
-    joints: list[ChainJoint]
+    joints: list[LinkJoint]
     joint_names: list[str]  # movable joints, base to tip: the order of q
     held: dict[str, float] = field(default_factory=dict)  # off-chain movable joints and their positions
 
     @classmethod
-    def from_urdf(cls, path: Path, base_link: str, tip_link: str, held: dict[str, float] | None = None) -> "ChainSpec":
+    def from_urdf(cls, path: Path, base_link: str, tip_link: str, held: dict[str, float] | None = None) -> "ArmLinks":
         tree = urdf_io.parse_urdf(path)
         chain = urdf_io.chain(tree, base_link, tip_link, path)
         held = dict(held or {})
@@ -72,7 +72,7 @@ class ChainSpec:
             if foldable(joint):
                 carried[joint.child] = (carrier, carrier_T_parent @ origin)
                 return
-            joints.append(ChainJoint(joint.name, kind, links.index(carrier), carrier_T_parent @ origin, joint.axis))
+            joints.append(LinkJoint(joint.name, kind, links.index(carrier), carrier_T_parent @ origin, joint.axis))
             links.append(joint.child)
             carried[joint.child] = (joint.child, np.eye(4))
 
@@ -141,7 +141,7 @@ def joint_motion(kind: str, axis: np.ndarray, value: float) -> np.ndarray:
     return motion
 
 
-def check_joint_names(spec: ChainSpec, expected: list[str], where: str) -> None:
+def check_joint_names(spec: ArmLinks, expected: list[str], where: str) -> None:
     """The chain's movable joints must be the session's, in the same order."""
     if list(spec.joint_names) != list(expected):
         raise InputError(f"{where}: its joints from base to tip ({', '.join(spec.joint_names)}) do not match "
@@ -172,10 +172,10 @@ def _rotation_about(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class TorchChain(torch.nn.Module):
-    """Forward kinematics of a :class:`ChainSpec` with learnable joint placement corrections."""
+class TorchArmLinks(torch.nn.Module):
+    """Forward kinematics of :class:`ArmLinks` with learnable joint placement corrections."""
 
-    def __init__(self, spec: ChainSpec):
+    def __init__(self, spec: ArmLinks):
         super().__init__()
         self.spec = spec
         self.register_buffer("origins", torch.tensor(np.stack([j.origin for j in spec.joints]), dtype=torch.float32))
@@ -215,10 +215,13 @@ class TorchChain(torch.nn.Module):
         return {self.spec.joints[k].name: self.spec.joints[k].origin @ corrections[i] for i, k in enumerate(self.movable)}
 
 
-def link_poses_numpy(spec: ChainSpec, q: np.ndarray, deltas: np.ndarray | None = None) -> np.ndarray:
+def link_poses_numpy(spec: ArmLinks, q: np.ndarray, deltas: np.ndarray | None = None) -> np.ndarray:
     """Forward kinematics: q (N, dof) -> (N, L, 4, 4) float64; the URDF's own without ``deltas``
     (dof, 6), else with those placement corrections (the convention of the module docstring)."""
     q = np.atleast_2d(np.asarray(q, dtype=float))
+    movable = [joint for joint in spec.joints if joint.type != "fixed"]
+    motions = joint_motions(np.array([joint.axis for joint in movable]).reshape(-1, 3),
+                            np.array([joint.type == "prismatic" for joint in movable], bool), q)
     poses = [np.broadcast_to(np.eye(4), (len(q), 4, 4))]
     movable_index = 0
     for joint in spec.joints:
@@ -227,16 +230,7 @@ def link_poses_numpy(spec: ChainSpec, q: np.ndarray, deltas: np.ndarray | None =
             origin = origin @ exp6(deltas[movable_index])
         pose = poses[joint.parent_index] @ origin
         if joint.type != "fixed":
-            value = q[:, movable_index]
-            motion = np.broadcast_to(np.eye(4), (len(q), 4, 4)).copy()
-            if joint.type == "prismatic":
-                motion[:, :3, 3] = value[:, None] * joint.axis
-            else:
-                x, y, z = joint.axis
-                k = np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
-                s, c = np.sin(value)[:, None, None], np.cos(value)[:, None, None]
-                motion[:, :3, :3] = np.eye(3) + s * k + (1 - c) * (k @ k)
-            pose = pose @ motion
+            pose = pose @ motions[:, movable_index]
             movable_index += 1
         poses.append(pose)
     return np.stack(poses, axis=1)

@@ -28,7 +28,7 @@ from capture.session import Session
 from rigs import urdf as urdf_io
 from rigs.errors import InputError
 from rigs.files import inside_folder, output_folder
-from selfmodel.model.chain import ChainSpec, TorchChain
+from selfmodel.model.chain import ArmLinks, TorchArmLinks
 from selfmodel.model.corrections import JointCorrections
 from selfmodel.model.folder import (CONFIG, SurfaceSamples, read_config, read_surface, read_weights,
                                     write_folder)
@@ -46,7 +46,7 @@ class SelfModel(nn.Module):
     - ``joint_names``: the movable joints, base to tip: the order of q's columns.
     - ``workspace_lo``, ``workspace_hi``: (3,) float32, m, base frame: the box the data covered.
     - ``hyper``: the network's sizes (dict; ``config()`` adds what rebuilds it).
-    - ``spec``: the :class:`ChainSpec` the model poses its links with (structured); None for a
+    - ``spec``: the :class:`ArmLinks` the model poses its links with (structured); None for a
       free model, which knows no chain.
     - ``link_names``: the links, base to tip (structured), else None.
     - ``folder``: Path where the model was saved or loaded from; None for a model fresh from
@@ -72,7 +72,7 @@ class SelfModel(nn.Module):
       the training data per owner link (structured).
 
     What only one kind's networks have is declared by that kind: a structured model's ``chain``
-    (:class:`TorchChain`, the learnable placements), ``domains_lo``, ``domains_hi`` ((L, 3) m, each
+    (:class:`TorchArmLinks`, the learnable placements), ``domains_lo``, ``domains_hi`` ((L, 3) m, each
     link's box in its frame) and ``networks``; a free model's ``q_lo``, ``q_hi`` ((dof,) rad) and
     ``network``.
     """
@@ -87,7 +87,7 @@ class SelfModel(nn.Module):
         self.workspace_lo = np.asarray(workspace_lo, dtype=np.float32)
         self.workspace_hi = np.asarray(workspace_hi, dtype=np.float32)
         self.hyper: dict = {}
-        self.spec: ChainSpec | None = None
+        self.spec: ArmLinks | None = None
         self.link_names: list[str] | None = None
         self.folder: Path | None = None
         self.urdf_path: Path | None = Path(urdf_path) if urdf_path is not None else None
@@ -192,12 +192,12 @@ class StructuredSelfModel(SelfModel):
 
     kind = "structured"
 
-    def __init__(self, spec: ChainSpec, domains_lo: np.ndarray, domains_hi: np.ndarray, workspace_lo: np.ndarray,
+    def __init__(self, spec: ArmLinks, domains_lo: np.ndarray, domains_hi: np.ndarray, workspace_lo: np.ndarray,
                  workspace_hi: np.ndarray, hidden: int = 96, layers: int = 3, frequencies: int = 6,
                  urdf_path: Path | None = None, base_link: str | None = None, tip_link: str | None = None):
         super().__init__(spec.joint_names, workspace_lo, workspace_hi, urdf_path, base_link, tip_link, spec.held)
         self.spec = spec
-        self.chain = TorchChain(spec)
+        self.chain = TorchArmLinks(spec)
         self.link_names = list(spec.link_names)
         self.domains_lo = np.asarray(domains_lo, dtype=np.float32)  # (L, 3) m, each link's domain box in its frame
         self.domains_hi = np.asarray(domains_hi, dtype=np.float32)
@@ -272,7 +272,7 @@ class StructuredSelfModel(SelfModel):
         corrected = inside_folder(folder, config["corrected_urdf"], f"{folder / CONFIG}: key 'corrected_urdf'",
                                   "URDF path")
         urdf_io.check_meshes(urdf)
-        spec = ChainSpec.from_urdf(urdf, config["base_link"], config["tip_link"], config.get("held_joints") or {})
+        spec = ArmLinks.from_urdf(urdf, config["base_link"], config["tip_link"], config.get("held_joints") or {})
         if spec.link_names != config["link_names"] or spec.joint_names != config["joint_names"]:
             raise InputError(f"{folder / CONFIG}: its links and joints are not those of the chain of {urdf.name} "
                              f"({spec.link_names}; {spec.joint_names}).")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from rigs.kinematics import ChainModel
+from rigs.kinematics import ArmModel
 from rigs.transforms import make_transform
 
 HERE = Path(__file__).parent
@@ -24,7 +24,7 @@ TARGETS = {"smr1": [0.03, 0.0, 0.02], "smr2": [-0.02, 0.04, 0.03], "smr3": [0.0,
 
 
 def main() -> None:
-    chain = ChainModel.from_urdf(HERE / "robot" / "arm3.urdf", "base_link", "tool0")
+    chain = ArmModel.from_urdf(HERE / "robot" / "arm3.urdf", "base_link", "tool0")
     rng = np.random.default_rng(3)
     q = rng.uniform(-1.2, 1.2, (6, 3))
     payload = np.array([0.0, 0.0, 2.5, 2.5, 5.0, 5.0])
