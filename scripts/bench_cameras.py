@@ -170,7 +170,7 @@ def label_figures(workdir: Path, session_path: Path, settings, name: str) -> dic
         log(f"label errors ({name}) ...")
         session = load_session(session_path)
         spec = ArmLinks.from_urdf(session.urdf_path, session.base_link, session.tip_link)
-        domains = SelfModelTrainer(steps=1)._domains(spec, session.urdf_path)
+        domains = SelfModelTrainer(steps=1)._domains(spec, session.urdf_path, session.tip_link)
         data = depth_training_data([session], settings, np.random.default_rng(0),
                                    arm_region=domain_region(spec, [session], *domains))
         return label_errors(data, session, np.random.default_rng(1))

@@ -219,6 +219,7 @@ def learned_rows(workdir: Path, model_path: Path, heldout: Path, poses: int, bud
 
     from capture.session import load_session
     from selfmodel.export.exporter import CollisionExporter, export_model
+    from selfmodel.export.settings import SphereSettings
     from selfmodel.export.spheres import SphereCover
 
     truth, tip, arm_tip, board = true_parts(heldout, poses)
@@ -227,7 +228,7 @@ def learned_rows(workdir: Path, model_path: Path, heldout: Path, poses: int, bud
     for name, board_spheres in (("before", 0), (f"after, board {board_budget}", board_budget)):
         out = workdir / f"export-board-{board_spheres}"
         start = time.perf_counter()
-        exporter = CollisionExporter(max_spheres=budget, board_spheres=board_spheres, seed=0)
+        exporter = CollisionExporter(spheres=SphereSettings(max_spheres=budget, board_spheres=board_spheres), seed=0)
         report = export_model(model_path, out, exporter, force=True)
         seconds = time.perf_counter() - start
         covers = {link: SphereCover(np.array([s["center"] for s in items]), np.array([s["radius"] for s in items]))

@@ -49,6 +49,7 @@ def figures(workdir: Path, rig: str, steps: int, sigmas: list[float]) -> dict:
     from selfmodel.evaluation.export_truth import load_truth
     from selfmodel.export.carving import POSES, SIGMAS, cell_centres, seen_through_cells, training_sessions
     from selfmodel.export.exporter import CollisionExporter, name_recorded_poses
+    from selfmodel.export.settings import BodySettings
     from selfmodel.model.models import SelfModel
 
     folder = model_folder(workdir, rig, steps)
@@ -57,7 +58,7 @@ def figures(workdir: Path, rig: str, steps: int, sigmas: list[float]) -> dict:
     name_recorded_poses(model, folder)
     truth = load_truth(session_path, ["p0000"])
     start = time.perf_counter()
-    staged = CollisionExporter(carve_poses=0).bodies(model, str(folder))
+    staged = CollisionExporter(body=BodySettings(carve_poses=0)).bodies(model, str(folder))
     carved = CollisionExporter().bodies(model, str(folder))
     seconds = time.perf_counter() - start
     sessions, why = training_sessions(folder)

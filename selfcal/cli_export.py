@@ -74,19 +74,18 @@ def export(
     """Export a self-model's body as convex pieces (URDF), cuRobo spheres and a MoveIt SRDF."""
     with user_errors():
         from rigs import urdf as urdf_io
-        from rigs.errors import InputError
         from rigs.files import check_new_output
         from selfmodel.evaluation.export_truth import truth_figures
         from selfmodel.export.exporter import CollisionExporter, export_model
+        from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
 
         check_new_output(out, force)  # before minutes of work, not after
         if ros_package is not None:
             urdf_io.check_package_name(ros_package)
-        if srdf_samples < 1:
-            raise InputError(f"--srdf-samples {srdf_samples}: need at least one configuration.")
-        exporter = CollisionExporter(max_spheres=spheres, board_spheres=board_spheres, max_pieces=pieces, margin=parse_margin(margin),
-                                     voxel=voxel_mm / 1000.0, srdf_samples=srdf_samples, seed=seed)
-        exporter.check()
+        # Every setting is checked here, as the exporter is made: a bad one costs nothing.
+        exporter = CollisionExporter(spheres=SphereSettings(max_spheres=spheres, board_spheres=board_spheres),
+                                     pieces=PieceSettings(max_pieces=pieces), body=BodySettings(voxel=voxel_mm / 1000.0),
+                                     margin=MarginSettings(parse_margin(margin)), srdf_samples=srdf_samples, seed=seed)
         from selfmodel.model.models import SelfModel
         from selfmodel.model.runtime import resolve_device
 

@@ -182,15 +182,13 @@ def train(
             raise InputError("--urdf gives the structured model its chain; the free model uses no URDF.")
         if no_urdf and (urdf is not None or kind == "free"):
             raise InputError("--no-urdf discovers the structured model's chain; it goes with neither --urdf nor --kind free.")
-        if threads is not None and threads < 1:
-            raise InputError(f"--threads must be at least 1, got {threads}.")
         # After the URDF is known to exist: a calibration beside it is read for its standard deviations.
         held, placed, calibration = placements_held(placements, urdf, no_urdf, previous)
         known = calibrated_placement_std(calibration) if calibration is not None else None
         from selfmodel.labels.depth import LabelSettings
 
         trainer = SelfModelTrainer(kind=kind, minutes=minutes, steps=steps, seed=seed, threads=threads,
-                                   hold=parse_holds(hold), device=device,
+                                   hold=parse_holds(hold), device=device, description=urdf,
                                    placement=PlacementSettings(hold=held, held_std=known),
                                    labels=LabelSettings(no_depth=parse_no_depth(no_depth)), **extra)
         before = SelfModel.load(previous) if previous is not None else None
@@ -203,7 +201,7 @@ def train(
                "urdf": None if urdf is None or no_urdf else str(urdf), "discovered": no_urdf,
                "cameras": None if cameras is None else str(cameras), "placements": "held" if held else "fitted",
                **({"hold": list(hold)} if hold else {}), **({"previous": str(previous)} if previous is not None else {})}
-        trained = train_model(loaded, out, trainer, urdf, run, resume=resume, previous=before, discover=no_urdf,
+        trained = train_model(loaded, out, trainer, run, resume=resume, previous=before, discover=no_urdf,
                               fitted_board_mount=fitted_board_mount(calibration), bars=progress_bar)
         result, zeros, changes, discovered = trained.result, trained.no_depth, trained.changes, trained.discovered
         summary = {"model": str(out), "kind": kind, "steps": result.steps, "seconds": round(result.seconds, 1),

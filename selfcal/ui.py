@@ -99,6 +99,8 @@ SETTING_FLAGS = {
     "calibration_dir": "--calibration",
     "cameras": "--camera",
     "depth_sigma_at_1m": "--depth-noise",
+    "description": "--urdf",
+    "discover": "--no-urdf",
     "false_free_max_pct": "--false-free-max",
     "far_range_m": "--far-range",
     "flange_file": "--flange-poses",
@@ -110,6 +112,7 @@ SETTING_FLAGS = {
     "random_count": "--poses",
     "steps": "--sweep-steps",
     "targets": "--target",
+    "voxel": "--voxel",
 }
 
 

@@ -112,8 +112,10 @@ class FreeStandIn(SelfModel):
 def exported(tmp_path_factory):
     """The stand-in exported once with the defaults (automatic margin)."""
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
-    exporter = CollisionExporter(max_spheres=36, max_pieces=4, srdf_samples=10_000, voxel=0.004, seed=0)
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+                                 body=BodySettings(voxel=0.004), srdf_samples=10_000, seed=0)
     fitted = exporter.fit(StandInModel())
     out = tmp_path_factory.mktemp("export") / "collision"
     report = fitted.save(out, URDF, exporter.srdf_samples)
@@ -176,9 +178,10 @@ def test_every_link_grows_by_its_own_measured_margin(exported):
     assert min(fitted.margins.values()) < 0.5 * max(fitted.margins.values())
     # A given margin grows every link by the same.
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
 
-    given = CollisionExporter(max_spheres=36, max_pieces=4, voxel=0.004, margin=0.002, sphere_iterations=0,
-                              seed=0).fit(StandInModel())
+    given = CollisionExporter(spheres=SphereSettings(max_spheres=36, iterations=0), pieces=PieceSettings(max_pieces=4),
+                              body=BodySettings(voxel=0.004), margin=MarginSettings(0.002), seed=0).fit(StandInModel())
     assert given.margin_mode == "given" and set(given.margins.values()) == {0.002}
 
 
@@ -270,10 +273,12 @@ def test_free_model_bodies_come_from_what_stays_put_in_each_link_frame():
     """A free model knows no links; cut by the URDF's frames, its export still covers the arm."""
     from selfmodel.export.bodies import pieces_contain
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
     from selfmodel.model.chain import link_poses_numpy
 
-    fitted = CollisionExporter(max_spheres=36, max_pieces=4, voxel=0.007, free_configurations=8, margin_samples=2000,
-                               margin_climbs=50, seed=1).fit(FreeStandIn())
+    fitted = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+                               body=BodySettings(voxel=0.007, free_configurations=8),
+                               margin=MarginSettings(samples=2000, climbs=50), seed=1).fit(FreeStandIn())
     assert set(fitted.links) == set(SHAPES)
     assert fitted.margin < 0.0105  # within 1.5 cells of the 7 mm grid, not the neighbours' bodies (centimetres)
     # A free model's link bodies are what stays put across configurations: every link takes the
@@ -300,16 +305,18 @@ def test_free_model_bodies_come_from_what_stays_put_in_each_link_frame():
 
 def test_empty_link_body_is_named():
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings
 
     with pytest.raises(InputError, match=r"link 'link1' has an empty body"):
-        CollisionExporter(voxel=0.008).fit(StandInModel(empty_link="link1"))
+        CollisionExporter(body=BodySettings(voxel=0.008)).fit(StandInModel(empty_link="link1"))
 
 
 def test_margin_that_would_swallow_the_arm_is_refused():
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, MarginSettings
 
     with pytest.raises(InputError, match="would swallow the arm"):
-        CollisionExporter(margin=0.08, voxel=0.008).fit(StandInModel())
+        CollisionExporter(margin=MarginSettings(0.08), body=BodySettings(voxel=0.008)).fit(StandInModel())
 
 
 def test_existing_output_folder_is_refused_without_force(exported, tmp_path):

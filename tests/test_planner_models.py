@@ -34,8 +34,10 @@ class RecordedStandIn(StandInModel):
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
-    exporter = CollisionExporter(max_spheres=36, max_pieces=4, srdf_samples=4000, voxel=0.004, seed=0)
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+                                 body=BodySettings(voxel=0.004), srdf_samples=4000, seed=0)
     fitted = exporter.fit(RecordedStandIn())
     out = tmp_path_factory.mktemp("planner") / "collision"
     report = fitted.save(out, URDF, exporter.srdf_samples)
@@ -120,11 +122,13 @@ def test_curobo_config_names_only_existing_links_and_files(written):
 def test_bodies_that_overlap_where_the_arm_stood_are_refused_with_links_poses_and_depth(tmp_path):
     """A recorded pose with link2 swung down through the base cannot be real: say so, write nothing."""
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
     recorded = np.vstack([RECORDED, [[0.0, 1.75]]])
     with pytest.raises(InputError, match=r"bodies of base and link2 overlap by up to \d+ mm at 1 of 26 recorded poses "
                                          r"\(p0025 \(\d+ mm\)\)"):
-        fitted = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.006).fit(RecordedStandIn(recorded))
+        fitted = CollisionExporter(spheres=SphereSettings(max_spheres=12), pieces=PieceSettings(max_pieces=2),
+                                   body=BodySettings(voxel=0.006)).fit(RecordedStandIn(recorded))
         fitted.save(tmp_path / "collision", URDF, 500)
     assert not (tmp_path / "collision").exists()
 
@@ -133,10 +137,12 @@ def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp
     """link2 swung low (but clear of the base) where the arm stood: the inflated pieces of the two
     come within the margin of each other there, are cut apart, and the pose is free."""
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
     from selfmodel.export.world import CollisionWorld
 
     low = np.array([[0.0, 1.14], [np.pi / 2, 1.14]])  # link2 10 mm clear of the base's top edge
-    fitted = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.006, margin=0.008).fit(RecordedStandIn(low))
+    fitted = CollisionExporter(spheres=SphereSettings(max_spheres=12), pieces=PieceSettings(max_pieces=2),
+                               body=BodySettings(voxel=0.006), margin=MarginSettings(0.008)).fit(RecordedStandIn(low))
     report = fitted.save(tmp_path / "collision", URDF, 500)
     assert report["separation"]["piece_cuts"] >= 1
     world = CollisionWorld(tmp_path / "collision" / "robot.urdf", JOINTS, "base", srdf=tmp_path / "collision" / "robot.srdf")

@@ -108,12 +108,14 @@ def recorded_configurations(urdf: Path, joints: list[str], base: str, tip: str, 
 @pytest.fixture(scope="module")
 def xarm(tmp_path_factory):
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
     from selfmodel.export.srdf import joint_limits
 
     urdf = xarm_urdf()
     model = TrueMeshModel(urdf, "link_base", "link6", recorded_configurations(urdf, JOINTS, "link_base", "link6", 12, 3))
-    exporter = CollisionExporter(max_spheres=28, max_pieces=3, voxel=0.006, srdf_samples=1500, margin_samples=3000,
-                                 margin_climbs=40, seed=0)
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=28), pieces=PieceSettings(max_pieces=3),
+                                 body=BodySettings(voxel=0.006), margin=MarginSettings(samples=3000, climbs=40),
+                                 srdf_samples=1500, seed=0)
     fitted = exporter.fit(model)
     out = tmp_path_factory.mktemp("xarm6") / "collision"
     report = fitted.save(out, urdf, exporter.srdf_samples)
@@ -217,6 +219,7 @@ def test_panda_with_closed_fingers_exports_the_whole_body_once_free_where_it_sto
     import pybullet_data
 
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
     from selfmodel.export.srdf import joint_limits
     from selfmodel.export.world import CollisionWorld
 
@@ -227,8 +230,9 @@ def test_panda_with_closed_fingers_exports_the_whole_body_once_free_where_it_sto
     model = TrueMeshModel(urdf, "panda_link0", "panda_hand", recorded, held)
     assert "panda_link8" not in model.link_names
     assert model.link_names[-3:] == ["panda_hand", "panda_leftfinger", "panda_rightfinger"]
-    exporter = CollisionExporter(max_spheres=40, max_pieces=2, voxel=0.006, srdf_samples=1500, margin_samples=3000,
-                                 margin_climbs=40, seed=0)
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=40), pieces=PieceSettings(max_pieces=2),
+                                 body=BodySettings(voxel=0.006), margin=MarginSettings(samples=3000, climbs=40),
+                                 srdf_samples=1500, seed=0)
     out = tmp_path / "collision"
     report = exporter.fit(model).save(out, urdf, exporter.srdf_samples)
     assert report["held_joints"] == held and report["recorded_poses_in_collision"]["pieces"]["poses"] == 0

@@ -25,7 +25,7 @@ from selfcal.cli import app
 from selfmodel.evaluation.metrics import evaluate, true_arm
 from selfmodel.inspect.meshing import arm_mesh, save_mesh
 from selfmodel.labels.depth import LabelSettings, depth_training_data
-from selfmodel.learn.trainer import SelfModelTrainer
+from selfmodel.learn.trainer import Checkpoint, SelfModelTrainer
 from selfmodel.model.models import SelfModel
 
 DATA = Path(__file__).parent / "data" / "selfmodel"
@@ -142,8 +142,8 @@ def test_interrupted_training_resumes_to_the_same_model(sessions, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        small_trainer(steps=16).fit([session], checkpoint_dir=tmp_path, progress=interrupt)
-    resumed = small_trainer(steps=16).fit([session], checkpoint_dir=tmp_path, resume=True)
+        small_trainer(steps=16).fit([session], progress=interrupt, checkpoint=Checkpoint(tmp_path))
+    resumed = small_trainer(steps=16).fit([session], checkpoint=Checkpoint(tmp_path, resume=True))
     assert resumed.steps == 16
     for key, value in straight.items():
         assert torch.equal(value, resumed.model.state_dict()[key]), key

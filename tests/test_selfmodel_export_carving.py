@@ -102,8 +102,9 @@ def _cells(body) -> np.ndarray:
 
 def _bodies(model, **options):
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings
 
-    return CollisionExporter(voxel=0.004, **options).bodies(model, "model")
+    return CollisionExporter(body=BodySettings(voxel=0.004, **options)).bodies(model, "model")
 
 
 def test_a_ghost_slab_the_cameras_saw_through_is_carved_and_the_true_box_kept(rig):
@@ -179,10 +180,12 @@ def test_without_the_training_sessions_nothing_is_carved_and_the_report_warns(ri
 @pytest.mark.slow  # a whole export loaded into the planner at every recorded pose
 def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_path):
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
 
     model = GhostModel(rig["folder"], rig["session"])
-    exporter = CollisionExporter(max_spheres=12, max_pieces=2, voxel=0.004, srdf_samples=300, sphere_iterations=30,
-                                 margin_samples=2000, margin_climbs=50)
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=12, iterations=30), pieces=PieceSettings(max_pieces=2),
+                                 body=BodySettings(voxel=0.004), margin=MarginSettings(samples=2000, climbs=50),
+                                 srdf_samples=300)
     fitted = exporter.fit(model)
     report = fitted.save(tmp_path / "collision", model.urdf_path, exporter.srdf_samples)
     assert report["recorded_poses_in_collision"]["configurations"] == 16

@@ -141,10 +141,10 @@ def test_the_board_group_holds_the_plate_and_frees_the_arm(grouped):
 
 def test_a_negative_board_budget_is_refused():
     from rigs.errors import InputError
-    from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import SphereSettings
 
     with pytest.raises(InputError, match="^board_spheres -1"):
-        CollisionExporter(board_spheres=-1).check()
+        SphereSettings(board_spheres=-1)
 
 
 @pytest.fixture(scope="module")
@@ -153,13 +153,15 @@ def board_export(tmp_path_factory):
     from test_export import URDF, StandInModel
 
     from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
     model = StandInModel()
     # A 5 x 4 board of 20 mm squares facing along the tip's x axis, 5 mm past link2's end.
     rotation = trimesh.transformations.rotation_matrix(np.pi / 2, [0, 1, 0])
     model.board = {"squares": [5, 4], "square_m": 0.02,
                    "tip_T_board_nominal": (trimesh.transformations.translation_matrix([0.359, 0, 0]) @ rotation).tolist()}
-    exporter = CollisionExporter(max_spheres=24, board_spheres=30, max_pieces=4, srdf_samples=2000, voxel=0.003, seed=0)
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=24, board_spheres=30), pieces=PieceSettings(max_pieces=4),
+                                 body=BodySettings(voxel=0.003), srdf_samples=2000, seed=0)
     fitted = exporter.fit(model)
     out = tmp_path_factory.mktemp("board") / "collision"
     report = fitted.save(out, URDF, exporter.srdf_samples)

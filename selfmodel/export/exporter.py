@@ -38,12 +38,13 @@ from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
 from selfmodel.export.bodies import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                      pieces_outside_distance)
-from selfmodel.export.carving import POSES as CARVE_POSES, SIGMAS as CARVE_SIGMAS, Carving, carve
+from selfmodel.export.carving import Carving, carve
 from selfmodel.export.curobo import dump, robot_document, spheres_document
 from selfmodel.export.margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
                                      own_level_set)
 from selfmodel.export.separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
                                          without_cells)
+from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
 from selfmodel.export.sources import (board_report, free_model_description, free_model_sessions, less_parent,
                                       link_sources)
 from selfmodel.export.sphere_fit import Contact
@@ -57,7 +58,6 @@ from selfmodel.model.folder import training_session_paths
 from selfmodel.model.models import FreeSelfModel, SelfModel, StructuredSelfModel
 
 Progress = Callable[[int, int], None]
-BOARD_SPHERES = 64  # the declared calibration board's own sphere group (0: the board counts as the tip's)
 
 
 @dataclass
@@ -195,66 +195,40 @@ def chain_of(model: SelfModel):
     return ArmLinks.from_urdf(Path(model.urdf_path), model.base_link, model.tip_link, model.held_joints)
 
 
+@dataclass
 class CollisionExporter:
-    """Configure, then ``fit(model)`` -> :class:`CollisionExport`; its ``save`` puts it on disk.
+    """Configure, then ``fit(model, progress=None)`` -> :class:`CollisionExport`; its ``save`` puts it
+    on disk.
 
-    ``max_spheres``: the sphere budget for the arm's links. ``board_spheres``: the budget of the
-    calibration board the session declares on the tip, its own group (:mod:`selfmodel.export.sphere_groups`;
-    0: the board is part of the tip's body and budget). ``margin``: metres, or None for the
-    automatic margin. ``voxel``: grid spacing of the bodies (m). ``overlap_tolerance``: how deep (m)
-    inside both of two links' learned bodies space they both claim at a recorded configuration may
-    lie before the model is refused (shallower overlap is settled: see selfmodel.export.separation).
-    ``free_configurations``: how many configurations define a free model's link bodies, and
-    ``free_consistency`` the mean occupancy across them that counts as the link's body.
-    ``sphere_iterations``: steps of the joint sphere fit (:mod:`selfmodel.export.sphere_fit`; 0: the greedy
-    cover as it is). ``carve_poses``: a body cell goes where the training sessions' cameras saw
-    through it at this many recorded poses (0: no carving), the reading beyond it by ``carve_sigmas``
-    depth noise sigmas (:mod:`selfmodel.export.carving`).
+    The settings come in groups by the stage that reads them (:mod:`selfmodel.export.settings`), each
+    checked when it is made: ``body`` (:class:`BodySettings`: grid spacing, a free model's bodies,
+    overlap, carving), ``pieces`` (:class:`PieceSettings`), ``spheres`` (:class:`SphereSettings`: the
+    arm's and the board's budgets, the fit's iterations) and ``margin`` (:class:`MarginSettings`:
+    given or automatic). ``srdf_samples``: random configurations tested for the SRDF's disabled
+    pairs. ``seed``: of the sphere fit, the margin search and the SRDF sampling.
     """
 
-    def __init__(self, max_spheres: int = 64, board_spheres: int = BOARD_SPHERES, max_pieces: int = 8, margin: float | None = None,
-                 voxel: float = 0.003, max_piece_vertices: int = 64, srdf_samples: int = 10_000,
-                 margin_samples: int = 20_000, margin_climbs: int = 300, free_configurations: int = 12,
-                 free_consistency: float = 0.8, overlap_tolerance: float = 0.015, sphere_iterations: int = 250,
-                 carve_poses: int = CARVE_POSES, carve_sigmas: float = CARVE_SIGMAS, seed: int = 0):
-        self.max_spheres = max_spheres
-        self.board_spheres = board_spheres
-        self.max_pieces = max_pieces
-        self.margin = margin
-        self.voxel = voxel
-        self.max_piece_vertices = max_piece_vertices
-        self.srdf_samples = srdf_samples
-        self.margin_samples = margin_samples
-        self.margin_climbs = margin_climbs
-        self.free_configurations = free_configurations
-        self.free_consistency = free_consistency
-        self.overlap_tolerance = overlap_tolerance
-        self.sphere_iterations = sphere_iterations
-        self.carve_poses = carve_poses
-        self.carve_sigmas = carve_sigmas
-        self.seed = seed
+    body: BodySettings = field(default_factory=BodySettings)
+    pieces: PieceSettings = field(default_factory=PieceSettings)
+    spheres: SphereSettings = field(default_factory=SphereSettings)
+    margin: MarginSettings = field(default_factory=MarginSettings)
+    srdf_samples: int = 10_000
+    seed: int = 0
 
-    def check(self) -> None:
-        if self.max_spheres < 1:
-            raise InputError(f"{setting('max_spheres')} {self.max_spheres}: need at least one sphere a link.")
-        if self.board_spheres < 0:
-            raise InputError(f"{setting('board_spheres')} {self.board_spheres}: must be >= 0.")
-        if self.max_pieces < 1:
-            raise InputError(f"{setting('max_pieces')} {self.max_pieces}: need at least one convex piece a link.")
-        if self.max_piece_vertices < 8:
-            raise InputError(f"max piece vertices {self.max_piece_vertices}: need at least 8.")
-        if self.margin is not None and not (math.isfinite(self.margin) and self.margin >= 0):
-            raise InputError(f"{setting('margin')} {self.margin * 1000:g} mm: the margin must be a finite number >= 0.")
-        if not self.voxel > 0:
-            raise InputError(f"voxel {self.voxel}: must be > 0.")
+    def __post_init__(self):
+        for name, kind in (("body", BodySettings), ("pieces", PieceSettings), ("spheres", SphereSettings),
+                           ("margin", MarginSettings)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}.")
+        if self.srdf_samples < 1:
+            raise InputError(f"{setting('srdf_samples')} {self.srdf_samples}: need at least one configuration.")
 
     def bodies(self, model, where: str = "model") -> "Bodies":
         """The learned per-link bodies (link frames), settled apart where the arm really stood."""
-        self.check()
         rng = np.random.default_rng(self.seed)
-        sources = link_sources(model, rng, where, self.free_configurations, self.free_consistency)
-        if self.max_spheres < len(sources):
-            raise InputError(f"{setting('max_spheres')} {self.max_spheres}: the model has {len(sources)} links with a "
+        sources = link_sources(model, rng, where, self.body.free_configurations, self.body.free_consistency)
+        if self.spheres.max_spheres < len(sources):
+            raise InputError(f"{setting('max_spheres')} {self.spheres.max_spheres}: the model has {len(sources)} links with a "
                              f"body; the sphere budget must give each at least one.")
         seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0, "separation": 0.0}
         bodies: dict[str, LinkBody] = {}
@@ -263,14 +237,14 @@ class CollisionExporter:
             start = time.perf_counter()
             occupancy = source.occupancy
             if source.parent is not None and source.parent in bodies:
-                occupancy = less_parent(source, bodies[source.parent], self.free_consistency)
-            bodies[source.link] = link_body(source.link, occupancy, source.lo, source.hi, self.voxel, source.level,
+                occupancy = less_parent(source, bodies[source.parent], self.body.free_consistency)
+            bodies[source.link] = link_body(source.link, occupancy, source.lo, source.hi, self.body.voxel, source.level,
                                             where=where)
             occupancies[source.link] = occupancy
             seconds["bodies"] += time.perf_counter() - start
         # A given margin is checked before minutes of decomposition, a measured one after.
-        if self.margin is not None:
-            check_margin(float(self.margin), bodies, setting("margin"), where)
+        if self.margin.value is not None:
+            check_margin(float(self.margin.value), bodies, setting("margin"), where)
         spec = chain_of(model)
         recorded = recorded_configurations(model)
         kinds = pair_kinds(spec, list(bodies))
@@ -282,7 +256,7 @@ class CollisionExporter:
         # Carving stays with the structured kind: a free model's link bodies are cut from one
         # union by the URDF's frames, and what the depth images would do to those is unmeasured.
         carved, carving = carve(bodies, poses, model.folder if model.kind == "structured" else None,
-                                None if recorded is None else recorded.q, self.carve_poses, self.carve_sigmas)
+                                None if recorded is None else recorded.q, self.body.carve_poses, self.body.carve_sigmas)
         for source in sources:
             if len(carved[source.link]):
                 self._remove_cells(source, bodies, occupancies, carved[source.link], where)
@@ -290,7 +264,7 @@ class CollisionExporter:
         if recorded is not None:
             separation.configurations = len(recorded.q)
             start = time.perf_counter()
-            lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.overlap_tolerance, where, separation)
+            lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.body.overlap_tolerance, where, separation)
             for source in sources:
                 if len(lost[source.link]):
                     self._remove_cells(source, bodies, occupancies, lost[source.link], where)
@@ -304,12 +278,14 @@ class CollisionExporter:
         back what was taken away (and what the removal cut off, dropped as a detached blob)."""
         body = bodies[source.link]
         occupancies[source.link] = without_cells(occupancies[source.link], body, cells)
-        bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi, self.voxel,
+        bodies[source.link] = link_body(source.link, occupancies[source.link], source.lo, source.hi, self.body.voxel,
                                         source.level, where=where)
         source.level_sets = [near_body(without_cells(level_set, body, cells), bodies[source.link])
                              for level_set in source.level_sets]
 
-    def fit(self, model: SelfModel, where: str = "model", progress: Progress | None = None) -> CollisionExport:
+    def fit(self, model: SelfModel, progress: Progress | None = None, *, where: str = "model") -> CollisionExport:
+        """The model's collision geometry. ``progress(done, total)`` after each link's pieces;
+        ``where`` names the model in refusals (its folder)."""
         staged = self.bodies(model, where)
         sources, bodies, occupancies, rng = staged.sources, staged.bodies, staged.occupancies, staged.rng
         spec, recorded, kinds, separation = staged.spec, staged.recorded, staged.kinds, staged.separation
@@ -319,7 +295,7 @@ class CollisionExporter:
             body, occupancy = bodies[source.link], occupancies[source.link]
             start = time.perf_counter()
             try:
-                pieces = convex_pieces(body.mesh, self.max_pieces, self.max_piece_vertices, seed=self.seed)
+                pieces = convex_pieces(body.mesh, self.pieces.max_pieces, self.pieces.max_vertices, seed=self.seed)
             except InputError as error:
                 raise InputError(f"{where}: link {source.link!r}: {error.marked}") from None
             seconds["pieces"] += time.perf_counter() - start
@@ -330,7 +306,7 @@ class CollisionExporter:
                                                need, samples)
             if progress is not None:
                 progress(done + 1, len(sources))
-        if self.margin is None:
+        if self.margin.value is None:
             # Each link grows by what its own level set needs outside its pieces, rounded up to 0.1 mm,
             # not by the largest any link needs: a link that needs 1.4 mm then does not stand out by
             # the 3.4 mm the xArm6's base needs where a planner checks it against its neighbours.
@@ -345,11 +321,11 @@ class CollisionExporter:
             margins = {name: needs[name] if own[name] else margin for name in links}
             check_margin(margin, bodies, "the measured margin", where)
         else:
-            margin, mode = float(self.margin), "given"
+            margin, mode = float(self.margin.value), "given"
             margins = dict.fromkeys(links, margin)
         start = time.perf_counter()
         for name, link in links.items():
-            link.pieces = [_inflate(piece, margins[name], self.max_piece_vertices) for piece in link.pieces]
+            link.pieces = [_inflate(piece, margins[name], self.pieces.max_vertices) for piece in link.pieces]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
         targets, board_targets = self._sphere_targets(model, bodies, margins, rng, where)
@@ -357,8 +333,8 @@ class CollisionExporter:
             limit_spheres(targets + board_targets, bodies, poses, kinds)
         contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
                                              for (a, b), kind in kinds.items() if kind == "checked"]
-        covers, sphere_fit = fit_groups(targets, self.max_spheres, board_targets, self.board_spheres, contacts,
-                                        iterations=self.sphere_iterations, seed=self.seed, rng=rng)
+        covers, sphere_fit = fit_groups(targets, self.spheres.max_spheres, board_targets, self.spheres.board_spheres, contacts,
+                                        iterations=self.spheres.iterations, seed=self.seed, rng=rng)
         separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
         sphere_groups = sphere_fit["groups"]
         for name, cover in covers.items():
@@ -367,7 +343,7 @@ class CollisionExporter:
         if poses is not None:
             start = time.perf_counter()
             cut = separate_pieces({name: link.pieces for name, link in links.items()}, bodies, poses, kinds,
-                                  recorded.pose_ids, self.max_pieces, self.max_piece_vertices, self.voxel,
+                                  recorded.pose_ids, self.pieces.max_pieces, self.pieces.max_vertices, self.body.voxel,
                                   where, separation)
             shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation)
             for name, link in links.items():
@@ -387,8 +363,8 @@ class CollisionExporter:
         own = own_level_set(occupancy, source, body)
         level_sets = source.level_sets or [own]
         samples = np.vstack([
-            level_set_samples(level_set, body.mesh, max(self.margin_samples // len(level_sets), 200),
-                              2.0 * self.voxel, rng)
+            level_set_samples(level_set, body.mesh, max(self.margin.samples // len(level_sets), 200),
+                              2.0 * self.body.voxel, rng)
             for level_set in level_sets])
         if not len(samples):
             return 0.0, 0
@@ -399,8 +375,8 @@ class CollisionExporter:
         distance = outside(samples)
         need = float(distance.max())
         if source.climb:
-            worst = samples[np.argsort(distance)[-min(self.margin_climbs, len(samples)):]]
-            climbed = climb_outward(own, worst, outside, self.voxel, rng)
+            worst = samples[np.argsort(distance)[-min(self.margin.climbs, len(samples)):]]
+            climbed = climb_outward(own, worst, outside, self.body.voxel, rng)
             need = max(need, float(outside(climbed).max()))
         return need, len(samples)
 
@@ -412,8 +388,8 @@ class CollisionExporter:
         bodies = dict(bodies)
         board_targets = []
         tip, plate = model.tip_link, board_mesh(model.board)
-        if plate is not None and tip in bodies and self.board_spheres > 0:
-            arm, board = split_board(bodies[tip], plate, 2 * self.voxel + margins[tip], where)
+        if plate is not None and tip in bodies and self.spheres.board_spheres > 0:
+            arm, board = split_board(bodies[tip], plate, 2 * self.body.voxel + margins[tip], where)
             if board is not None:
                 bodies[tip] = arm
                 target = sphere_target(tip, board, margins[tip], rng)

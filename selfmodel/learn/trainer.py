@@ -1,7 +1,8 @@
 """Training a self-model from depth sessions, in the scikit-learn manner.
 
-``SelfModelTrainer(kind=..., minutes=..., seed=...)`` does nothing until ``fit(sessions, ...)``,
-which returns a :class:`TrainResult` holding the model and what the run did. Deterministic for a
+``SelfModelTrainer(kind=..., minutes=..., seed=..., description=...)`` checks its settings and does
+nothing else until ``fit(sessions, progress=None, previous=None, checkpoint=None)``, which returns a
+:class:`TrainResult` holding the model and what the run did. Deterministic for a
 seed when the length is given in ``steps``; with ``minutes`` the learning-rate schedule follows the
 clock, so how many steps fit depends on the machine's speed (the data, initialisation and batch
 order are still fixed by the seed).
@@ -135,6 +136,20 @@ def overlap(link_logits: torch.Tensor, owner: torch.Tensor | None = None) -> tor
     return (probabilities.sum(dim=1) - kept).mean()
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A run-time hook of :meth:`SelfModelTrainer.fit`: where the run keeps its checkpoint
+    (``folder/checkpoint.pt``, written every minute, at the end and when interrupted) and whether it
+    continues the one there (``resume``; refused when there is none)."""
+
+    folder: Path
+    resume: bool = False
+
+    @property
+    def path(self) -> Path:
+        return Path(self.folder) / CHECKPOINT
+
+
 @dataclass
 class TrainResult:
     """What a run did, for its caller's report: the model (which keeps the same figures in
@@ -152,6 +167,14 @@ class TrainResult:
 
 @dataclass
 class SelfModelTrainer:
+    """Configure, then ``fit(sessions, progress=None, previous=None, checkpoint=None)`` ->
+    :class:`TrainResult`, whose ``model`` saves itself.
+
+    ``description``: the URDF whose chain and meshes the structured model is posed by and fitted
+    against, instead of the first session's own copy (a calibrated robot.urdf, or a chain discovered
+    from the sweeps); the free model reads none. The other settings are commented where they stand.
+    """
+
     kind: str = "structured"
     minutes: float | None = 10.0
     steps: int | None = None  # exact number of steps; overrides minutes
@@ -174,6 +197,7 @@ class SelfModelTrainer:
     device: str = "auto"  # auto (a GPU when torch sees one), cpu or cuda
     labels: LabelSettings = field(default_factory=LabelSettings)
     hold: dict[str, float] = field(default_factory=dict)  # off-chain joints' positions stated by the user (rad or m)
+    description: Path | None = None  # the URDF to train on (None: the first session's); see the class docstring
 
     def __post_init__(self):
         # Settings are checked here and kept as given: the kind's defaults are read through
@@ -185,6 +209,14 @@ class SelfModelTrainer:
         resolve_device(self.device)  # an unknown or unavailable device is refused before any work
         if self.steps is not None and self.steps < 1:
             raise InputError(f"{setting('steps')} must be at least 1, got {self.steps}.")
+        if self.threads is not None and self.threads < 1:
+            raise InputError(f"{setting('threads')} must be at least 1, got {self.threads}.")
+        if self.description is not None:
+            if self.kind == "free":
+                raise InputError(f"{setting('description')} gives the structured model its chain; the free model "
+                                 f"reads no URDF.")
+            if not Path(self.description).is_file():
+                raise InputError(f"{self.description}: URDF not found ({setting('description')}).")
 
     @property
     def start_rate(self) -> float:
@@ -199,10 +231,12 @@ class SelfModelTrainer:
         return self.final_learning_rate if self.final_learning_rate is not None else self.start_rate / 40
 
     # -- the run ------------------------------------------------------------------------------
-    def fit(self, sessions: list[Session], urdf_path: Path | None = None, checkpoint_dir: Path | None = None,
-            resume: bool = False, progress=None, previous: SelfModel | None = None) -> TrainResult:
-        """Train on ``sessions``; with ``previous`` (a loaded model of the same kind and chain) start from
-        its weights, and from its joint corrections (the start and centre of the placement fit)."""
+    def fit(self, sessions: list[Session], progress=None, previous: SelfModel | None = None,
+            checkpoint: Checkpoint | None = None) -> TrainResult:
+        """Train on ``sessions``. ``progress(done, total)`` after every step (per mille of the time, of
+        1000, when the length is in minutes); with ``previous`` (a loaded model of the same
+        kind and chain) start from its weights, and from its joint corrections (the start and centre of
+        the placement fit); ``checkpoint``: where the run keeps its state, and whether it resumes it."""
         set_threads(self.threads)
         rng = np.random.default_rng(self.seed)
         torch.manual_seed(self.seed)
@@ -210,7 +244,7 @@ class SelfModelTrainer:
         if self.kind == "structured":
             if first is None:
                 raise InputError("no session given.")
-            urdf_path = Path(urdf_path) if urdf_path is not None else first.urdf_path
+            urdf_path = Path(self.description) if self.description is not None else first.urdf_path
             spec = ArmLinks.from_urdf(urdf_path, first.base_link, first.tip_link, self.held_joints(sessions))
             check_joint_names(spec, first.joint_names, str(urdf_path))
             domains = self._domains(spec, urdf_path, first.tip_link)
@@ -248,7 +282,7 @@ class SelfModelTrainer:
             prior, owners = None, None
         if previous is not None:
             start_from(model, previous)
-        return self._train(model, data, prior, owners, checkpoint_dir, resume, progress)
+        return self._train(model, data, prior, owners, checkpoint, progress)
 
     def held_joints(self, sessions: list[Session]) -> dict[str, float]:
         """Where the joints off the chain stood: as recorded (``robot.held_joints``), or as stated;
@@ -318,8 +352,8 @@ class SelfModelTrainer:
                           owner[keep].astype(np.int64)))
         return pools
 
-    def _train(self, model, data: TrainingData, prior, owners: np.ndarray | None, checkpoint_dir: Path | None,
-               resume: bool, progress) -> TrainResult:
+    def _train(self, model, data: TrainingData, prior, owners: np.ndarray | None, hook: Checkpoint | None,
+               progress) -> TrainResult:
         device = resolve_device(self.device)
         model.to(device)
         points = torch.from_numpy(data.points).to(device)
@@ -336,10 +370,10 @@ class SelfModelTrainer:
         generator = torch.Generator().manual_seed(self.seed)
         step, total, elapsed = 0, self.steps, 0.0
         history: list[tuple[int, float]] = []
-        checkpoint = Path(checkpoint_dir) / CHECKPOINT if checkpoint_dir is not None else None
-        if resume:
-            if checkpoint is None or not checkpoint.is_file():
-                raise InputError(f"{checkpoint_dir}: nothing to resume (no {CHECKPOINT} from an interrupted run).")
+        checkpoint = hook.path if hook is not None else None
+        if hook is not None and hook.resume:
+            if not checkpoint.is_file():
+                raise InputError(f"{hook.folder}: nothing to resume (no {CHECKPOINT} from an interrupted run).")
 
             state = load_torch(checkpoint, "training checkpoint")
             try:
@@ -351,7 +385,7 @@ class SelfModelTrainer:
                 history = [tuple(row) for row in state["history"].tolist()]
             except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
                 raise InputError(f"{checkpoint}: is not a checkpoint of this training ({type(error).__name__}); "
-                                 f"remove {checkpoint_dir} to start over.") from None
+                                 f"remove {hook.folder} to start over.") from None
         budget = None if self.steps is not None else self.minutes * 60.0
         started = time.perf_counter() - elapsed
         # The batch generator's state where the last finished step left it: an interruption mid-step has

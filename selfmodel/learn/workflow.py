@@ -13,7 +13,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, ContextManager
 
@@ -27,7 +27,7 @@ from selfmodel.discovery.chain_discovery import DiscoveredArm
 from selfmodel.discovery.urdf_writer import discover_urdf
 from selfmodel.inspect.changes import what_changed
 from selfmodel.labels.depth import check_depth_sessions, check_no_depth, no_depth_summary
-from selfmodel.learn.trainer import CHECKPOINT, SelfModelTrainer, TrainResult
+from selfmodel.learn.trainer import CHECKPOINT, Checkpoint, SelfModelTrainer, TrainResult
 
 # ``bars(label, total, unit=...)`` -> a context that yields ``update(done, total)``: the command line's
 # progress bars (selfcal.ui.progress_bar), or nothing.
@@ -125,18 +125,22 @@ def session_board(session: Session, fitted_mount: tuple[np.ndarray, str] | None 
     return {**board, "tip_T_board_fitted": np.asarray(mount, dtype=float).tolist(), "tip_T_board_fitted_from": source}
 
 
-def train_model(sessions: list[Session], out: Path, trainer: SelfModelTrainer, urdf: Path | None, run: dict, *,
+def train_model(sessions: list[Session], out: Path, trainer: SelfModelTrainer, run: dict, *,
                 resume: bool = False, previous=None, discover: bool = False,
                 fitted_board_mount: tuple[np.ndarray, str] | None = None, bars: Bars = no_bars) -> TrainedModel:
     """Train ``trainer`` on ``sessions`` and write the model folder ``out`` (which must not exist).
 
-    ``urdf``: the description to train on (None: each session's own); ``discover``: read none and
-    discover the chain from the first session's sweeps instead. ``run``: the options as the caller
+    The description trained on is the trainer's (``description``, else the first session's own);
+    ``discover``: read none and discover the chain from the first session's sweeps instead, for a
+    trainer that names none. ``run``: the options as the caller
     names them, kept in ``OUT.partial/run.json`` so that ``resume`` continues only the same run (the
     pixels-without-reading summary is added here). ``previous``: a loaded model to start from; what
     changed against it goes to ``changes.json``. ``fitted_board_mount``: see :func:`session_board`.
     ``bars``: progress, as :data:`Bars`.
     """
+    if discover and trainer.description is not None:
+        raise InputError(f"{setting('discover')} finds the chain from the sweeps and reads no description; the trainer names "
+                         f"one ({setting('description')} {trainer.description}).")
     check_depth_sessions(sessions)  # before anything is written: a refusal leaves no folder behind
     check_no_depth(trainer.labels, sessions)
     zeros = no_depth_summary(sessions, trainer.labels)
@@ -149,11 +153,12 @@ def train_model(sessions: list[Session], out: Path, trainer: SelfModelTrainer, u
             scratch = Path(scratch_folder.enter_context(tempfile.TemporaryDirectory(prefix="selfcal-discovered-")))
             with bars("discovering the chain", len(sessions[0].joint_names), unit="joints") as update:
                 discovered, urdf = discover_urdf(sessions[0], scratch, update)
+            trainer = replace(trainer, description=urdf)  # a trainer of its own: the caller's keeps its settings
         with training_folder(out, run, resume) as (partial, continues):
             unit = "steps" if trainer.steps else "‰ of the minutes"
             with bars(f"training {trainer.kind} self-model", trainer.steps, unit=unit) as update:
-                result = trainer.fit(sessions, urdf, checkpoint_dir=partial, resume=continues, progress=update,
-                                     previous=previous)
+                result = trainer.fit(sessions, progress=update, previous=previous,
+                                     checkpoint=Checkpoint(partial, resume=continues))
             model = result.model
             if model.kind == "structured":
                 # The board's nominal mount is in the described tip frame: a discovered chain's tip
