@@ -220,6 +220,7 @@ class Calibrator:
         self._previous: Calibration | None = None
         self.fit_intrinsics = fit_intrinsics
         self.per_session = tuple(per_session)
+        self._check_options()  # a bad setting is refused here, before any session is read
 
     # -- the fit ------------------------------------------------------------------------------------
     def fit(self, sessions: list[Session | Path], progress: Callable[[str], None] | None = None,
@@ -229,7 +230,6 @@ class Calibrator:
         arm and reflectors and move only along what the new data identifies."""
         self._progress = progress or (lambda message: None)
         self._previous = previous
-        self._check_options()
         problem = self._problem(sessions)
         auto = self.deflection == "auto"
         wanted = modes.MODES if auto else (self.deflection,)

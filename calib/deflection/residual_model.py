@@ -39,7 +39,7 @@ import scipy.spatial
 from calib.deflection.torques import gravity_torques
 from calib.model.chain import BatchKinematics
 from rigs.documents import check_format
-from rigs.errors import InputError, first_line
+from rigs.errors import InputError, first_line, setting
 from rigs.files import atomic_write_text, load_torch, read_json
 
 WEIGHTS_FILE = "residual.pt"
@@ -66,6 +66,17 @@ class ResidualConfig:
     # precision loses nothing a correction of micrometres could show, at half the arithmetic.
     # Predictions always run in double precision.
     precision: str = "float32"
+
+    def __post_init__(self):
+        for name in ("members", "hidden", "layers", "epochs", "threads"):
+            if getattr(self, name) < 1:
+                raise InputError(f"residual {setting(name)} must be at least 1, got {getattr(self, name)}.")
+        if not self.learning_rate > 0:
+            raise InputError(f"residual {setting('learning_rate')} must be positive, got {self.learning_rate}.")
+        if not self.weight_decay >= 0:
+            raise InputError(f"residual {setting('weight_decay')} must be >= 0, got {self.weight_decay}.")
+        if self.precision not in ("float32", "float64"):
+            raise InputError(f"residual {setting('precision')} must be 'float32' or 'float64', got {self.precision!r}.")
 
 
 def _layer_sizes(inputs: int, config: ResidualConfig) -> list[tuple[int, int]]:
@@ -219,6 +230,8 @@ class ResidualModel:
             config = ResidualConfig(**document["config"])
         except TypeError as error:
             raise InputError(f"{config_path}: key 'config' is not a residual model configuration ({error}).") from None
+        except InputError as error:  # a file's keys, not a caller's settings: named as written in it
+            raise InputError(f"{config_path}: key 'config': {error}") from None
         tensors = load_torch(weights_path, "residual model weights file")
         if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
             raise InputError(f"{weights_path}: not a residual model weights file (expected named tensors).")

@@ -75,13 +75,15 @@ class ArmDynamics:
     """
 
     def __init__(self, flip_sign: bool = False, friction: str = "auto", tip_link: str | None = None):
+        if friction not in ("auto", "none"):
+            raise InputError(f"{setting('friction')} must be 'auto' or 'none', got {friction!r}.")
         self.flip_sign = flip_sign
         self.friction = friction
         self.tip_link = tip_link
 
     def fit(self, sessions: list[Session | Path]) -> IdentifiedDynamics:
-        if self.friction not in ("auto", "none"):
-            raise InputError(f"{setting('friction')} must be 'auto' or 'none', got {self.friction!r}.")
+        """Identify from sessions (folders or loaded :class:`Session`) of one robot with measured
+        joint torques."""
         if not sessions:
             raise InputError("give at least one session with measured joint torques.")
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]

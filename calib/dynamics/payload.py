@@ -31,7 +31,7 @@ from calib.dynamics.measured import read_torques
 from calib.dynamics.model import IdentifiedDynamics
 from calib.dynamics.model import design as design_columns
 from capture.session import Session
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 
 STATIC = 4
 CONDITION_LIMIT = 1e8  # of the whitened payload design: beyond it the poses do not separate m and m c
@@ -108,11 +108,11 @@ class PayloadIdentifier:
 
     def __init__(self, no_payload_sigmas: float = NO_PAYLOAD_SIGMAS, condition_limit: float = CONDITION_LIMIT):
         if not (np.isfinite(no_payload_sigmas) and no_payload_sigmas > 0):
-            raise InputError(f"no_payload_sigmas should be a positive number, got {no_payload_sigmas}.")
+            raise InputError(f"{setting('no_payload_sigmas')} should be a positive number, got {no_payload_sigmas}.")
         if not (np.isfinite(condition_limit) and condition_limit > 1):
-            raise InputError(f"condition_limit should be a number above 1, got {condition_limit}.")
-        self.no_payload_sigmas = float(no_payload_sigmas)
-        self.condition_limit = float(condition_limit)
+            raise InputError(f"{setting('condition_limit')} should be a number above 1, got {condition_limit}.")
+        self.no_payload_sigmas = no_payload_sigmas
+        self.condition_limit = condition_limit
 
     def fit(self, session: Session, dynamics: IdentifiedDynamics) -> IdentifiedPayload:
         """The payload ``session``'s joint torques show beyond what ``dynamics`` (the arm's identified

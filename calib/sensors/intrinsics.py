@@ -16,7 +16,7 @@ import numpy as np
 
 from capture.camera_info import CameraInfo
 from calib.sensors.board import MIN_CORNERS, BoardDetector, CharucoBoardSpec, read_image
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.transforms import axis_angle
 
 MIN_VIEWS = 4  # fewer views leave focal length and principal point poorly separated
@@ -54,6 +54,11 @@ class IntrinsicsCalibration:
 
     def __init__(self, board: CharucoBoardSpec, name: str = "camera", fix_k3: bool = True,
                  min_views: int = MIN_VIEWS, min_corners: int = MIN_CORNERS):
+        if min_views < 1:
+            raise InputError(f"{setting('min_views')} must be at least 1, got {min_views}.")
+        if min_corners < 4:
+            raise InputError(f"{setting('min_corners')} must be at least 4 (a view's pose needs four points), "
+                             f"got {min_corners}.")
         self.board, self.name, self.fix_k3 = board, name, fix_k3
         self.min_views, self.min_corners = min_views, min_corners
 

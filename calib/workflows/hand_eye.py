@@ -492,6 +492,14 @@ class HandEyeCalibrator:
     def __init__(self, setup: str | None = None, fit_intrinsics: bool = False, flange_sigma: tuple[float, float] | None = None,
                  folds: int | None = None, seed: int = 0, pixel_sigma: float | None = None,
                  min_corners: int = MIN_CORNERS, tip_link: str | None = None):
+        if setup is not None and setup not in SETUPS:
+            raise InputError(f"{setting('setup')} {setup!r} is not one of {', '.join(SETUPS)}.")
+        if flange_sigma is not None and not (flange_sigma[0] >= 0 and flange_sigma[1] >= 0):
+            raise InputError(f"{setting('flange_sigma')} must be non-negative, got {flange_sigma}.")
+        if folds is not None and int(folds) < 2:
+            raise InputError(f"{setting('folds')} must be at least 2, got {folds}.")
+        if pixel_sigma is not None and not pixel_sigma > 0:
+            raise InputError(f"{setting('pixel_sigma')} must be positive, got {pixel_sigma}.")
         self.setup = setup
         self.fit_intrinsics = fit_intrinsics
         self.flange_sigma = flange_sigma
@@ -506,8 +514,6 @@ class HandEyeCalibrator:
         """Fit from sessions of photos at flange poses; ``progress``: told each stage's name as it starts."""
         self._progress = progress or (lambda message: None)
         sessions = [s if isinstance(s, Session) else load_session(Path(s)) for s in sessions]
-        if self.flange_sigma is not None and not (self.flange_sigma[0] >= 0 and self.flange_sigma[1] >= 0):
-            raise InputError(f"{setting('flange_sigma')} must be non-negative, got {self.flange_sigma}.")
         self._progress("finding the board")
         data = load_photos(sessions, self.setup, self.min_corners, self.tip_link, self.pixel_sigma)
         calibration = self.fit_data(data, [str(s.path) for s in sessions])

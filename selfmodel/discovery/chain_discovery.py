@@ -28,7 +28,7 @@ from scipy.spatial import cKDTree
 
 from capture.session import Session
 from rigs.documents import check_format
-from rigs.errors import InputError
+from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, read_json
 from selfmodel.discovery.depth_points import DepthFrames, Sweep, find_sweeps
 from selfmodel.discovery.refine import AxisRefinement, RefinedAxes
@@ -143,7 +143,23 @@ class ChainDiscovery:
     segment_votes: int = 120
     seed: int = 0
 
+    def __post_init__(self):
+        # Checked and kept as given: a bad setting is refused before a depth frame is read.
+        positive = ("max_step", "min_noise", "axis_reach", "voxel", "change")
+        at_least_one = ("max_points", "refine_pairs", "segment_sources", "segment_votes")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise InputError(f"{setting(name)} must be positive, got {getattr(self, name)}.")
+        for name in ("pair_step", "prefer_slide", "refine_poses"):  # refine_poses 0: the sweeps' axes as they are
+            if not getattr(self, name) >= 0:
+                raise InputError(f"{setting(name)} must be >= 0, got {getattr(self, name)}.")
+        for name in at_least_one:
+            if getattr(self, name) < 1:
+                raise InputError(f"{setting(name)} must be at least 1, got {getattr(self, name)}.")
+
     def fit(self, session: Session, progress: Progress | None = None) -> DiscoveredArm:
+        """The chain of ``session``'s arm from its joint sweeps and random poses (depth, camera poses
+        and joint readings; never its URDF). ``progress(done, total)`` after each joint."""
         frames = DepthFrames(session)
         q = session.q
         sweeps = {}

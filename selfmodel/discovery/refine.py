@@ -24,6 +24,7 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.spatial import cKDTree
 
+from rigs.errors import InputError, setting
 from selfmodel.discovery.screws import chain_motions, cloud_with_normals, thin
 
 
@@ -58,6 +59,17 @@ class AxisRefinement:
     cross_cost: float = 0.01
     patch: float = 0.03
     seed: int = 0
+
+    def __post_init__(self):
+        for name in ("max_poses", "points_per_link", "rounds"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{setting(name)} must be at least 1, got {getattr(self, name)}.")
+        for name in ("voxel", "gate", "patch"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"{setting(name)} must be positive, got {getattr(self, name)}.")
+        for name in ("cross_within", "cross_cost"):
+            if not getattr(self, name) >= 0:
+                raise InputError(f"{setting(name)} must be >= 0, got {getattr(self, name)}.")
 
     def fit(self, chain, frames, rows: list[int], noise: float, q: np.ndarray) -> RefinedAxes:
         """The axes of ``chain`` (a DiscoveredArm) refined with the frames of session ``rows``

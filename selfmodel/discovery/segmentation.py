@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial import cKDTree
 
+from rigs.errors import InputError, setting
 from selfmodel.discovery.screws import thin
 from selfmodel.labels.seen_through import pixels
 
@@ -45,6 +46,17 @@ class MotionSegmentation:
     radius: float = 0.01
     sparse: float = 0.25
     seed: int = 0
+
+    def __post_init__(self):
+        for name in ("tolerance", "min_tolerance", "voxel", "radius"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"{setting(name)} must be positive, got {getattr(self, name)}.")
+        for name in ("min_votes", "keep"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{setting(name)} must be at least 1, got {getattr(self, name)}.")
+        for name in ("margin", "lead", "sparse"):
+            if not getattr(self, name) >= 0:
+                raise InputError(f"{setting(name)} must be >= 0, got {getattr(self, name)}.")
 
     def fit(self, chain, frames, q: np.ndarray, source_rows: list[int], vote_rows: list[int], noise: float):
         links = len(chain.joints) + 1
