@@ -107,3 +107,30 @@ def test_a_refusal_built_around_another_keeps_its_settings():
     outer = InputError(f"robot.urdf: {inner.marked}")
     assert str(outer) == "robot.urdf: package 'arm' not found in the folders given (package_dirs)."
     assert outer.settings == ("package_dirs",)
+
+
+def test_a_bad_export_setting_is_refused_when_the_exporter_is_made_and_named_by_its_flag(tmp_path):
+    from selfmodel.export.settings import BodySettings, SphereSettings
+
+    with pytest.raises(InputError) as refused:
+        BodySettings(voxel=0.0)
+    assert refused.value.settings == ("voxel",)
+    with pytest.raises(InputError, match="^max_spheres 0: "):
+        SphereSettings(max_spheres=0)
+    # The model folder is never read: the settings are refused first.
+    message = fails("selfmodel", "export", tmp_path / "no-model", "--out", tmp_path / "collision", "--voxel", "0")
+    assert "error: --voxel 0 mm: the grid spacing must be > 0." in message
+    message = fails("selfmodel", "export", tmp_path / "no-model", "--out", tmp_path / "collision", "--spheres", "0")
+    assert "error: --spheres 0: need at least one sphere a link." in message
+
+
+def test_a_trainer_refuses_a_bad_setting_when_it_is_made_in_either_terms(tmp_path):
+    from selfmodel.learn.trainer import SelfModelTrainer
+
+    urdf = tmp_path / "robot.urdf"
+    urdf.write_text("<robot name='r'/>")
+    with pytest.raises(InputError) as refused:
+        SelfModelTrainer(kind="free", description=urdf)
+    assert refused.value.settings == ("description",)
+    message = fails("selfmodel", "train", tmp_path / "no-session", "--out", tmp_path / "model", "--threads", "0")
+    assert "error: --threads must be at least 1, got 0." in message
