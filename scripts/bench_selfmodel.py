@@ -27,6 +27,7 @@ from benchlib import table, write_section  # noqa: E402
 from capture.session import load_session  # noqa: E402
 from capture.simulate import capture_simulated  # noqa: E402
 from rigs import load_rig  # noqa: E402
+from selfmodel.evaluation.metrics import QUERY_SPEED  # noqa: E402
 
 TARGETS = {"chamfer_pct_workspace": 0.5, "fscore": 0.9, "false_free_rate": 0.02}
 
@@ -135,7 +136,8 @@ def report(args, results: dict, check_rows, command: str) -> None:
              f"{args.heldout} held-out poses; {args.minutes:g} minutes of training per model (data preparation "
              f"not counted) on this machine, shared with other jobs. Workspace extent {s['workspace_extent_m']:.2f} m; "
              f"F-score at {s['fscore_tau_mm']:.1f} mm (1 %). Surfaces by marching cubes at 5 mm (free model: 8 mm). "
-             f"Queries per second in batches of 100k.",
+             f"{QUERY_SPEED}; the network at {s['query_threads']} torch thread(s), load average "
+             f"{s['query_load']:.1f} when measured.",
              "",
              "Targets for the structured model: "
              + ", ".join(f"{k} {'<=' if k != 'fscore' else '>='} {v}" for k, v in TARGETS.items()) + ": "

@@ -37,6 +37,7 @@ from benchlib import table, write_section  # noqa: E402
 from capture.session import load_session  # noqa: E402
 from capture.simulate import capture_simulated  # noqa: E402
 from rigs import load_rig  # noqa: E402
+from selfmodel.evaluation.metrics import QUERY_SPEED  # noqa: E402
 
 # How main trained: the band labelled by side as wide as the free clearance and a 12 mm occupied
 # shell behind it (selfmodel.labels.depth.LabelSettings), the never-seen-free terms at a quarter of
@@ -113,11 +114,11 @@ def evaluated(model_folder: Path, session: Path, poses: int) -> dict:
     loaded = load_session(session)
     if cache.is_file() and cache.stat().st_mtime > (model_folder / "weights.pt").stat().st_mtime:
         # The shape figures keep; the speed figures are measured again, network and grids in this run.
-        from selfmodel.evaluation.metrics import baked_figures, queries_per_second
+        from selfmodel.evaluation.metrics import baked_figures, speed_figures
 
         figures = json.loads(cache.read_text())
         model, rng = SelfModel.load(model_folder), np.random.default_rng(0)
-        figures.update(queries_per_s=queries_per_second(model, loaded.q, rng), **baked_figures(model, loaded.q, rng))
+        figures.update(**speed_figures(model, loaded.q, rng), **baked_figures(model, loaded.q, rng))
         return figures
     figures = evaluate(SelfModel.load(model_folder), loaded, np.random.default_rng(0), loaded.pose_ids[:poses], 0.005)
     print(json.dumps(figures, indent=1), flush=True)
@@ -187,18 +188,17 @@ def load_average() -> str:
 
 
 def query_speeds(model_folder: Path, session: Path, repeats: int = 6) -> dict:
-    """The network against its baked grids, in this run: queries per wall second and per CPU second of
-    this process (all its threads; what a loaded machine does not depress), at one configuration
-    (100k points uniform in the workspace) and as a planner asks (1000 configurations x 100 points),
-    the grids at 1 and 2 threads; disagreement on occupied/free (selfmodel.model.baked.agreement)."""
+    """The network against its baked grids, in this run, by selfcal's one query speed
+    (selfmodel.evaluation.metrics.query_speed: 100k points uniform in the workspace a call): at one
+    configuration a call, and as a planner asks (1000 configurations x 100 points a call), the grids
+    at 1 and 2 threads; disagreement on occupied/free (selfmodel.model.baked.agreement)."""
+    from selfmodel.evaluation.metrics import query_speed
     from selfmodel.model.baked import agreement, load_baked
     from selfmodel.model.models import SelfModel
 
     model = SelfModel.load(model_folder)
     loaded = load_session(session)
     rng = np.random.default_rng(0)
-    lo, hi = model.bounds
-    points = rng.uniform(lo, hi, (100_000, 3)).astype(np.float32)
     configs = loaded.q[rng.integers(0, len(loaded.q), 1000)].astype(np.float32)
     layouts = {"one configuration": [loaded.q[i % len(loaded.q)] for i in range(repeats)],
                "1000 configurations x 100 points": [np.repeat(np.roll(configs, i, axis=0), 100, axis=0)
@@ -209,20 +209,13 @@ def query_speeds(model_folder: Path, session: Path, repeats: int = 6) -> dict:
     out = {"load_before": load_average(), "rows": []}
     for layout, qs in layouts.items():
         for label, answerer in (("network", model), ("baked, 1 thread", grids[1]), ("baked, 2 threads", grids[2])):
-            answerer.occupancy(points, qs[0])  # warm up
-            wall, cpu = time.perf_counter(), time.process_time()
-            for q in qs:
-                answerer.occupancy(points, q)
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            out["rows"].append({"layout": layout, "answerer": label, "queries_per_s": len(points) * len(qs) / wall,
-                                "queries_per_cpu_s": len(points) * len(qs) / cpu})
+            speed = query_speed(answerer, qs, np.random.default_rng(0), repeats, bounds=model.bounds)
+            out["rows"].append({"layout": layout, "answerer": label, **speed})
     out.update(agreement(model, grids[2], loaded.q[:5], rng), load_after=load_average())
     return out
 
 
 def steps_per_second(session: Path, threads: int, compete: bool, steps: int) -> float:
-    from selfmodel.learn.trainer import SelfModelTrainer
-
     competitor = None
     if compete:  # one process that keeps a core busy, as another job on a shared machine does
         competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -375,7 +368,7 @@ def report(args, results: dict, command: str) -> None:
     if rows:
         lines += ["", f"Held-out evaluation ({args.heldout} poses; {args.steps} steps fresh, "
                       f"{args.relearn_steps} steps relearned; one torch thread), network and baked grids "
-                      f"(4 mm, trilinear) in the same run, batches of 100k queries at one configuration:", "",
+                      f"(4 mm, trilinear) in the same run; {QUERY_SPEED}:", "",
                   table(["model", "Chamfer-L1 mm", "% of workspace", "F-score", "false-free %", "network queries/s",
                          "baked queries/s", "baked / network", "baked disagreement % (workspace)",
                          "baked disagreement % (box around the arm)"], rows)]
@@ -398,8 +391,8 @@ def report(args, results: dict, command: str) -> None:
         network = {row["layout"]: row for row in speeds["rows"] if row["answerer"] == "network"}
         rows = [[row["layout"], row["answerer"], f"{row['queries_per_s']:.3g}", f"{row['queries_per_cpu_s']:.3g}",
                  f"x{row['queries_per_s'] / network[row['layout']]['queries_per_s']:.1f}"] for row in speeds["rows"]]
-        lines += ["", f"Queries of the intact model, the network against its baked grids in the same run (100k points "
-                      f"uniform in the workspace per call; torch at one thread; load average "
+        lines += ["", f"Queries of the intact model, the network against its baked grids in the same run ({QUERY_SPEED}, "
+                      f"and as a planner asks: 1000 configurations x 100 points a call; torch at one thread; load average "
                       f"{speeds['load_before']} before, {speeds['load_after']} after, on 2 cores: the machine was "
                       f"shared, so wall figures are depressed; per CPU second counts this process's own work, all its "
                       f"threads). Target: >= 2e6 queries/s on 2 cores with <= 1 % disagreement; disagreement "

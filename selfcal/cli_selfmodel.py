@@ -304,10 +304,14 @@ def evaluate(
             typer.echo(f"{figures['kind']} model on {figures['poses']} poses: Chamfer-L1 {figures['chamfer_l1_mm']:.2f} mm "
                        f"({figures['chamfer_pct_workspace']:.3f} % of {figures['workspace_extent_m']:.2f} m), "
                        f"F-score {figures['fscore']:.3f}, IoU {figures['iou']:.3f}, "
-                       f"false-free {100 * figures['false_free_rate']:.2f} %, {figures['queries_per_s']:.0f} queries/s")
+                       f"false-free {100 * figures['false_free_rate']:.2f} %")
+            typer.echo(f"queries (100k points a call at one configuration, wall clock, load {figures['query_load']:.1f}): "
+                       f"network {figures['queries_per_s']:.3g}/s at {figures['query_threads']} thread(s)"
+                       + (f", baked grids {figures['baked_queries_per_s']:.3g}/s at {figures['baked_query_threads']} "
+                          f"thread(s)" if "baked_queries_per_s" in figures else ""))
             if "baked_queries_per_s" in figures:
-                typer.echo(f"baked grids ({figures['baked_pitch_mm']:.0f} mm): {figures['baked_queries_per_s']:.0f} queries/s "
-                           f"(x{figures['baked_queries_per_s'] / figures['queries_per_s']:.1f} the network), disagreeing "
+                typer.echo(f"baked grids ({figures['baked_pitch_mm']:.0f} mm): x{figures['baked_queries_per_s'] / figures['queries_per_s']:.1f} "
+                           f"the network's speed, disagreeing "
                            f"with the network on {100 * figures['baked_disagreement_workspace']:.2f} % of workspace points "
                            f"and {100 * figures['baked_disagreement_arm_box']:.2f} % of points around the arm")
             if "unsupported_matter_cm3" in figures:

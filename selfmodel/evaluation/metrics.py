@@ -10,7 +10,11 @@ commanded angles of ``joints.csv``, as a user would. Figures over the session's 
 - ``fscore``: F-score of those samples at 1 % of that extent;
 - ``iou``: volumetric IoU on points uniform in the workspace box;
 - ``false_free_rate``: fraction of points inside the true body that the model calls free;
-- ``queries_per_s``: occupancy queries per second in batches of 100k.
+- ``queries_per_s``: the query speed as selfcal states it everywhere (``query_speed``): occupancy
+  answers per wall second, 100k points uniform in the model's workspace box per call at one
+  configuration a call, after one warm-up call, with the answerer's threads (``query_threads``) and
+  the machine's 1-minute load average when measured (``query_load``) beside it; ``baked_``: the
+  same of the model's baked grids.
 """
 
 from __future__ import annotations
@@ -148,14 +152,38 @@ class PosedTruth:
         return np.array([corners.min(axis=0), corners.max(axis=0)])
 
 
-def queries_per_second(model, q: np.ndarray, rng: np.random.Generator, batch: int = 100_000, repeats: int = 3) -> float:
-    lo, hi = model.bounds
-    points = rng.uniform(lo, hi, (batch, 3)).astype(np.float32)
-    model.occupancy(points, q[0])  # warm up
-    start = time.perf_counter()
+QUERY_BATCH = 100_000  # points a call: what a planner's collision check of a few thousand spheres asks at once
+QUERY_SPEED = ("queries/s: occupancy answers per wall second, 100k points uniform in the workspace a call, "
+               "one configuration a call, after a warm-up call (selfmodel.evaluation.metrics.query_speed; "
+               "`selfmodel eval` prints the same)")
+
+
+def query_speed(answerer, q: np.ndarray, rng: np.random.Generator, repeats: int = 3,
+                bounds: np.ndarray | None = None) -> dict:
+    """The query speed (see the module docstring) of ``answerer`` (a self-model or its baked grids) at
+    configurations ``q`` (N, dof), one per call in turn: ``queries_per_s`` (wall), ``queries_per_cpu_s``
+    (this process's CPU time, all its threads: what a shared machine does not depress), ``threads``
+    (torch's intra-op threads for a network, the grids' own for baked grids) and ``load`` (1-minute
+    load average before). ``bounds`` (2, 3): the box the points are drawn in (the answerer's own)."""
+    import os
+
+    lo, hi = answerer.bounds if bounds is None else bounds
+    points = rng.uniform(lo, hi, (QUERY_BATCH, 3)).astype(np.float32)
+    load = os.getloadavg()[0]
+    answerer.occupancy(points, q[0])  # warm up
+    wall, cpu = time.perf_counter(), time.process_time()
     for i in range(repeats):
-        model.occupancy(points, q[i % len(q)])
-    return batch * repeats / (time.perf_counter() - start)
+        answerer.occupancy(points, q[i % len(q)])
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    threads = answerer.threads if answerer.kind == "baked" else torch_threads()
+    return {"queries_per_s": QUERY_BATCH * repeats / wall, "queries_per_cpu_s": QUERY_BATCH * repeats / max(cpu, 1e-9),
+            "threads": threads, "load": load}
+
+
+def torch_threads() -> int:
+    import torch  # the networks' own library; evaluation of a baked grid alone does not need it
+
+    return torch.get_num_threads()
 
 
 def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[str] | None = None,
@@ -220,7 +248,7 @@ def evaluate(model, session: Session, rng: np.random.Generator, pose_ids: list[s
         "recall": recall,
         "iou": inter / union if union else 0.0,
         "false_free_rate": inside_free / inside_total if inside_total else 0.0,
-        "queries_per_s": queries_per_second(model, truth.q_commanded, rng),
+        **speed_figures(model, truth.q_commanded, rng),
         **baked_figures(model, truth.q_commanded, rng),
     }
 
@@ -233,8 +261,15 @@ def baked_figures(model, q: np.ndarray, rng: np.random.Generator) -> dict:
 
     folder = model.folder
     baked = load_baked(model, folder) if folder is not None and (folder / BAKED).is_file() else bake(model)
-    return {"baked_queries_per_s": queries_per_second(baked, q, rng), "baked_pitch_mm": baked.pitch * 1000,
+    return {**speed_figures(baked, q, rng, "baked_"), "baked_pitch_mm": baked.pitch * 1000,
             **agreement(model, baked, q[:5], rng)}
+
+
+def speed_figures(answerer, q: np.ndarray, rng: np.random.Generator, prefix: str = "") -> dict:
+    """``query_speed`` as figures: ``{prefix}queries_per_s``, ``{prefix}query_threads``, ``{prefix}query_load``."""
+    speed = query_speed(answerer, q, rng)
+    return {f"{prefix}queries_per_s": speed["queries_per_s"], f"{prefix}query_threads": speed["threads"],
+            f"{prefix}query_load": speed["load"]}
 
 
 def label_errors(data, session: Session, rng: np.random.Generator, per_pose: int = 4000,
