@@ -19,6 +19,7 @@ commanded angles of ``joints.csv``, as a user would. Figures over the session's 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -165,8 +166,6 @@ def query_speed(answerer, q: np.ndarray, rng: np.random.Generator, repeats: int 
     (this process's CPU time, all its threads: what a shared machine does not depress), ``threads``
     (torch's intra-op threads for a network, the grids' own for baked grids) and ``load`` (1-minute
     load average before). ``bounds`` (2, 3): the box the points are drawn in (the answerer's own)."""
-    import os
-
     lo, hi = answerer.bounds if bounds is None else bounds
     points = rng.uniform(lo, hi, (QUERY_BATCH, 3)).astype(np.float32)
     load = os.getloadavg()[0]
