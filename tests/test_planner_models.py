@@ -149,6 +149,35 @@ def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp
     assert not any(world.collides(q) for q in low)
 
 
+def test_pieces_left_overlapping_when_the_cuts_run_out_are_named_with_poses_and_depth():
+    """When the sweeps of cuts run out, the refusal names each pair, pose and depth still overlapping
+    and what would help; pieces already apart pass untouched."""
+    from selfmodel.export.bodies import polytope
+    from selfmodel.export.separation import Separation, piece_overlaps, separate_pieces
+
+    def cube(half: float):
+        normals = np.vstack([np.eye(3), -np.eye(3)])
+        return polytope(normals, np.full(6, half))
+
+    pieces = {"link1": [cube(0.05)], "link2": [cube(0.05)]}
+    shifted = [np.eye(4), np.eye(4), np.eye(4)]
+    shifted[0][:3, 3] = [0.09, 0, 0]  # 10 mm into link1
+    shifted[1][:3, 3] = [0.20, 0, 0]  # 100 mm clear
+    shifted[2][:3, 3] = [0.0, 0.097, 0]  # 3 mm into link1
+    poses = {"link1": np.stack([np.eye(4)] * 3), "link2": np.stack(shifted)}
+    checked = [("link1", "link2")]
+    left = piece_overlaps(pieces, poses, checked, ["p0", "p1", "p2"])
+    assert [(a, b, pose) for _, a, b, pose in left] == [("link1", "link2", "p0"), ("link1", "link2", "p2")]
+    assert left[0][0] == pytest.approx(0.010, abs=1e-4) and left[1][0] == pytest.approx(0.003, abs=1e-4)
+    kinds = {("link1", "link2"): "checked"}
+    with pytest.raises(InputError, match=r"model: after 0 sweeps of cuts the convex pieces still overlap at 2 recorded "
+                                         r"pose\(s\), 1 pair\(s\) of links: link1 and link2 at p0 by 10\.0 mm; link1 "
+                                         r"and link2 at p2 by 3\.0 mm\. .*train longer.*max_vertices"):
+        separate_pieces(pieces, {}, poses, kinds, ["p0", "p1", "p2"], 2, 64, 0.006, "model", Separation(kinds), sweeps=0)
+    apart = {"link1": np.stack([np.eye(4)]), "link2": np.stack([shifted[1]])}
+    assert separate_pieces(pieces, {}, apart, kinds, ["p1"], 2, 64, 0.006, "model", Separation(kinds), sweeps=0) == pieces
+
+
 # -- the real arms: the simulator's rules, the Panda's fingers, open meshes ---------------------------
 
 def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():

@@ -201,9 +201,9 @@ def separate_pieces(pieces: dict[str, list[ConvexPiece]], bodies: dict[str, Link
                     attempts: int = 40, sweeps: int = 6) -> dict[str, list[ConvexPiece]]:
     """Cut (and where needed split) pieces until no checked pair overlaps at any recorded pose. A cut
     piece with too many vertices is simplified to a polytope that may reach a little beyond where
-    it was cut elsewhere, so the sweep over all pairs and poses repeats until one finds nothing."""
-    import coal  # coal loads only where a planner's view of the URDF is built
-
+    it was cut elsewhere, so the sweep over all pairs and poses repeats until one finds nothing.
+    When the sweeps run out, what still overlaps is measured and named: the links, the poses and
+    how deep."""
     pieces = {link: list(items) for link, items in pieces.items()}
     checked = [pair for pair, kind in kinds.items() if kind == "checked" and pair[0] in pieces and pair[1] in pieces]
     for _ in range(sweeps):
@@ -212,7 +212,42 @@ def separate_pieces(pieces: dict[str, list[ConvexPiece]], bodies: dict[str, Link
                separation, attempts)
         if separation.cuts + separation.splits + separation.forced_cuts == before:
             return pieces
-    raise InputError(f"{where}: the convex pieces still overlap at recorded poses after {sweeps} sweeps of cuts.")
+    left = piece_overlaps(pieces, poses, checked, pose_ids)
+    if not left:  # the last sweep's cuts left nothing behind
+        return pieces
+    shown = "; ".join(f"{a} and {b} at {pose} by {1000 * depth:.1f} mm" for depth, a, b, pose in left[:5])
+    pairs = sorted({(a, b) for _, a, b, _ in left})
+    raise InputError(f"{where}: after {sweeps} sweeps of cuts the convex pieces still overlap at "
+                     f"{len({pose for *_, pose in left})} recorded pose(s), {len(pairs)} pair(s) of links: {shown}"
+                     f"{'; ...' if len(left) > 5 else ''}. A cut piece simplified to {max_vertices} vertices reaches "
+                     f"back into its neighbour: train longer (or on more poses of these links) so the bodies part "
+                     f"cleanly, or raise {setting('max_vertices')} so a cut piece keeps its cut.")
+
+
+def piece_overlaps(pieces: dict[str, list[ConvexPiece]], poses: dict[str, np.ndarray],
+                   checked: list[tuple[str, str]], pose_ids: list[str]) -> list[tuple[float, str, str, str]]:
+    """(depth m, link a, link b, pose id) for every checked pair whose convex pieces overlap at a recorded
+    pose (the deepest pair of pieces; ``poses``: link -> (P, 4, 4) base frame), deepest first."""
+    import coal  # coal loads only where a planner's view of the URDF is built
+
+    request, result = coal.DistanceRequest(), coal.DistanceResult()
+    shapes = {link: [_convex(piece.vertices) for piece in items] for link, items in pieces.items()}
+    balls = {link: [_ball(piece) for piece in items] for link, items in pieces.items()}
+    found = []
+    for a, b in checked:
+        for c, pose_id in enumerate(pose_ids):
+            pa, pb = poses[a][c], poses[b][c]
+            deepest = 0.0
+            for i, j in itertools.product(range(len(pieces[a])), range(len(pieces[b]))):
+                (ca, ra), (cb, rb) = balls[a][i], balls[b][j]
+                if np.linalg.norm(pa[:3, :3] @ ca + pa[:3, 3] - pb[:3, :3] @ cb - pb[:3, 3]) > ra + rb:
+                    continue
+                result.clear()
+                distance = coal.distance(shapes[a][i], _transform(pa), shapes[b][j], _transform(pb), request, result)
+                deepest = max(deepest, -float(distance))
+            if deepest > 0.0:
+                found.append((deepest, a, b, pose_id))
+    return sorted(found, reverse=True)
 
 
 def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, tolerance, where, separation,
