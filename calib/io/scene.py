@@ -63,7 +63,7 @@ def calibration_scene(calibration, folder: Path, previous=None) -> Scene:
                           0.85, parent=f"calibrated/{name}"))
     if moved:
         worst = max(moved, key=moved.get)
-        notes.append(f"Links coloured by how far their placement on the parent moved from the previous calibration "
+        notes.append(f"Links coloured by how far the next link's placement on them moved from the previous calibration "
                      f"(grey 0 to red {moved[worst] * 1e3:.3g} mm, {worst}; a rotation counts as its angle times "
                      f"{LEVER_M * 1e3:.0f} mm).")
     q_start = np.zeros(calibration.chain.dof)
@@ -93,15 +93,17 @@ def calibration_scene(calibration, folder: Path, previous=None) -> Scene:
     joints = [Joint(name, float(lo), float(hi), float(value)) for name, lo, hi, value in
               zip(calibration.joint_names, calibration.chain.lower, calibration.chain.upper, q_start)]
     kind = "recalibration" if previous is not None else "calibration"
-    notes.insert(0, "Blue: the calibrated arm; grey, see-through: the nominal URDF.")
+    notes.insert(0, ("Coloured: the recalibrated arm" if moved else "Blue: the calibrated arm")
+                 + "; grey, see-through: the nominal URDF.")
     return Scene("calibration", f"{kind}: {folder.name}", items, joints, poses, notes=notes)
 
 
 def _link_moves(before: ChainModel, after: ChainModel, links: list[str]) -> dict[str, float]:
-    """Link -> m its placement on its parent (the link before it in ``links``) changed, at q = 0."""
+    """Link -> m the placement of the next link (in ``links``, base to tip) on it changed, at q = 0
+    (the base: its own placement)."""
     q = np.zeros(after.dof)
     first, second = before.model.createData(), after.model.createData()
-    out, parents = {}, None
+    out, parents, carrier = {}, None, None
     for name in links:
         if not (before.model.existFrame(name) and after.model.existFrame(name)):
             continue
@@ -112,8 +114,9 @@ def _link_moves(before: ChainModel, after: ChainModel, links: list[str]) -> dict
         else:
             change = invert(old) @ new
         angle = float(np.arccos(np.clip((np.trace(change[:3, :3]) - 1) / 2, -1.0, 1.0)))
-        out[name] = float(np.linalg.norm(change[:3, 3]) + LEVER_M * angle)
-        parents = (old, new)
+        # A joint placed differently on its parent is that parent bent: the change is the parent's.
+        out[carrier if parents is not None else name] = float(np.linalg.norm(change[:3, 3]) + LEVER_M * angle)
+        parents, carrier = (old, new), name
     return out
 
 
