@@ -45,7 +45,8 @@ def _add(server, item: Item, name: str | None = None):
     if isinstance(item, Mesh):
         return server.scene.add_mesh_simple(name, np.asarray(item.vertices, np.float32), np.asarray(item.faces, np.uint32),
                                             color=_rgb(item.colour), opacity=None if item.opacity >= 1 else item.opacity,
-                                            side="double" if item.opacity < 1 else "front")
+                                            side="double" if item.opacity < 1 else "front", cast_shadow=False,
+                                            receive_shadow=False)
     if isinstance(item, Lines):
         return server.scene.add_line_segments(name, np.asarray(item.segments, np.float32), _rgb(item.colour),
                                               thickness=2.0, thickness_units="screen")
@@ -69,7 +70,7 @@ class LiveView:
     url: str
     sliders: list = field(default_factory=list)
     bodies: dict = field(default_factory=dict)
-    live_handles: list = field(default_factory=list)
+    live_handles: dict = field(default_factory=dict)  # name -> (handle, segment count)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def update(self, q: np.ndarray) -> None:
@@ -82,9 +83,24 @@ class LiveView:
                     pose = poses[body]
                     handle.wxyz = quaternion_wxyz(pose[:3, :3])
                     handle.position = pose[:3, 3]
-                for handle in self.live_handles:
-                    handle.remove()
-                self.live_handles = [_add(self.server, item, "/live/" + item.name) for item in live]
+                self.live_handles = self._replace_live(live)
+
+    def _replace_live(self, live: list[Item]) -> dict:
+        """Send the live items of a new configuration: lines with as many segments as before are
+        moved in place (a client redraws them without rebuilding), others added or removed."""
+        kept = {}
+        for item in live:
+            old = self.live_handles.pop(item.name, None)
+            if old is not None and isinstance(item, Lines) and old[1] == len(item.segments):
+                old[0].points = np.asarray(item.segments, np.float32)
+                kept[item.name] = old
+                continue
+            if old is not None:
+                old[0].remove()
+            kept[item.name] = (_add(self.server, item, "/live/" + item.name), len(getattr(item, "segments", ())))
+        for handle, _ in self.live_handles.values():
+            handle.remove()
+        return kept
 
     def q(self) -> np.ndarray:
         return np.array([slider.value for slider in self.sliders], dtype=float)
@@ -109,6 +125,11 @@ def start(scene: Scene, host: str = "127.0.0.1", port: int | None = None) -> Liv
     with contextlib.redirect_stdout(io.StringIO()):  # viser prints a banner whatever verbose says; we print the address
         server = viser.ViserServer(host=host, port=port, verbose=False)
     server.gui.configure_theme(control_width="large", show_logo=False)
+    # Shadow maps draw the scene twice more per frame: on software WebGL (no GPU) that halves the frame rate.
+    server.scene.configure_default_lights(enabled=True, cast_shadow=False)
+    # No image-based lighting: preparing viser's environment map costs a software-WebGL browser ~10 s
+    # before its first frame, and the default lights show the shapes as well.
+    server.scene.configure_environment_map(hdri=None)
     lo, hi = scene.bounds(meshes_only=True)
     centre, size = (lo + hi) / 2, float(np.linalg.norm(hi - lo))
     server.initial_camera.position = tuple(centre + np.array([0.55, -0.75, 0.45]) * max(size, 0.2))
@@ -123,7 +144,7 @@ def start(scene: Scene, host: str = "127.0.0.1", port: int | None = None) -> Liv
                                                    position=pose[:3, 3])
     for item in scene.items:
         _add(server, item)
-    view.live_handles = [_add(server, item, "/live/" + item.name) for item in scene.live_at(scene.q_start)]
+    view.live_handles = view._replace_live(scene.live_at(scene.q_start))
     server.gui.add_markdown(f"**{scene.title}**\n\n" + "\n\n".join(scene.notes))
     if scene.joints:
         with server.gui.add_folder("Joints (rad)"):
