@@ -93,7 +93,9 @@ class Scene:
     ``poses``: q (dof,) -> {body name: (4, 4) world_T_body} for every body named as a parent;
     ``live``: q (dof,) -> items recomputed at q (drawn in the world frame, replaced at each q);
     ``notes``: sentences the viewer shows beside the scene (what a colour or an arrow's scale means);
-    ``kind``: "calibration", "self-model", "collision export" or "fleet"; ``title``: one line.
+    ``later``: slow work whose answer can follow the first frame: () -> ({item name: colour}, notes
+    to add), run by the live viewer once it serves; ``kind``: "calibration", "self-model",
+    "collision export" or "fleet"; ``title``: one line.
     """
 
     kind: str
@@ -103,6 +105,7 @@ class Scene:
     poses: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
     live: Callable[[np.ndarray], list[Item]] | None = None
     notes: list[str] = field(default_factory=list)
+    later: Callable[[], tuple[dict[str, Colour], list[str]]] | None = None
 
     @property
     def q_start(self) -> np.ndarray:

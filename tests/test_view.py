@@ -216,10 +216,13 @@ def test_a_self_model_shows_its_learned_links_the_description_and_a_depth_cloud_
     names = {item.name for item in scene.items}
     assert {"learned/base", "learned/upper", "learned/box", "description/box"} <= names
     assert {"cameras/front_depth", "cameras/left_depth", "cameras/back_depth", "cameras/front_frustum"} <= names
-    assert any("No link flagged" in note or "Flagged" in note for note in scene.notes)
     view = start(scene)
     try:
         assert all(view.has_node(f"/learned/{link}/geometry") for link in ("base", "upper", "box"))
+        # The damage check follows the first frame, then colours the links and says what it found.
+        assert view.finished.wait(timeout=300)
+        assert any("No link flagged" in note or "Flagged" in note for note in scene.notes), scene.notes
+        assert "mm" in view.notes.content
         picture = screenshot(view.url, tmp_path / "model.png")
     finally:
         view.stop()

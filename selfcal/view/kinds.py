@@ -44,9 +44,20 @@ def previous_calibration(folder: Path):
     return Calibration.load(previous) if (previous / "calibration.yaml").is_file() else None
 
 
+def _checked(model) -> tuple[dict, list[str]]:
+    """A self-model's links coloured by the damage check against its own description."""
+    from selfmodel.inspect.check import check_against  # torch loads with it: only self-models need it
+    from selfmodel.inspect.scene import check_colours  # (same reason)
+    from selfmodel.inspect.verdicts import check_threshold  # (same reason)
+
+    result = check_against(model, model.urdf_path)
+    return check_colours(result, check_threshold(result.noise_mm, None).value)
+
+
 def scene_of(folder: Path, check: bool = True) -> Scene:
     """The scene of whatever result ``folder`` holds; ``check``: colour a self-model's links by the
-    damage check against its description (seconds on a small model)."""
+    damage check against its description once the viewer serves (``Scene.later``: seconds on a small
+    model, a minute on an xArm6 on two cores)."""
     folder = Path(folder)
     kind = kind_of(folder)
     if kind == "calibration":
@@ -62,14 +73,10 @@ def scene_of(folder: Path, check: bool = True) -> Scene:
         if model.kind != "structured":
             raise InputError(f"{folder}: holds a free self-model, which has no links to pose; selfcal view shows "
                              "structured models (`selfcal selfmodel train --kind structured`).")
-        result, threshold = None, None
+        scene = selfmodel_scene(model, folder)
         if check and model.urdf_path is not None and Path(model.urdf_path).is_file():
-            from selfmodel.inspect.check import check_against  # (same reason)
-            from selfmodel.inspect.verdicts import check_threshold  # (same reason)
-
-            result = check_against(model, model.urdf_path)
-            threshold = check_threshold(result.noise_mm, None).value
-        return selfmodel_scene(model, folder, result, threshold)
+            scene.later = lambda: _checked(model)
+        return scene
     if kind == "collision export":
         from selfmodel.export.scene import export_scene  # (same reason)
 

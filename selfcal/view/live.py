@@ -72,6 +72,9 @@ class LiveView:
     bodies: dict = field(default_factory=dict)
     live_handles: dict = field(default_factory=dict)  # name -> (handle, segment count)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    handles: dict = field(default_factory=dict)  # item name -> viser handle
+    notes: object = None  # the markdown handle of the title and notes
+    finished: threading.Event = field(default_factory=threading.Event)  # set once Scene.later has been applied
 
     def update(self, q: np.ndarray) -> None:
         """Pose every body and redraw the live items at q (dof,)."""
@@ -130,6 +133,9 @@ def start(scene: Scene, host: str = "127.0.0.1", port: int | None = None) -> Liv
     # No image-based lighting: preparing viser's environment map costs a software-WebGL browser ~10 s
     # before its first frame, and the default lights show the shapes as well.
     server.scene.configure_environment_map(hdri=None)
+    server.scene.add_light_hemisphere("/lights/sky", sky_color=(255, 255, 255), ground_color=(90, 90, 100),
+                                      intensity=1.6, position=(0.0, 0.0, 1.0))
+    server.scene.add_light_ambient("/lights/ambient", intensity=0.5)
     lo, hi = scene.bounds(meshes_only=True)
     centre, size = (lo + hi) / 2, float(np.linalg.norm(hi - lo))
     server.initial_camera.position = tuple(centre + np.array([0.55, -0.75, 0.45]) * max(size, 0.2))
@@ -143,9 +149,9 @@ def start(scene: Scene, host: str = "127.0.0.1", port: int | None = None) -> Liv
         view.bodies[body] = server.scene.add_frame("/" + body, show_axes=False, wxyz=quaternion_wxyz(pose[:3, :3]),
                                                    position=pose[:3, 3])
     for item in scene.items:
-        _add(server, item)
+        view.handles[item.name] = _add(server, item)
     view.live_handles = view._replace_live(scene.live_at(scene.q_start))
-    server.gui.add_markdown(f"**{scene.title}**\n\n" + "\n\n".join(scene.notes))
+    view.notes = server.gui.add_markdown(_markdown(scene.title, scene.notes))
     if scene.joints:
         with server.gui.add_folder("Joints (rad)"):
             for joint in scene.joints:
@@ -153,7 +159,33 @@ def start(scene: Scene, host: str = "127.0.0.1", port: int | None = None) -> Liv
                                                step=max((joint.upper - joint.lower) / 500, 1e-4), initial_value=joint.value)
                 slider.on_update(lambda _event: view.update(view.q()))
                 view.sliders.append(slider)
+    if scene.later is None:
+        view.finished.set()
+    else:
+        threading.Thread(target=_apply_later, args=(view,), daemon=True).start()
     return view
+
+
+def _markdown(title: str, notes: list[str]) -> str:
+    return f"**{title}**\n\n" + "\n\n".join(notes)
+
+
+def _apply_later(view: LiveView) -> None:
+    """Run the scene's slow part (a self-model's damage check) after the first frame and recolour."""
+    scene = view.scene
+    view.notes.content = _markdown(scene.title, scene.notes + ["(checking the learned body against the description...)"])
+    try:
+        colours, notes = scene.later()
+    except Exception as error:  # said where the user looks, then raised (the thread prints it); the view still works
+        view.notes.content = _markdown(scene.title, scene.notes + [f"The check could not run: {error}"])
+        view.finished.set()
+        raise
+    for name, colour in colours.items():
+        if name in view.handles:
+            view.handles[name].color = _rgb(colour)
+    scene.notes = scene.notes + notes
+    view.notes.content = _markdown(scene.title, scene.notes)
+    view.finished.set()
 
 
 def wait_until_interrupted(view: LiveView) -> None:

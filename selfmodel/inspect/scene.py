@@ -45,31 +45,38 @@ def baked_link_meshes(model, folder: Path) -> dict[str, tuple[np.ndarray, np.nda
     return out
 
 
+def check_colours(check, threshold_mm: float) -> tuple[dict[str, tuple], list[str]]:
+    """What a :class:`~selfmodel.inspect.check.DamageCheck` judged against ``threshold_mm`` (mm)
+    paints: learned-link item name -> colour (red beyond the threshold, else grey to orange by the
+    largest figure), and the sentence that says so."""
+    rows = list(check.rows)
+    figures = np.array([row.deviation_mm for row in rows])
+    colours = {}
+    for row, colour in zip(rows, heat(figures, threshold_mm)):
+        colours[f"learned/{row.link}"] = FLAGGED if row.deviation_mm > threshold_mm else tuple(colour)
+    flagged = [row.link for row in rows if row.deviation_mm > threshold_mm]
+    note = ("Links coloured by the check's largest figure against the description (grey small, red beyond the "
+            f"threshold of {threshold_mm:.3g} mm): "
+            + "; ".join(f"{row.link} {row.deviation_mm:.2f} mm ({row.kind})" for row in rows[:6]) + "."
+            + (f" Flagged: {', '.join(flagged)}." if flagged else " No link flagged."))
+    return colours, [note]
+
+
 def selfmodel_scene(model, folder: Path, check=None, threshold_mm: float | None = None) -> Scene:
     """The scene of a structured ``model`` (:class:`selfmodel.model.models.SelfModel`) saved in
     ``folder``; ``check``: its DamageCheck against the description and the threshold (mm) it was
-    judged by, or None."""
+    judged by, or None (the live viewer runs the check after its first frame: ``Scene.later``)."""
     folder = Path(folder)
     notes = ["Orange: the learned body; grey, beside it: the description's meshes at the same joint angles."]
     items: list = []
     learned = baked_link_meshes(model, folder)
-    deviations = {row.link: row for row in check.rows} if check is not None else {}
-    colours = {}
-    if deviations:
-        links = list(deviations)
-        figures = np.array([deviations[link].deviation_mm for link in links])
-        for link, colour in zip(links, heat(figures, threshold_mm)):
-            colours[link] = FLAGGED if threshold_mm is not None and deviations[link].deviation_mm > threshold_mm else tuple(colour)
-        flagged = [row for row in check.rows if threshold_mm is not None and row.deviation_mm > threshold_mm]
-        notes.append("Links coloured by the check's largest figure against the description (grey small, red beyond "
-                     f"the threshold of {threshold_mm:.3g} mm): "
-                     + "; ".join(f"{row.link} {row.deviation_mm:.2f} mm ({row.kind})" for row in check.rows[:6]) + "."
-                     + (f" Flagged: {', '.join(row.link for row in flagged)}." if flagged else " No link flagged."))
+    colours: dict = {}
+    if check is not None and threshold_mm is not None:
+        colours, more = check_colours(check, threshold_mm)
+        notes += more
     for link, (vertices, faces) in learned.items():
-        items.append(Mesh(f"learned/{link}", vertices, faces, tuple(colours.get(link, LEARNED)), 1.0, parent=f"learned/{link}"))
-        if link in deviations and colours.get(link) == FLAGGED:
-            where = np.asarray(deviations[link].where_link, float)[None]
-            items.append(Points(f"learned/{link}/flag", where, FLAGGED, 0.02, parent=f"learned/{link}"))
+        items.append(Mesh(f"learned/{link}", vertices, faces, tuple(colours.get(f"learned/{link}", LEARNED)), 1.0,
+                          parent=f"learned/{link}"))
     lo, hi = model.bounds
     beside = np.eye(4)
     beside[1, 3] = 1.2 * float(hi[1] - lo[1])
