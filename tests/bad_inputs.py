@@ -2403,6 +2403,37 @@ def _(fx, case):
     return _fleet(fx, case, None, "--resume")
 
 
+@case("view: a session folder, not a result")
+def _(fx, case):
+    return ["view", _s(copy(fx.session, case)), "--no-browser"]
+
+
+@case("view: calibration.yaml is not YAML")
+def _(fx, case):
+    folder = copy(fx.calibration, case)
+    (folder / "calibration.yaml").write_text("format: selfcal-calibration\njoints: [unclosed\n")
+    return ["view", _s(folder), "--no-browser"]
+
+
+@case("view: a self-model whose weights are missing")
+def _(fx, case):
+    folder = copy(fx.model, case)
+    (folder / "weights.pt").unlink()
+    return ["view", _s(folder), "--no-browser"]
+
+
+@case("view: a collision export without curobo_spheres.yml")
+def _(fx, case):
+    folder = copy(Path(__file__).parent / "data" / "view" / "collision", case)
+    (folder / "curobo_spheres.yml").unlink()
+    return ["view", _s(folder), "--no-browser"]
+
+
+@case("view: --port out of range")
+def _(fx, case):
+    return ["view", _s(copy(fx.calibration, case)), "--no-browser", "--port", "0"]
+
+
 # -- running a case -------------------------------------------------------------------------------
 
 @dataclass

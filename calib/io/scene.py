@@ -58,7 +58,8 @@ def calibration_scene(calibration, folder: Path, previous=None) -> Scene:
         items.append(Mesh(f"nominal/{name}", np.asarray(mesh.vertices), np.asarray(mesh.faces), NOMINAL, 0.35,
                           parent=f"nominal/{name}"))
     for name, mesh in meshes.items():
-        colour = tuple(colours[name]) if name in colours else CALIBRATED
+        # A recalibration colours every link by how far it moved (the tip link carries no next link: unmoved).
+        colour = tuple(colours.get(name, NOMINAL)) if moved else CALIBRATED
         items.append(Mesh(f"calibrated/{name}", np.asarray(mesh.vertices), np.asarray(mesh.faces), colour,
                           0.85, parent=f"calibrated/{name}"))
     if moved:

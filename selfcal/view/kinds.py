@@ -81,6 +81,6 @@ def scene_of(folder: Path, check: bool = True) -> Scene:
         from selfmodel.export.scene import export_scene  # (same reason)
 
         return export_scene(folder)
-    from selfcal.fleet.scene import fleet_scene  # (same reason)
+    from selfcal.view.fleet import fleet_scene  # (same reason)
 
     return fleet_scene(folder)

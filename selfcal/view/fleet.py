@@ -1,5 +1,6 @@
 """A fleet as a 3D scene: every calibrated arm in a row, the flagged ones first, links coloured by
-how far their joint geometry lies from the fleet median.
+how far their joint geometry lies from the fleet median. Read from fleet.json and the arms' folders
+(through calib's loader), here rather than in selfcal/fleet/, which depends on files only.
 
 Each figure of ``fleet.json``'s comparison belongs to a joint (the angle, distance, offset and turn
 of its axis to the previous one); its robust z-score is charged to the link that carries that
