@@ -5,7 +5,8 @@ joint slider is dragged, and what the offline view adds to a report folder.
 
 1. Results to view, built once into --workdir and reused: an xArm6 self-model (`selfcal capture
    --rig xarm6-cameras --poses N`, `selfcal selfmodel train --steps S`), a Panda collision export
-   (the same from panda-cameras, then `selfcal selfmodel export --voxel 6 --srdf-samples 2000`) and
+   (the same from panda-cameras, 2 S more steps from those weights, then `selfcal selfmodel export
+   --voxel 6 --srdf-samples 2000`) and
    an iiwa calibration (40 poses). Small trainings: the viewer's cost depends on the meshes' size,
    not on how well the body was learned.
 2. Per result, in this process and on the clock from before the viewer's imports: the folder's
@@ -58,8 +59,13 @@ def build(work: Path, poses: int, steps: int) -> dict[str, Path]:
         if not (work / f"{name}-model").exists():
             selfcal("selfmodel", "train", str(work / name), "--out", str(work / f"{name}-model"), "--steps", str(steps),
                     "--seed", "1", "--threads", "1")
+    # The Panda's fingers are still empty after that many steps (the export refuses an empty link):
+    # twice as many again, from those weights.
+    if not (work / "panda-model2").exists():
+        selfcal("selfmodel", "train", str(work / "panda"), "--out", str(work / "panda-model2"), "--previous",
+                str(work / "panda-model"), "--steps", str(2 * steps), "--seed", "2", "--threads", "1")
     if not (work / "panda-collision").exists():
-        selfcal("selfmodel", "export", str(work / "panda-model"), "--out", str(work / "panda-collision"), "--voxel", "6",
+        selfcal("selfmodel", "export", str(work / "panda-model2"), "--out", str(work / "panda-collision"), "--voxel", "6",
                 "--srdf-samples", "2000")
     if not (work / "iiwa").exists():
         selfcal("capture", "--rig", "iiwa-tracker", "--poses", "40", "--seed", "1", "--out", str(work / "iiwa"))
