@@ -1,7 +1,8 @@
 // selfcal's offline scene viewer: draws a scene embedded in the page (rigs/scene_html.py) with
 // WebGL 1, no library and no network. Drag to turn, shift-drag or right-drag to pan, wheel to zoom.
 // The scene: a JSON header (items with offsets into two arrays) and the arrays themselves,
-// gzip-compressed float32 (positions, m) and uint32 (triangle indices), base64 in the page.
+// gzip-compressed uint16 (positions: steps of header.step m from header.origin) and uint32
+// (triangle indices), base64 in the page.
 (function () {
   "use strict";
 
@@ -86,7 +87,9 @@
     if (!gl) { holder.classList.add("no-webgl"); return; }
     holder.classList.add("webgl");
     const header = JSON.parse(holder.querySelector("script.scene-header").textContent);
-    const floats = new Float32Array(await gunzip(holder.querySelector("script.scene-floats").textContent));
+    const steps = new Uint16Array(await gunzip(holder.querySelector("script.scene-floats").textContent));
+    const floats = new Float32Array(steps.length);
+    for (let i = 0; i < steps.length; i++) floats[i] = header.origin[i % 3] + header.step * steps[i];
     const ints = new Uint32Array(await gunzip(holder.querySelector("script.scene-ints").textContent));
     gl.getExtension("OES_element_index_uint");
     const program = gl.createProgram();

@@ -1,8 +1,9 @@
 """A :class:`rigs.scene.Scene` embedded in a report page as an offline 3D view.
 
 The scene is drawn at its opening configuration, in the world frame: a JSON header names each item
-(mesh, lines or points) with its colour and its slice of two arrays, positions (float32, m) and
-triangle indices (uint32), each gzip-compressed and base64-encoded into the page; a small WebGL
+(mesh, lines or points) with its colour and its slice of two arrays, positions (uint16 steps of
+``step`` m from ``origin`` across the scene's box) and triangle indices (uint32), each
+gzip-compressed and base64-encoded into the page; a small WebGL
 client (``scene_client.js``, inlined) draws it. Nothing is fetched, so the page opens from a
 copied folder with no network. Where scripting is off, or WebGL is missing, the page shows
 ``fallback`` (today's picture, or a sentence) in its place.
@@ -84,6 +85,12 @@ def embed(scene: Scene, fallback: str = "") -> str:
     """The HTML of the scene's offline 3D view, with ``fallback`` (inner HTML) shown where scripting
     or WebGL is missing; the notes follow the view."""
     header, positions, indices = serialise(scene)
+    # Positions as 16-bit steps across the scene's box: 0.05 mm steps over 3 m, half the bytes of float32.
+    xyz = positions.reshape(-1, 3).astype(np.float64)
+    origin = xyz.min(axis=0) if len(xyz) else np.zeros(3)
+    step = max(float(np.ptp(xyz, axis=0).max()) / 65535.0, 1e-9) if len(xyz) else 1.0
+    steps = np.round((xyz - origin) / step).astype(np.uint16).reshape(-1)
+    header["origin"], header["step"] = origin.tolist(), step
     fallback = fallback or ("<p class='muted'>The 3D view needs JavaScript and WebGL; open this page in a browser "
                             "that has them, or run <code>selfcal view</code> on this folder.</p>")
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in scene.notes)
@@ -94,7 +101,7 @@ def embed(scene: Scene, fallback: str = "") -> str:
             "<span class='scene-hint'>drag: turn, shift-drag: pan, wheel: zoom</span>"
             f"<div class='scene-fallback'>{fallback}</div>"
             f"<script type='application/json' class='scene-header'>{header_json}</script>"
-            f"<script type='text/plain' class='scene-floats'>{_packed(positions, np.float32)}</script>"
+            f"<script type='text/plain' class='scene-floats'>{_packed(steps, np.uint16)}</script>"
             f"<script type='text/plain' class='scene-ints'>{_packed(indices, np.uint32)}</script>"
             f"</div><noscript>{fallback}</noscript>"
             f"<ul class='muted'>{notes}</ul>"

@@ -42,7 +42,9 @@ def calibration_scene(calibration, folder: Path, previous=None) -> Scene:
     meshes = link_meshes(urdf)
     notes: list[str] = []
     sessions = [Path(p) for p in calibration.summary.get("sessions") or []]
-    readable = [p for p in sessions if (p / "session.json").is_file()]
+    # A session named relative to where calibrate ran: here, or beside the calibration folder.
+    found = [next((c for c in (p, folder.parent / p) if (c / "session.json").is_file()), None) for p in sessions]
+    readable = [p for p in found if p is not None]
     nominal_chain, nominal_meshes = None, {}
     if readable:
         session = load_session(readable[0])
