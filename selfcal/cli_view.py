@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import webbrowser
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from rigs.errors import InputError
 from selfcal.ui import err_console, print_json, user_errors
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -33,16 +35,15 @@ def view(
 
     with user_errors():
         if port is not None and not 0 < port < 65536:
-            from rigs.errors import InputError
-
             raise InputError(f"--port {port}: a port is a number from 1 to 65535.")
         scene = scene_of(folder, check=not no_check)
         try:
             live = start(scene, host, port)
         except OSError as error:
-            from rigs.errors import InputError
-
             raise InputError(f"--host {host} --port {port}: cannot serve there ({error.strerror or error}).") from None
+        if port is not None and live.server.get_port() != port:  # viser moves on to the next free port
+            live.stop()
+            raise InputError(f"--port {port}: already in use on {host}; choose another, or leave --port out for a free one.")
     if json_output:
         print_json({"url": live.url, "host": host, "port": live.server.get_port(), "kind": scene.kind,
                     "title": scene.title})
@@ -50,9 +51,7 @@ def view(
         typer.echo(f"{scene.title}: {live.url}  (Ctrl-C stops)")
         if host not in LOCAL_HOSTS:
             err_console.print(f"serving on {host}: other machines that reach it can see this view.", highlight=False)
-    import sys
-
-    sys.stdout.flush()
+    sys.stdout.flush()  # a script reading the address gets it before the server blocks
     if not no_browser:
         webbrowser.open(live.url)
     wait_until_interrupted(live)

@@ -123,8 +123,12 @@ def test_the_command_prints_its_address_as_json_serves_and_stops_on_ctrl_c():
         assert address["url"] == f"http://127.0.0.1:{address['port']}"
         with urllib.request.urlopen(address["url"], timeout=30) as response:
             assert response.status == 200
+        # The same port again: taken, so one sentence and exit 2 (viser alone would move to the next port).
+        taken = runner.invoke(app, ["view", str(EXPORT), "--no-browser", "--port", str(address["port"])])
+        assert taken.exit_code == 2 and "already in use" in taken.output
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
+        assert process.stdout.read() == ""  # nothing after the address: a script can read it as JSON
     finally:
         if process.poll() is None:
             process.kill()

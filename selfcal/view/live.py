@@ -117,7 +117,8 @@ class LiveView:
         return self.server.scene.get_handle_by_name(name) is not None
 
     def stop(self) -> None:
-        self.server.stop()
+        with contextlib.redirect_stdout(io.StringIO()):  # viser announces it; the command has said what it does
+            self.server.stop()
 
 
 def start(scene: Scene, host: str = "127.0.0.1", port: int | None = None) -> LiveView:
