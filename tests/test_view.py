@@ -231,3 +231,25 @@ def test_a_self_model_shows_its_learned_links_the_description_and_a_depth_cloud_
     finally:
         view.stop()
     assert drawn_share(picture, (0.25, 0.3, 0.6, 0.8)) > 0.03
+
+
+def test_a_recalibration_colours_the_bent_link_red_and_the_others_grey(calibration):
+    """A joint placed 3 mm further along on its parent is that parent bent: the parent turns red."""
+    import copy
+
+    import pinocchio as pin
+
+    from calib.calibration import Calibration
+    from calib.io.scene import calibration_scene
+
+    previous = Calibration.load(calibration)
+    bent = copy.copy(previous)
+    bent.chain = previous.chain.copy()
+    joint = bent.chain.model.getJointId("lbr_iiwa_joint_4")
+    placement = bent.chain.model.jointPlacements[joint]
+    bent.chain.model.jointPlacements[joint] = pin.SE3(placement.rotation, placement.translation + [0.0, 0.0, 0.003])
+    scene = calibration_scene(bent, calibration, previous)
+    colours = {item.name: item.colour for item in scene.items if item.name.startswith("calibrated/")}
+    assert colours["calibrated/lbr_iiwa_link_3"] == pytest.approx((0.9, 0.15, 0.15))  # the bent link
+    assert colours["calibrated/lbr_iiwa_link_5"] == pytest.approx((0.62, 0.64, 0.68))  # unmoved: grey
+    assert any("3 mm, lbr_iiwa_link_3" in note for note in scene.notes), scene.notes
