@@ -5,7 +5,7 @@ joint slider is dragged, and what the offline view adds to a report folder.
 
 1. Results to view, built once into --workdir and reused: an xArm6 self-model (`selfcal capture
    --rig xarm6-cameras --poses N`, `selfcal selfmodel train --steps S`), a Panda collision export
-   (the same from panda-cameras, 2 S more steps from those weights, then `selfcal selfmodel export
+   (the same from panda-cameras with 3 S steps, then `selfcal selfmodel export
    --voxel 6 --srdf-samples 2000`) and
    an iiwa calibration (40 poses). Small trainings: the viewer's cost depends on the meshes' size,
    not on how well the body was learned.
@@ -56,14 +56,13 @@ def build(work: Path, poses: int, steps: int) -> dict[str, Path]:
     for rig, name in (("xarm6-cameras", "xarm"), ("panda-cameras", "panda")):
         if not (work / name).exists():
             selfcal("capture", "--rig", rig, "--poses", str(poses), "--seed", "1", "--out", str(work / name))
-        if not (work / f"{name}-model").exists():
-            selfcal("selfmodel", "train", str(work / name), "--out", str(work / f"{name}-model"), "--steps", str(steps),
-                    "--seed", "1", "--threads", "1")
-    # The Panda's fingers are still empty after that many steps (the export refuses an empty link):
-    # twice as many again, from those weights.
+    if not (work / "xarm-model").exists():
+        selfcal("selfmodel", "train", str(work / "xarm"), "--out", str(work / "xarm-model"), "--steps", str(steps),
+                "--seed", "1", "--threads", "1")
+    # After that many steps the Panda's fingers are still empty (the export refuses an empty link): three times as many.
     if not (work / "panda-model2").exists():
-        selfcal("selfmodel", "train", str(work / "panda"), "--out", str(work / "panda-model2"), "--previous",
-                str(work / "panda-model"), "--steps", str(2 * steps), "--seed", "2", "--threads", "1")
+        selfcal("selfmodel", "train", str(work / "panda"), "--out", str(work / "panda-model2"), "--steps", str(3 * steps),
+                "--seed", "1", "--threads", "1")
     if not (work / "panda-collision").exists():
         selfcal("selfmodel", "export", str(work / "panda-model2"), "--out", str(work / "panda-collision"), "--voxel", "6",
                 "--srdf-samples", "2000")
