@@ -15,23 +15,29 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import trimesh
 
 from capture.session import load_session
 from rigs import urdf as urdf_io
 from rigs.link_meshes import link_meshes
 from rigs.scene import FLAGGED, LEARNED, NOMINAL, Frame, Joint, Lines, Mesh, Points, Scene, heat
 from rigs.transforms import transform_points
+from selfmodel.inspect.meshing import decimated
 from selfmodel.model.baked import load_baked
 from selfmodel.model.chain import link_poses_numpy
 from selfmodel.model.folder import training_session_paths
 
+# Faces per link drawn: a 4 mm grid gives 10-25 thousand per xArm6 link, which a browser without a
+# GPU draws at a frame a second; the shape reads the same at this many.
+LINK_FACES = 6000
 CLOUD_POINTS = 4000  # per camera: enough to read the shape, small enough for a report
 FRUSTUM_DEPTH_M = 0.12
 CAMERA_COLOURS = [(0.2, 0.45, 0.9), (0.15, 0.65, 0.35), (0.6, 0.3, 0.8), (0.85, 0.55, 0.1)]
 
 
-def baked_link_meshes(model, folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Link -> (vertices (n, 3) m in the link frame, faces (m, 3)) of the 0.5 level of the baked grids."""
+def baked_link_meshes(model, folder: Path, max_faces: int = LINK_FACES) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Link -> (vertices (n, 3) m in the link frame, faces (m, 3)) of the 0.5 level of the baked grids,
+    decimated to at most ``max_faces`` faces."""
     from skimage.measure import marching_cubes  # scikit-image adds 0.3 s to a start; only meshing needs it
 
     baked = load_baked(model, Path(folder))
@@ -41,7 +47,8 @@ def baked_link_meshes(model, folder: Path) -> dict[str, tuple[np.ndarray, np.nda
         if not (values.min() < 0.0 < values.max()):
             continue
         vertices, faces, _, _ = marching_cubes(values, level=0.0, spacing=(baked.pitch,) * 3)
-        out[link] = (vertices + origin - baked.pitch, faces[:, ::-1].copy())
+        mesh = decimated(trimesh.Trimesh(vertices + origin - baked.pitch, faces[:, ::-1], process=True), max_faces)
+        out[link] = (np.asarray(mesh.vertices), np.asarray(mesh.faces))
     return out
 
 
@@ -84,6 +91,7 @@ def selfmodel_scene(model, folder: Path, check=None, threshold_mm: float | None 
     if model.urdf_path is not None and Path(model.urdf_path).is_file():
         description = link_meshes(Path(model.urdf_path), links=list(model.link_names))
     for link, mesh in description.items():
+        mesh = decimated(mesh, LINK_FACES)
         items.append(Mesh(f"description/{link}", np.asarray(mesh.vertices), np.asarray(mesh.faces), NOMINAL, 1.0,
                           parent=f"description/{link}"))
     sessions = [p for p in training_session_paths(folder) if (p / "session.json").is_file()]
