@@ -231,6 +231,17 @@ def test_a_self_model_shows_its_learned_links_the_description_and_a_depth_cloud_
     finally:
         view.stop()
     assert drawn_share(picture, (0.25, 0.3, 0.6, 0.8)) > 0.03
+    # `selfmodel check --report` writes the same body, coloured by the check, as a page that opens offline.
+    page = tmp_path / "check.html"
+    result = runner.invoke(app, ["selfmodel", "check", str(tmp_path / "model"), "--urdf", str(tmp_path / "model" / "robot.urdf"),
+                                 "--report", str(page)])
+    assert result.exit_code == 0, result.output
+    assert "selfcal-scene" in page.read_text() and "Per link" in page.read_text()
+    picture = screenshot(page.as_uri(), tmp_path / "check.png", size=(1000, 1200))
+    assert drawn_share(picture, (0.3, 0.35, 0.7, 0.65)) > 0.03
+    result = runner.invoke(app, ["selfmodel", "check", str(tmp_path / "model"), "--urdf", str(tmp_path / "model" / "robot.urdf"),
+                                 "--report", str(page)])
+    assert result.exit_code == 2 and "already exists" in result.output
 
 
 def test_a_recalibration_colours_the_bent_link_red_and_the_others_grey(calibration):

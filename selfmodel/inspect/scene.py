@@ -20,7 +20,7 @@ import trimesh
 from capture.session import load_session
 from rigs import urdf as urdf_io
 from rigs.link_meshes import link_meshes
-from rigs.scene import FLAGGED, LEARNED, NOMINAL, Frame, Joint, Lines, Mesh, Points, Scene, heat
+from rigs.scene import FLAGGED, LEARNED, NOMINAL, Frame, Joint, Lines, Mesh, Points, Scene
 from rigs.transforms import transform_points
 from selfmodel.inspect.meshing import decimated
 from selfmodel.model.baked import load_baked
@@ -58,21 +58,24 @@ def check_colours(check, threshold_mm: float) -> tuple[dict[str, tuple], list[st
     largest figure), and the sentence that says so."""
     rows = list(check.rows)
     figures = np.array([row.deviation_mm for row in rows])
-    colours = {}
-    for row, colour in zip(rows, heat(figures, threshold_mm)):
-        colours[f"learned/{row.link}"] = FLAGGED if row.deviation_mm > threshold_mm else tuple(colour)
+    # From the learned body's orange (nothing found) towards red (the threshold): still the learned body.
+    share = np.clip(figures / threshold_mm, 0.0, 1.0)[:, None]
+    shades = np.array(LEARNED) + share * (np.array(FLAGGED) - np.array(LEARNED))
+    colours = {f"learned/{row.link}": tuple(float(c) for c in shade) for row, shade in zip(rows, shades)}
     flagged = [row.link for row in rows if row.deviation_mm > threshold_mm]
-    note = ("Links coloured by the check's largest figure against the description (grey small, red beyond the "
-            f"threshold of {threshold_mm:.3g} mm): "
+    note = ("Learned links coloured by the check's largest figure against the description (orange small, red at the "
+            f"threshold of {threshold_mm:.3g} mm and beyond): "
             + "; ".join(f"{row.link} {row.deviation_mm:.2f} mm ({row.kind})" for row in rows[:6]) + "."
             + (f" Flagged: {', '.join(flagged)}." if flagged else " No link flagged."))
     return colours, [note]
 
 
-def selfmodel_scene(model, folder: Path, check=None, threshold_mm: float | None = None) -> Scene:
+def selfmodel_scene(model, folder: Path, check=None, threshold_mm: float | None = None,
+                    description: Path | None = None) -> Scene:
     """The scene of a structured ``model`` (:class:`selfmodel.model.models.SelfModel`) saved in
     ``folder``; ``check``: its DamageCheck against the description and the threshold (mm) it was
-    judged by, or None (the live viewer runs the check after its first frame: ``Scene.later``)."""
+    judged by, or None (the live viewer runs the check after its first frame: ``Scene.later``);
+    ``description``: the URDF drawn beside the learned body (default: the model's own)."""
     folder = Path(folder)
     notes = ["Orange: the learned body; grey, beside it: the description's meshes at the same joint angles."]
     items: list = []
@@ -87,10 +90,11 @@ def selfmodel_scene(model, folder: Path, check=None, threshold_mm: float | None 
     lo, hi = model.bounds
     beside = np.eye(4)
     beside[1, 3] = 1.2 * float(hi[1] - lo[1])
-    description = {}
-    if model.urdf_path is not None and Path(model.urdf_path).is_file():
-        description = link_meshes(Path(model.urdf_path), links=list(model.link_names))
-    for link, mesh in description.items():
+    urdf = Path(description) if description is not None else model.urdf_path
+    described = {}
+    if urdf is not None and Path(urdf).is_file():
+        described = link_meshes(Path(urdf), links=list(model.link_names))
+    for link, mesh in described.items():
         mesh = decimated(mesh, LINK_FACES)
         items.append(Mesh(f"description/{link}", np.asarray(mesh.vertices), np.asarray(mesh.faces), NOMINAL, 1.0,
                           parent=f"description/{link}"))
@@ -112,7 +116,7 @@ def selfmodel_scene(model, folder: Path, check=None, threshold_mm: float | None 
         learned_poses = link_poses_numpy(model.spec, q[None], deltas)[0]
         nominal = link_poses_numpy(model.spec, q[None])[0]
         out = {f"learned/{link}": learned_poses[index[link]] for link in learned}
-        out.update({f"description/{link}": beside @ nominal[index[link]] for link in description})
+        out.update({f"description/{link}": beside @ nominal[index[link]] for link in described})
         return out
 
     joints = []
