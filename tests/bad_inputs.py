@@ -1867,6 +1867,12 @@ def _(fx, case):
     return ["selfmodel", "check", _s(fx.model), "--urdf", _s(fx.box / "robot.urdf"), "--threshold-mm", "-5"]
 
 
+@case("selfmodel check: --report already there")
+def _(fx, case):
+    (case / "check.html").write_text("<p>mine</p>\n")
+    return ["selfmodel", "check", _s(fx.model), "--urdf", _s(fx.box / "robot.urdf"), "--report", _s(case / "check.html")]
+
+
 @case("selfmodel eval: --voxel-mm 0")
 def _(fx, case):
     return ["selfmodel", "eval", _s(fx.model), _s(fx.box), "--voxel-mm", "0"]
