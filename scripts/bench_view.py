@@ -50,8 +50,9 @@ def selfcal(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "selfcal.cli", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
-def build(work: Path, poses: int, steps: int) -> dict[str, Path]:
-    """The xArm6 self-model, the Panda export and an iiwa calibration, made once."""
+def build(work: Path, poses: int, steps: int, export: Path | None = None) -> dict[str, Path]:
+    """The xArm6 self-model, the Panda export (or ``export``, an export folder made elsewhere) and an
+    iiwa calibration, made once."""
     work.mkdir(parents=True, exist_ok=True)
     for rig, name in (("xarm6-cameras", "xarm"), ("panda-cameras", "panda")):
         if not (work / name).exists():
@@ -60,18 +61,18 @@ def build(work: Path, poses: int, steps: int) -> dict[str, Path]:
         selfcal("selfmodel", "train", str(work / "xarm"), "--out", str(work / "xarm-model"), "--steps", str(steps),
                 "--seed", "1", "--threads", "1")
     # After that many steps the Panda's fingers are still empty (the export refuses an empty link): three times as many.
-    if not (work / "panda-model2").exists():
+    if export is None and not (work / "panda-model2").exists():
         selfcal("selfmodel", "train", str(work / "panda"), "--out", str(work / "panda-model2"), "--steps", str(3 * steps),
                 "--seed", "1", "--threads", "1")
-    if not (work / "panda-collision").exists():
+    if export is None and not (work / "panda-collision").exists():
         selfcal("selfmodel", "export", str(work / "panda-model2"), "--out", str(work / "panda-collision"), "--voxel", "6",
                 "--srdf-samples", "2000")
     if not (work / "iiwa").exists():
         selfcal("capture", "--rig", "iiwa-tracker", "--poses", "40", "--seed", "1", "--out", str(work / "iiwa"))
     if not (work / "iiwa-cal").exists():
         selfcal("calibrate", str(work / "iiwa"), "--out", str(work / "iiwa-cal"))
-    return {"xArm6 self-model": work / "xarm-model", "Panda collision export": work / "panda-collision",
-            "iiwa calibration": work / "iiwa-cal"}
+    exported = ("Panda collision export", work / "panda-collision") if export is None else (f"collision export {export.name}", export)
+    return {"xArm6 self-model": work / "xarm-model", exported[0]: exported[1], "iiwa calibration": work / "iiwa-cal"}
 
 
 def command_start() -> float:
@@ -219,9 +220,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="how long the slider is dragged")
     parser.add_argument("--poses", type=int, default=80)
     parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--export", type=Path, default=None, help="an export folder to measure instead of the Panda's")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    folders = build(args.workdir.resolve(), args.poses, args.steps)
+    folders = build(args.workdir.resolve(), args.poses, args.steps, args.export)
     startup = command_start()
     rows, sizes = [], []
     for label, folder in folders.items():
