@@ -49,6 +49,17 @@ def screenshot(url: str, out: Path, size=(900, 700), budget_ms: int = 6000) -> n
     return (matplotlib.image.imread(str(out))[..., :3] * 255).astype(np.uint8)
 
 
+def shown_share(url: str, out: Path, box: tuple[float, float, float, float], size=(900, 700)) -> float:
+    """The largest ``drawn_share`` of ``box`` over screenshots given more and more time: a busy machine
+    (the suite shares two cores) can take longer than the first budget to draw the scene."""
+    best = 0.0
+    for budget_ms in (6000, 20000, 60000):
+        best = max(best, drawn_share(screenshot(url, out, size, budget_ms), box))
+        if best > 0.03:
+            break
+    return best
+
+
 def drawn_share(picture: np.ndarray, box: tuple[float, float, float, float]) -> float:
     """Share of pixels in ``box`` (left, top, right, bottom as fractions) that are not near-white."""
     height, width = picture.shape[:2]
@@ -102,11 +113,10 @@ def test_a_calibration_shows_both_arms_the_tracker_points_and_every_link_in_the_
         after = np.array(view.server.scene.get_handle_by_name(tip).position)
         assert np.linalg.norm(after - before) > 0.05
         view.update(scene.q_start)
-        picture = screenshot(view.url, tmp_path / "live.png")
+        # The arm is drawn in the middle of the page (the GUI panel sits on the right).
+        assert shown_share(view.url, tmp_path / "live.png", (0.3, 0.3, 0.6, 0.75)) > 0.03
     finally:
         view.stop()
-    # The arm is drawn in the middle of the page (the GUI panel sits on the right).
-    assert drawn_share(picture, (0.3, 0.3, 0.6, 0.75)) > 0.03
 
 
 def test_the_command_prints_its_address_as_json_serves_and_stops_on_ctrl_c():
@@ -150,10 +160,9 @@ def test_an_export_shows_pieces_spheres_and_self_contact_live(tmp_path):
         assert view.has_node("/live/self_contact")
         view.update(np.zeros(2))
         assert not view.has_node("/live/self_contact")
-        picture = screenshot(view.url, tmp_path / "export.png")
+        assert shown_share(view.url, tmp_path / "export.png", (0.3, 0.3, 0.6, 0.75)) > 0.03
     finally:
         view.stop()
-    assert drawn_share(picture, (0.3, 0.3, 0.6, 0.75)) > 0.03
 
 
 def test_a_calibration_report_opens_offline_from_a_copied_folder_and_draws_the_arm(calibration, tmp_path):
@@ -163,9 +172,8 @@ def test_a_calibration_report_opens_offline_from_a_copied_folder_and_draws_the_a
     # Everything the view needs is inside the page: no fetch, no remote script or style.
     assert "selfcal-scene" in page and "fetch(" not in page
     assert "src=\"http" not in page and "src='http" not in page and "<link" not in page
-    picture = screenshot((copy / "report.html").as_uri(), tmp_path / "report.png", size=(1000, 1400))
     # The 3D view's canvas follows the verdict: the arm is drawn in its middle.
-    assert drawn_share(picture, (0.3, 0.3, 0.7, 0.65)) > 0.03
+    assert shown_share((copy / "report.html").as_uri(), tmp_path / "report.png", (0.3, 0.3, 0.7, 0.65), (1000, 1400)) > 0.03
 
 
 def test_a_page_without_scripting_shows_the_fallback(calibration):
@@ -227,18 +235,16 @@ def test_a_self_model_shows_its_learned_links_the_description_and_a_depth_cloud_
         assert view.finished.wait(timeout=300)
         assert any("No link flagged" in note or "Flagged" in note for note in scene.notes), scene.notes
         assert "mm" in view.notes.content
-        picture = screenshot(view.url, tmp_path / "model.png")
+        assert shown_share(view.url, tmp_path / "model.png", (0.25, 0.3, 0.6, 0.8)) > 0.03
     finally:
         view.stop()
-    assert drawn_share(picture, (0.25, 0.3, 0.6, 0.8)) > 0.03
     # `selfmodel check --report` writes the same body, coloured by the check, as a page that opens offline.
     page = tmp_path / "check.html"
     result = runner.invoke(app, ["selfmodel", "check", str(tmp_path / "model"), "--urdf", str(tmp_path / "model" / "robot.urdf"),
                                  "--report", str(page)])
     assert result.exit_code == 0, result.output
     assert "selfcal-scene" in page.read_text() and "Per link" in page.read_text()
-    picture = screenshot(page.as_uri(), tmp_path / "check.png", size=(1000, 1200))
-    assert drawn_share(picture, (0.3, 0.35, 0.7, 0.65)) > 0.03
+    assert shown_share(page.as_uri(), tmp_path / "check.png", (0.3, 0.35, 0.7, 0.65), (1000, 1200)) > 0.03
     result = runner.invoke(app, ["selfmodel", "check", str(tmp_path / "model"), "--urdf", str(tmp_path / "model" / "robot.urdf"),
                                  "--report", str(page)])
     assert result.exit_code == 2 and "already exists" in result.output
