@@ -246,6 +246,7 @@ def main() -> None:
             f"on software WebGL (a floor: a GPU browser draws faster). "
             f"Results built with {args.poses} poses and {args.steps} training steps (small trainings: the viewer's "
             f"cost follows the meshes' size, not the body's accuracy).\n\n"
+            + (f"The export measured is {args.export.name} (`--export`), in place of the Panda's.\n\n" if args.export else "")
             + table(["result", "triangles", "scene ready s", "first frame s", "check done s", "frames/s at rest",
                      "frames/s dragging",
                      "slider moves/s", "slider callback ms", "load average"], rows)
