@@ -226,14 +226,15 @@ class Calibration:
         return (self.summary.get("residuals") or {}).get("camera") or {}
 
     # -- files --------------------------------------------------------------------------------------
-    def save(self, folder: Path, report: bool = True) -> None:
+    def save(self, folder: Path, report: bool = True, previous: "Calibration | None" = None) -> None:
         """Write robot.urdf (+ meshes), calibration.yaml, uncertainty.npz, residual/ and report.html
-        into an existing folder."""
+        into an existing folder; ``previous``: the calibration this one replaces (a recalibration's
+        report shows how far each link moved)."""
         folder = Path(folder)
         write_urdf(self, folder)
         write_calibration_files(self, folder)
         if report:
-            write_report(self, folder / "report.html")
+            write_report(self, folder / "report.html", previous)
 
     @classmethod
     def load(cls, folder: Path) -> "Calibration":

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-libs="libgomp1 libgl1 libegl1 libx11-6 libusb-1.0-0"
+# chromium: the browser the 3D viewer's tests open it in (headless)
+libs="libgomp1 libgl1 libegl1 libx11-6 libusb-1.0-0 chromium"
 missing=""
 for pkg in $libs; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

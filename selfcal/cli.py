@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "selfcal.cli_export",
     "selfcal.cli_fleet",
     "selfcal.cli_discovery",
+    "selfcal.cli_view",
 ]
 
 app = typer.Typer(

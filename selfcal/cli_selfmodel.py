@@ -329,18 +329,28 @@ def check(
                                                  "stands outside or inside the description, by more than this (and "
                                                  "by more than twice its uncertainty) is reported (default: 3 x the "
                                                  "depth noise about the description, and at least 5 mm)."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Also write this HTML page: the verdict, the learned "
+                                          "body beside the description in a 3D view that opens offline, a row per link."),
     require_pass: bool = require_pass_option(),
 ) -> None:
     """Is the arm intact? Per link: its joint correction (the estimated bend, degrees) and matter added to or
     missing from the description, each with its uncertainty, judged against a damage threshold."""
     with user_errors():
+        from rigs.errors import InputError
         from selfmodel.inspect.check import check_against
-        from selfmodel.inspect.verdicts import check_verdict
+        from selfmodel.inspect.page import write_check_page
+        from selfmodel.inspect.verdicts import check_threshold, check_verdict
         from selfmodel.model.models import SelfModel
 
         check_positive(threshold_mm=threshold_mm)  # before minutes of work
-        result = check_against(SelfModel.load(model), urdf)
+        if report is not None and (report.exists() or not report.parent.is_dir()):
+            raise InputError(f"--report {report}: " + ("already exists; choose another path." if report.exists() else
+                                                       f"its folder {report.parent} does not exist."))
+        loaded = SelfModel.load(model)
+        result = check_against(loaded, urdf)
         verdict = check_verdict(result, threshold_mm)
+        if report is not None:
+            write_check_page(report, loaded, result, verdict, check_threshold(result.noise_mm, threshold_mm).value, urdf)
         if json_output:
             print_json({"verdict": verdict.as_dict(), **result.as_dict()})
         else:

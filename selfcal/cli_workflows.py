@@ -246,11 +246,12 @@ def recalibrate(
             urdf_io.check_package_name(ros_package)
         loaded = [load_session(path) for path in sessions]
         new, comparison = run(loaded, previous, holdout, seed, model=model)
-        verdict = recalibration_verdict(Calibration.load(previous).summary, comparison, loaded, tolerance_mm)
+        replaced = Calibration.load(previous)
+        verdict = recalibration_verdict(replaced.summary, comparison, loaded, tolerance_mm)
         comparison = {"verdict": verdict.as_dict()} | comparison
         new.summary["verdict"] = verdict.as_dict()  # report.html opens with it
         with output_folder(out, force) as folder:
-            new.save(folder)
+            new.save(folder, previous=replaced)
             if ros_package is not None:
                 urdf_io.use_package_uris(folder / "robot.urdf", ros_package)
             atomic_write_json(folder / "recalibration.json", to_jsonable(comparison))

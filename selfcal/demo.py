@@ -23,8 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from rigs import html_report
+from rigs import html_report, scene_html
 from rigs.errors import InputError
+from selfmodel.export.scene import collision_pieces, export_scene
 
 
 @dataclass
@@ -140,26 +141,6 @@ def run_demo(folder: Path, quick: bool = False, say: Callable[[str], None] = pri
     return figures
 
 
-def _collision_meshes(urdf_path: Path) -> dict[str, list]:
-    """Link -> list of trimesh convex pieces (link frame) from an exported URDF's <collision> elements."""
-    import trimesh
-
-    from rigs import urdf as urdf_io
-
-    tree = urdf_io.parse_urdf(urdf_path)
-    pieces: dict[str, list] = {}
-    for link in tree.getroot().findall("link"):
-        for collision in link.findall("collision"):
-            mesh_element = collision.find("geometry/mesh")
-            if mesh_element is None:
-                continue
-            path = urdf_io.resolve_mesh(mesh_element.get("filename", ""), urdf_path.parent)
-            mesh = trimesh.load(str(path), force="mesh")
-            mesh.apply_transform(urdf_io.element_origin(collision))
-            pieces.setdefault(link.get("name"), []).append(mesh)
-    return pieces
-
-
 VIEWS = ((20, -60, "from the front left"), (35, 150, "from behind, above"))
 
 
@@ -192,7 +173,7 @@ def render_images(folder: Path) -> dict[str, str]:
     learned = arm_mesh(model, q, voxel=0.006)
     true_body = _posed_truth(session, 0)
     chain = ArmModel.from_urdf(folder / "collision" / "robot.urdf", session.base_link, session.tip_link)
-    pieces = _collision_meshes(folder / "collision" / "robot.urdf")
+    pieces = collision_pieces(folder / "collision" / "robot.urdf")
     data = chain.model.createData()
     posed = []
     for link, meshes in pieces.items():
@@ -259,6 +240,15 @@ def _largest(poses: list[dict], key: str) -> float:
     return max(entry[key] for entry in poses)
 
 
+def _body_view(folder: Path, picture: str) -> str:
+    """The exported geometry in 3D, offline, with the rendered picture where scripting is off (the
+    picture alone when the page is written without the export folder)."""
+    image = html_report.image_file(folder / picture, "learned body, true body and exported geometry")
+    if not (folder / "collision" / "export_report.json").is_file():
+        return image
+    return scene_html.embed(export_scene(folder / "collision"), image)
+
+
 def write_index(folder: Path, steps: list[Step], figures: dict, images: dict[str, str]) -> None:
     """index.html: one section per job, each opening with its verdict; no raw JSON (links to the files)."""
     validate, audit, recal = figures["validate"], figures["audit"], figures["recalibrate"]
@@ -299,7 +289,7 @@ def write_index(folder: Path, steps: list[Step], figures: dict, images: dict[str
         + html_report.paragraph(f"Exported for planners: {sum(row.get('pieces', 0) for row in links.values())} convex "
                                 f"pieces (URDF collision meshes) and {sum(row.get('spheres', 0) for row in links.values())} "
                                 f"spheres (cuRobo) over {len(links)} links, and an SRDF of the pairs that never collide.")
-        + html_report.image_file(folder / images["body"], "learned body, true body and exported geometry")
+        + _body_view(folder, images["body"])
         + _links(("collision/robot.urdf", "robot.urdf (convex pieces)"), ("collision/curobo_spheres.yml", "curobo_spheres.yml"),
                  ("collision/robot.srdf", "robot.srdf"), ("collision/export_report.json", "export_report.json"),
                  ("results/eval.json", "eval.json"), ("results/train.json", "train.json"))))

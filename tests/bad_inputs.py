@@ -1867,6 +1867,12 @@ def _(fx, case):
     return ["selfmodel", "check", _s(fx.model), "--urdf", _s(fx.box / "robot.urdf"), "--threshold-mm", "-5"]
 
 
+@case("selfmodel check: --report already there")
+def _(fx, case):
+    (case / "check.html").write_text("<p>mine</p>\n")
+    return ["selfmodel", "check", _s(fx.model), "--urdf", _s(fx.box / "robot.urdf"), "--report", _s(case / "check.html")]
+
+
 @case("selfmodel eval: --voxel-mm 0")
 def _(fx, case):
     return ["selfmodel", "eval", _s(fx.model), _s(fx.box), "--voxel-mm", "0"]
@@ -2401,6 +2407,37 @@ def _(fx, case):
     (case / "out" / "fleet.json").write_text('{"format": "selfcal-fleet", "format_version": 99, "job": "calibrate", '
                                              '"arms": {}}\n')
     return _fleet(fx, case, None, "--resume")
+
+
+@case("view: a session folder, not a result")
+def _(fx, case):
+    return ["view", _s(copy(fx.session, case)), "--no-browser"]
+
+
+@case("view: calibration.yaml is not YAML")
+def _(fx, case):
+    folder = copy(fx.calibration, case)
+    (folder / "calibration.yaml").write_text("format: selfcal-calibration\njoints: [unclosed\n")
+    return ["view", _s(folder), "--no-browser"]
+
+
+@case("view: a self-model whose weights are missing")
+def _(fx, case):
+    folder = copy(fx.model, case)
+    (folder / "weights.pt").unlink()
+    return ["view", _s(folder), "--no-browser"]
+
+
+@case("view: a collision export without curobo_spheres.yml")
+def _(fx, case):
+    folder = copy(Path(__file__).parent / "data" / "view" / "collision", case)
+    (folder / "curobo_spheres.yml").unlink()
+    return ["view", _s(folder), "--no-browser"]
+
+
+@case("view: --port out of range")
+def _(fx, case):
+    return ["view", _s(copy(fx.calibration, case)), "--no-browser", "--port", "0"]
 
 
 # -- running a case -------------------------------------------------------------------------------

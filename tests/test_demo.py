@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +21,10 @@ class Sections(HTMLParser):
         self.sections: list[list] = []
         self.in_heading = False
         self.in_pre = False
+        self.hidden = False
 
     def handle_starttag(self, tag, attrs):
+        self.hidden = tag in ("script", "style")  # a 3D view's data and client: not text a person reads
         if tag == "h2":
             self.in_heading = True
             self.sections.append(["", "", []])
@@ -31,9 +35,10 @@ class Sections(HTMLParser):
 
     def handle_endtag(self, tag):
         self.in_heading = self.in_heading and tag != "h2"
+        self.hidden = False
 
     def handle_data(self, data):
-        if self.sections:
+        if self.sections and not self.hidden:
             self.sections[-1][0 if self.in_heading else 1] += data
 
 
@@ -117,6 +122,8 @@ def test_the_index_page_opens_each_job_with_its_verdict_and_shows_no_json(tmp_pa
     figure, axis = plt.subplots()
     axis.plot([0, 1])
     figure.savefig(tmp_path / "body.png")
+    # A real export (of the tiny two-joint arm): section 4 shows it in 3D, the picture where scripting is off.
+    shutil.copytree(Path(__file__).parent / "data" / "view" / "collision", tmp_path / "collision")
     write_index(tmp_path, [Step("calibrate the iiwa", ["calibrate", "sessions/iiwa"], seconds=1.0)], figures,
                 {"body": "body.png"})
     index = (tmp_path / "index.html").read_text()
@@ -125,6 +132,7 @@ def test_the_index_page_opens_each_job_with_its_verdict_and_shows_no_json(tmp_pa
     assert "RMS error on 3D points of fresh poses, calibrated" in index and "0.023 mm" in index
     assert 'href="results/validate.json"' in index and 'href="results/check.json"' in index
     assert "joint4 turned 2.90 deg" in index and "matter the URDF lacks" in index
+    assert index.count("class='selfcal-scene'") == 1 and "<noscript><img" in index
     # A page that dumped JSON, or a section without a verdict, is caught.
     try:
         assert_a_person_can_read(index.replace("</h2>", '</h2><p>{"rms_mm": 0.02}</p>', 1))

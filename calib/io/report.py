@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from calib.deflection.modes import URDF_NOTE
-from rigs import html_report
+from calib.io.scene import calibration_scene
+from rigs import html_report, scene_html
 from rigs.transforms import matrix_to_rpy
 from rigs.verdicts import Verdict
 
@@ -199,7 +200,9 @@ def _deflection_section(calibration) -> str:
     return "".join(parts)
 
 
-def write_report(calibration, path: Path) -> None:
+def write_report(calibration, path: Path, previous=None) -> None:
+    """report.html of ``calibration`` into ``path`` (beside its robot.urdf); ``previous``: the
+    calibration a recalibration replaced (its 3D view colours the links by how far they moved)."""
     summary = calibration.summary
     residuals = summary.get("residuals") or {}
     ident = summary["identifiability"]
@@ -214,6 +217,7 @@ def write_report(calibration, path: Path) -> None:
     sections = [("Verdict", opening + html_report.paragraph(verdict(summary), "" if judged else "ok") + warning
                  + "".join(html_report.paragraph(f"Partial excitation: {sentence}", "warning")
                            for sentence in ident.get("not_excited", []))),
+                ("3D view", scene_html.embed(calibration_scene(calibration, Path(path).parent, previous))),
                 ("Residuals", _residual_tables(residuals))]
     sections += _histograms(calibration.history)
     directions = "".join(f"<li>{html.escape(d)}</li>" for d in ident["directions"])

@@ -20,6 +20,7 @@ from scipy.optimize import linprog
 from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError
 
 from rigs.errors import InputError
+from selfmodel.inspect.meshing import decimated
 
 OccupancyFn = Callable[[np.ndarray], np.ndarray]  # points (N, 3) m -> (N,) probabilities
 
@@ -245,7 +246,7 @@ def convex_pieces(mesh: trimesh.Trimesh, max_pieces: int = 8, max_vertices: int 
     every vertex of the full mesh that fell outside them.
     """
     coacd = import_coacd()
-    work = _decimated(mesh, max_faces)
+    work = decimated(mesh, max_faces)
     parts = coacd.run_coacd(coacd.Mesh(np.asarray(work.vertices), np.asarray(work.faces)), threshold=threshold,
                             max_convex_hull=max_pieces, preprocess_mode="off" if work.is_watertight else "on",
                             resolution=1000, mcts_iterations=60, mcts_nodes=15, mcts_max_depth=2, seed=seed)
@@ -277,18 +278,6 @@ def convex_pieces(mesh: trimesh.Trimesh, max_pieces: int = 8, max_vertices: int 
         extra = vertices[outside & (owner == index)]
         pieces[index] = conservative_hull(np.vstack([pieces[index].vertices, extra]), max_vertices)
     return pieces
-
-
-def _decimated(mesh: trimesh.Trimesh, max_faces: int) -> trimesh.Trimesh:
-    if len(mesh.faces) <= max_faces:
-        return mesh
-    import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
-
-    simple = o3d.geometry.TriangleMesh(o3d.utility.Vector3dVector(np.asarray(mesh.vertices)),
-                                       o3d.utility.Vector3iVector(np.asarray(mesh.faces)))
-    simple = simple.simplify_quadric_decimation(target_number_of_triangles=max_faces)
-    result = trimesh.Trimesh(np.asarray(simple.vertices), np.asarray(simple.triangles), process=True)
-    return result if len(result.faces) >= 4 and result.volume > 0 else mesh
 
 
 def pieces_contain(pieces: list[ConvexPiece], points: np.ndarray) -> np.ndarray:

@@ -40,6 +40,7 @@ from selfmodel.export.bodies import (ConvexPiece, LinkBody, conservative_hull, c
                                      pieces_outside_distance)
 from selfmodel.export.carving import Carving, carve
 from selfmodel.export.curobo import dump, robot_document, spheres_document
+from selfmodel.export.page import write_export_page
 from selfmodel.export.margin import (check_margin, climb_outward, level_set_samples, measured_surface_inside,
                                      own_level_set)
 from selfmodel.export.separation import (Separation, pair_kinds, separate_pieces, separate_spheres, settle_bodies,
@@ -164,6 +165,8 @@ class CollisionExport:
             start = time.perf_counter()
             report.update((evaluate(urdf_path, self) or {}) if evaluate is not None else {})
             self.seconds["evaluation"] = time.perf_counter() - start
+            # The page reads the written files as a planner would, before mesh paths become package URIs.
+            write_export_page(folder, report)
             if ros_package is not None:
                 # Last: the checks above load the file the way a planner beside it does (relative paths).
                 urdf_io.use_package_uris(urdf_path, ros_package)
