@@ -107,6 +107,18 @@ def test_relearning_from_the_intact_model_finds_the_bend_and_says_what_changed(i
     assert first["joint"] == "elbow" and first["moved"] and abs(first["rotation_deg"] - 3.0) < 0.3
 
 
+def test_a_model_against_itself_changed_nothing_and_says_so_in_plain_json(intact):
+    """Nothing moved is written as false (changes.json once failed on numpy's own booleans there)."""
+    import json
+
+    from selfmodel.inspect.changes import summary, what_changed
+
+    _, before = intact
+    changes = json.loads(json.dumps(what_changed(before, before)))
+    assert not any(row["moved"] for row in changes["joints"]) and not any(row["changed"] for row in changes["links"])
+    assert summary(changes) == ["what changed: nothing beyond retraining noise"]
+
+
 # What `selfcal calibrate` writes beside robot.urdf, cut to the keys a calibration folder must have:
 # the joints' placement deltas (zero: robot.urdf has them written in) and their standard deviations.
 CALIBRATION = """format: selfcal-calibration

@@ -42,7 +42,7 @@ def what_changed(previous, new, pitch: float = 0.005) -> dict:
         if old_fit is not None and new_fit is not None:
             big = np.abs(new_deltas[j] - old_deltas[j]) > TOLERANCE
             determined = bool(np.any(big & old_fit.determined[j] & new_fit.determined[j])) if big.any() else True
-        moved = (translation_mm > TOLERANCE[0] * 1000 or rotation_deg > np.degrees(TOLERANCE[3])) and determined
+        moved = bool(translation_mm > TOLERANCE[0] * 1000 or rotation_deg > np.degrees(TOLERANCE[3])) and determined
         joints.append({"joint": name, "translation_mm": translation_mm, "rotation_deg": rotation_deg,
                        "delta_change": (new_deltas[j] - old_deltas[j]).tolist(), "moved": moved})
     old_grids, new_grids = bake(previous, pitch).grids, bake(new, pitch).grids
@@ -62,7 +62,7 @@ def what_changed(previous, new, pitch: float = 0.005) -> dict:
         links.append({"link": link, "added_cm3": added_cm3, "removed_cm3": removed_cm3, "where_link": centre})
     floor = max(CHANGED_CM3, 2 * float(np.median([row["added_cm3"] + row["removed_cm3"] for row in links])))
     for row in links:
-        row["changed"] = row["added_cm3"] + row["removed_cm3"] > floor
+        row["changed"] = bool(row["added_cm3"] + row["removed_cm3"] > floor)
     joints.sort(key=lambda row: -max(row["translation_mm"] / (TOLERANCE[0] * 1000), row["rotation_deg"] / np.degrees(TOLERANCE[3])))
     links.sort(key=lambda row: -(row["added_cm3"] + row["removed_cm3"]))
     return {"joints": joints, "links": links}
