@@ -58,7 +58,8 @@ def export(
     out: Path = typer.Option(..., "--out", help="Folder to create: robot.urdf, meshes/, robot.srdf, curobo_spheres.yml, curobo_robot.yml, export_report.json."),
     spheres: int = typer.Option(64, "--spheres", help="Spheres for the arm's links (cuRobo), shared among the links where they hold the most surface."),
     board_spheres: int = typer.Option(64, "--board-spheres", help="Spheres for the calibration board the session declares on the tip, its own group (listed under the tip link; 0: the board shares the tip's spheres)."),
-    pieces: int = typer.Option(8, "--pieces", help="At most this many convex pieces a link (at most 64 vertices each)."),
+    pieces: int = typer.Option(8, "--pieces", help="At most this many convex pieces a link."),
+    piece_vertices: int = typer.Option(64, "--piece-vertices", help="At most this many vertices a convex piece (planners check fewer faster; a piece cut apart from a neighbour keeps its cut better with more)."),
     margin: str = typer.Option("auto", "--margin", help="Inflation in mm for every link, or 'auto': for each link the smallest that holds its own learned surface."),
     voxel_mm: float = typer.Option(3.0, "--voxel", help="Grid spacing in mm of each link's body before meshing."),
     srdf_samples: int = typer.Option(10_000, "--srdf-samples", help="Random configurations tested for the SRDF."),
@@ -84,7 +85,7 @@ def export(
             urdf_io.check_package_name(ros_package)
         # Every setting is checked here, as the exporter is made: a bad one costs nothing.
         exporter = CollisionExporter(spheres=SphereSettings(max_spheres=spheres, board_spheres=board_spheres),
-                                     pieces=PieceSettings(max_pieces=pieces), body=BodySettings(voxel=voxel_mm / 1000.0),
+                                     pieces=PieceSettings(max_pieces=pieces, max_vertices=piece_vertices), body=BodySettings(voxel=voxel_mm / 1000.0),
                                      margin=MarginSettings(parse_margin(margin)), srdf_samples=srdf_samples, seed=seed)
         from selfmodel.model.models import SelfModel
         from selfmodel.model.runtime import resolve_device

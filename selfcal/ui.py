@@ -107,6 +107,7 @@ SETTING_FLAGS = {
     "joint_ranges": "--joint",
     "max_pieces": "--pieces",
     "max_spheres": "--spheres",
+    "max_vertices": "--piece-vertices",
     "package_dirs": "--package-dir",
     "payload_kg": "--payload",
     "random_count": "--poses",

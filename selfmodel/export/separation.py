@@ -219,7 +219,7 @@ def separate_pieces(pieces: dict[str, list[ConvexPiece]], bodies: dict[str, Link
     pairs = sorted({(a, b) for _, a, b, _ in left})
     raise InputError(f"{where}: after {sweeps} sweeps of cuts the convex pieces still overlap at "
                      f"{len({pose for *_, pose in left})} recorded pose(s), {len(pairs)} pair(s) of links: {shown}"
-                     f"{'; ...' if len(left) > 5 else ''}. A cut piece simplified to {max_vertices} vertices reaches "
+                     f"{'; and more' if len(left) > 5 else ''}. A cut piece simplified to {max_vertices} vertices reaches "
                      f"back into its neighbour: train longer (or on more poses of these links) so the bodies part "
                      f"cleanly, or raise {setting('max_vertices')} so a cut piece keeps its cut.")
 
