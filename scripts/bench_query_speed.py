@@ -50,7 +50,8 @@ def in_process(model_folder: Path, session: Path) -> list[dict]:
     for threads in (1, 2):
         torch.set_num_threads(threads)
         rows.append({"answerer": "network", **query_speed(model, q, np.random.default_rng(0))})
-    for threads in (1, 2):
+    for threads in (1, 2):  # the grids' own threads, and torch's inside each of them, alike
+        torch.set_num_threads(threads)
         baked = load_baked(model, model_folder)
         baked.threads = threads
         rows.append({"answerer": "baked grids", **query_speed(baked, q, np.random.default_rng(0), bounds=model.bounds)})
