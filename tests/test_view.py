@@ -270,3 +270,30 @@ def test_a_recalibration_colours_the_bent_link_red_and_the_others_grey(calibrati
     assert colours["calibrated/lbr_iiwa_link_3"] == pytest.approx((0.9, 0.15, 0.15))  # the bent link
     assert colours["calibrated/lbr_iiwa_link_5"] == pytest.approx((0.62, 0.64, 0.68))  # unmoved: grey
     assert any("3 mm, lbr_iiwa_link_3" in note for note in scene.notes), scene.notes
+
+
+def test_a_recalibration_record_is_followed_only_beside_the_recalibration(calibration, tmp_path):
+    """recalibration.json names the previous folder as the user gave it: read from the folder above,
+    followed there, and not followed elsewhere (the view says so)."""
+    import json
+    import shutil
+
+    from rigs.errors import InputError
+    from selfcal.view.kinds import previous_calibration
+
+    work = tmp_path / "work"
+    shutil.copytree(calibration, work / "cal")
+    shutil.copytree(calibration, work / "after")
+    record = work / "after" / "recalibration.json"
+    record.write_text(json.dumps({"previous": "cal"}))
+    previous, note = previous_calibration(work / "after")
+    assert previous is not None and note is None
+    shutil.copytree(calibration, tmp_path / "elsewhere")
+    record.write_text(json.dumps({"previous": str(tmp_path / "elsewhere")}))
+    previous, note = previous_calibration(work / "after")
+    assert previous is None and "outside" in note and "elsewhere" in note
+    record.write_text(json.dumps({"previous": "../work/cal"}))
+    assert previous_calibration(work / "after")[0] is not None
+    record.write_text("{")
+    with pytest.raises(InputError, match="recalibration.json"):
+        previous_calibration(work / "after")

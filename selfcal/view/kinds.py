@@ -7,10 +7,10 @@ export; fleet.json: a fleet. Anything else is the user's mistake, said in one se
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rigs.errors import InputError
+from rigs.files import read_json
 from rigs.scene import Scene
 
 KINDS = {"calibration.yaml": "calibration", "config.json": "self-model", "export_report.json": "collision export",
@@ -29,19 +29,30 @@ def kind_of(folder: Path) -> str:
                      "collision export) or fleet.json, so it is not a result selfcal view can show.")
 
 
-def previous_calibration(folder: Path):
-    """The calibration a recalibration in ``folder`` replaced, when recalibration.json names one that
-    is still there; else None."""
+def previous_calibration(folder: Path) -> tuple[object | None, str | None]:
+    """The calibration a recalibration in ``folder`` replaced, and a note when there is one the view
+    does not follow: (calibration or None, note or None).
+
+    recalibration.json names the previous folder as the user gave ``--previous``; it is followed
+    only inside the folder above the recalibration (where `--previous cal --out cal-after` leaves
+    both; a relative name is read from there), since a file may not send a reader elsewhere."""
     from calib.calibration import Calibration  # calib loads Pinocchio and scipy; only calibrations need it
 
     record = Path(folder) / "recalibration.json"
     if not record.is_file():
-        return None
-    try:
-        previous = Path(json.loads(record.read_text()).get("previous") or "")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        raise InputError(f"{record}: not a recalibration record (not JSON with a 'previous' entry).") from None
-    return Calibration.load(previous) if (previous / "calibration.yaml").is_file() else None
+        return None, None
+    document = read_json(record, "recalibration record")
+    named = document.get("previous") if isinstance(document, dict) else None
+    if not isinstance(named, str) or not named.strip():
+        raise InputError(f"{record}: not a recalibration record (no 'previous' entry naming a folder).")
+    workspace = Path(folder).resolve().parent
+    previous = Path(named) if Path(named).is_absolute() else workspace / named
+    if not previous.resolve().is_relative_to(workspace):
+        return None, (f"Not compared with the previous calibration: {record.name} names {named}, outside "
+                      f"{workspace}, and a file may not send the view elsewhere.")
+    if not (previous / "calibration.yaml").is_file():
+        return None, f"Not compared with the previous calibration: {named} holds no calibration.yaml any more."
+    return Calibration.load(previous), None
 
 
 def _checked(model) -> tuple[dict, list[str]]:
@@ -64,7 +75,10 @@ def scene_of(folder: Path, check: bool = True) -> Scene:
         from calib.calibration import Calibration  # each kind's loader is imported only for its kind
         from calib.io.scene import calibration_scene  # (same reason)
 
-        return calibration_scene(Calibration.load(folder), folder, previous_calibration(folder))
+        previous, note = previous_calibration(folder)
+        scene = calibration_scene(Calibration.load(folder), folder, previous)
+        scene.notes += [note] if note else []
+        return scene
     if kind == "self-model":
         from selfmodel.inspect.scene import selfmodel_scene  # torch loads with it: only self-models need it
         from selfmodel.model.models import SelfModel  # (same reason)
