@@ -104,6 +104,12 @@ class ArmModel:
         base, pose = frame_poses(self.model, frames, self.full_q(q), data)[0]
         return invert(base) @ pose
 
+    def base_T_frames(self, q: np.ndarray, frames: list[int]) -> np.ndarray:
+        """Poses (F, 4, 4) of the Pinocchio ``frames`` in the base frame at chain configuration q (dof,),
+        from one forward kinematics."""
+        poses = frame_poses(self.model, [self.base_frame, *frames], self.full_q(q))[0]
+        return invert(poses[0]) @ poses[1:]
+
     def base_T_tip_batch(self, qs: np.ndarray) -> np.ndarray:
         """(N, dof) -> (N, 4, 4) tip poses in the base frame."""
         poses = frame_poses(self.model, [self.base_frame, self.tip_frame], configurations(self.model, self.joint_ids, qs))

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 
-import benchlib  # noqa: F401  (puts the checkout on sys.path)
 from benchlib import ROOT, table, write_section
 
 COMMAND = ".venv/bin/python scripts/bench_view.py"

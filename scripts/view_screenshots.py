@@ -12,7 +12,6 @@ from pathlib import Path
 
 import matplotlib.image
 
-import benchlib  # noqa: F401  (puts the checkout on sys.path)
 from bench_view import DevTools, arm_drawn, browser
 
 # viser warns in a toast that WebGL runs in software (true here, no GPU); the picture is of the scene.
@@ -44,11 +43,20 @@ def photograph(folder: Path, png: Path, work: Path) -> None:
 
 
 def main() -> None:
+    from rigs.errors import InputError
+
+    pairs = [pair.partition("=") for pair in sys.argv[1:]]
+    if not pairs or any(not sep or not png or not folder for png, sep, folder in pairs):
+        print("usage: scripts/view_screenshots.py PNG=FOLDER [PNG=FOLDER ...]", file=sys.stderr)
+        sys.exit(2)
     work = Path("bench-view")
     work.mkdir(exist_ok=True)
-    for pair in sys.argv[1:]:
-        png, _, folder = pair.partition("=")
-        photograph(Path(folder), Path(png), work.resolve())
+    try:
+        for png, _, folder in pairs:
+            photograph(Path(folder), Path(png), work.resolve())
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

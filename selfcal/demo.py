@@ -174,14 +174,10 @@ def render_images(folder: Path) -> dict[str, str]:
     true_body = _posed_truth(session, 0)
     chain = ArmModel.from_urdf(folder / "collision" / "robot.urdf", session.base_link, session.tip_link)
     pieces = collision_pieces(folder / "collision" / "robot.urdf")
-    data = chain.model.createData()
+    links = [link for link in pieces if chain.model.existFrame(link)]
     posed = []
-    for link, meshes in pieces.items():
-        frame = chain.model.getFrameId(link)
-        if frame >= chain.model.nframes:
-            continue
-        base_T_link = chain.base_T_frame(q, frame, data)
-        posed += [m.copy().apply_transform(base_T_link) for m in meshes]
+    for link, base_T_link in zip(links, chain.base_T_frames(q, [chain.model.getFrameId(link) for link in links])):
+        posed += [m.copy().apply_transform(base_T_link) for m in pieces[link]]
 
     columns = (("learned body (marching cubes)", [learned], (0.55, 0.7, 0.9)),
                ("true body (simulation truth)", true_body, (0.75, 0.75, 0.72)),

@@ -88,9 +88,8 @@ def calibration_scene(calibration, folder: Path, previous=None) -> Scene:
         for prefix, (chain, _) in chain_bodies.items():
             if chain is None:
                 continue
-            data = chain.model.createData()
-            for name, frame in frame_ids[prefix].items():
-                out[f"{prefix}/{name}"] = chain.base_T_frame(q, frame, data)
+            posed = chain.base_T_frames(q, list(frame_ids[prefix].values()))
+            out.update({f"{prefix}/{name}": pose for name, pose in zip(frame_ids[prefix], posed)})
         return out
 
     joints = [Joint(name, float(lo), float(hi), float(value)) for name, lo, hi, value in
@@ -105,13 +104,11 @@ def _link_moves(before: ArmModel, after: ArmModel, links: list[str]) -> dict[str
     """Link -> m the placement of the next link (in ``links``, base to tip) on it changed, at q = 0
     (the base: its own placement)."""
     q = np.zeros(after.dof)
-    first, second = before.model.createData(), after.model.createData()
+    links = [name for name in links if before.model.existFrame(name) and after.model.existFrame(name)]
+    olds = before.base_T_frames(q, [before.model.getFrameId(name) for name in links])
+    news = after.base_T_frames(q, [after.model.getFrameId(name) for name in links])
     out, parents, carrier = {}, None, None
-    for name in links:
-        if not (before.model.existFrame(name) and after.model.existFrame(name)):
-            continue
-        old = before.base_T_frame(q, before.model.getFrameId(name), first)
-        new = after.base_T_frame(q, after.model.getFrameId(name), second)
+    for name, old, new in zip(links, olds, news):
         if parents is not None:
             change = invert(invert(parents[0]) @ old) @ (invert(parents[1]) @ new)
         else:

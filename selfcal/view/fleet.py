@@ -77,9 +77,8 @@ def fleet_scene(folder: Path) -> Scene:
     def poses(q: np.ndarray) -> dict[str, np.ndarray]:
         out = {}
         for arm, (chain, offset, frames) in chains.items():
-            data = chain.model.createData()
-            for link, frame in frames.items():
-                out[f"{arm}/{link}"] = offset @ chain.base_T_frame(q, frame, data)
+            for link, pose in zip(frames, chain.base_T_frames(q, list(frames.values()))):
+                out[f"{arm}/{link}"] = offset @ pose
         return out
 
     joints = [Joint(name, float(lo), float(hi), 0.0 if lo <= 0.0 <= hi else float((lo + hi) / 2))

@@ -95,8 +95,7 @@ def export_scene(folder: Path) -> Scene:
     order = {link: i for i, link in enumerate(links)}
 
     def poses(q: np.ndarray) -> dict[str, np.ndarray]:
-        data = chain.model.createData()
-        return {f"links/{link}": chain.base_T_frame(q, frame, data) for link, frame in frames.items()}
+        return {f"links/{link}": pose for link, pose in zip(frames, chain.base_T_frames(q, list(frames.values())))}
 
     def live(q: np.ndarray) -> list:
         posed = poses(q)
