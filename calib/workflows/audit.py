@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from calib.calibration import Calibration
-from calib.sensors.registration import initial_frame_and_targets
+from calib.sensors.registration import register_frame_and_targets
 from calib.sensors.tracker_points import tracker_sqrt_information
 from calib.workflows import iso9283
 from calib.workflows.hand_eye import HandEyeCalibration
@@ -147,8 +147,8 @@ def calibration_frame(calibration_dir: Path, session: Session) -> Frame:
     if calibration.tracker_T_base and seen <= set(calibration.targets):
         return Frame("calibrated", next(iter(calibration.tracker_T_base.values())), dict(calibration.targets), tip_poses)
     tips = tip_poses(session.q, session.payload_kg)[session.tracker.pose_index]
-    frame, targets = initial_frame_and_targets(tips, session.tracker.targets, session.tracker.xyz,
-                                               dict(session.nominal_targets, **calibration.targets), rounds=10)
+    frame, targets = register_frame_and_targets(tips, session.tracker.targets, session.tracker.xyz,
+                                                dict(session.nominal_targets, **calibration.targets))
     return Frame("calibrated", frame, targets, tip_poses)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from calib.sensors.figures import ErrorStats, named_outliers, pose_figures
-from calib.sensors.registration import initial_frame_and_targets, register_points
+from calib.sensors.registration import register_frame_and_targets, register_points
 from calib.sensors.tracker_poses import pose_errors, register_poses
 from calib.workflows.evaluation import noise_floor_rms_mm, pose_noise_floor
 from capture.session import Session
@@ -132,8 +132,8 @@ def validate_registered(calibration, session: Session, register: bool, names: li
     if register and tool:
         rows = in_reg
         check_turns(point_tips[rows], session, names)
-        frame, offsets = initial_frame_and_targets(point_tips[rows], [t for t, r in zip(tracker.targets, rows) if r],
-                                                   tracker.xyz[rows], session.nominal_targets, rounds=10)
+        frame, offsets = register_frame_and_targets(point_tips[rows], [t for t, r in zip(tracker.targets, rows) if r],
+                                                    tracker.xyz[rows], session.nominal_targets)
         unknown = []
         located_jointly = {name: [float(v) for v in xyz] for name, xyz in offsets.items()}
     elif register:
@@ -210,8 +210,8 @@ def nominal_registered_errors(session: Session, tip_link: str | None, reg_rows: 
     chain = ArmModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     tips = chain.base_T_tip_batch(session.q)[tracker.pose_index]
     rows = np.isin(tracker.pose_index, reg_rows)
-    frame, offsets = initial_frame_and_targets(tips[rows], [t for t, r in zip(tracker.targets, rows) if r],
-                                               tracker.xyz[rows], session.nominal_targets, rounds=10)
+    frame, offsets = register_frame_and_targets(tips[rows], [t for t, r in zip(tracker.targets, rows) if r],
+                                                tracker.xyz[rows], session.nominal_targets)
     for name in set(tracker.targets) - set(offsets):
         offsets[name] = np.asarray(session.nominal_targets.get(name, np.zeros(3)), float)
     points = _points_of(tips, tracker.targets, offsets, np.ones(len(tracker.targets), bool))

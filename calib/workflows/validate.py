@@ -14,7 +14,7 @@ import numpy as np
 
 from calib.sensors.board_corners import CornerObservations, detect_session, has_board_images
 from calib.sensors.figures import ErrorStats, named_outliers, pose_figures, rms
-from calib.sensors.registration import initial_frame_and_targets
+from calib.sensors.registration import register_frame_and_targets
 from calib.sensors.tracker_points import tracker_blocks
 from calib.sensors.tracker_poses import pose_blocks, pose_errors, register_poses
 from calib.workflows.evaluation import (noise_floor_rms_mm, pose_noise_floor, tip_errors, true_board_centres,
@@ -63,8 +63,8 @@ def nominal_errors(session: Session, tip_link: str | None = None, chain: ArmMode
     if chain is None:
         chain = ArmModel.from_urdf(session.urdf_path, session.base_link, tip_link or session.tip_link)
     poses = chain.base_T_tip_batch(session.q)[tracker.pose_index]
-    frame, offsets = initial_frame_and_targets(poses, tracker.targets, tracker.xyz,
-                                               session.nominal_targets if targets is None else targets, rounds=10)
+    frame, offsets = register_frame_and_targets(poses, tracker.targets, tracker.xyz,
+                                                session.nominal_targets if targets is None else targets)
     points = np.einsum("mij,mj->mi", poses[:, :3, :3], np.array([offsets[t] for t in tracker.targets])) + poses[:, :3, 3]
     predicted = points @ frame[:3, :3].T + frame[:3, 3]
     return np.linalg.norm(predicted - tracker.xyz, axis=1)
