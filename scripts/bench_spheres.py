@@ -57,6 +57,7 @@ def body_of_mesh(link: str, mesh, voxel: float = 0.003):
 def true_parts(heldout: Path, poses: int):
     """The held-out truth, and the tip's own mesh and the board's (tip frame), apart."""
     from capture.session import load_session
+    from capture.truth_files import truth_parameters
     from rigs.link_meshes import link_meshes
     from selfmodel.evaluation.export_truth import load_truth
     from selfmodel.evaluation.metrics import true_board_mesh
@@ -64,8 +65,7 @@ def true_parts(heldout: Path, poses: int):
     session = load_session(heldout)
     truth = load_truth(heldout, session.pose_ids[:poses])
     tip = session.tip_link
-    parameters = json.loads((heldout / "truth" / "parameters.json").read_text())
-    board = true_board_mesh(parameters, session.manifest)
+    board = true_board_mesh(truth_parameters(heldout), session.manifest)
     arm_tip = link_meshes(heldout / "truth" / "robot.urdf", [tip])[tip]
     return truth, tip, arm_tip, board
 
