@@ -4,6 +4,8 @@ and the joint fit of a tracker placement with reflector offsets for arm models h
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import least_squares
+from scipy.spatial.transform import Rotation
 
 from rigs.errors import InputError
 
@@ -77,9 +79,6 @@ def register_frame_and_targets(base_T_tip: np.ndarray, targets: list[str], measu
     offset together, over the points the alternation kept (gross outliers stay out); the damping
     leaves a direction the poses cannot determine at its start, where it changes no error.
     """
-    from scipy.optimize import least_squares
-    from scipy.spatial.transform import Rotation
-
     frame, offsets = initial_frame_and_targets(base_T_tip, targets, measured, nominal_targets, rounds=10)
     names = sorted(offsets)
     index = np.array([names.index(t) for t in targets])
