@@ -198,10 +198,11 @@ def _views_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path],
                    f"hidden space) for cameras {', '.join(plan.cameras)} ({plan.seconds:.0f} s); seen before: "
                    f"{plan.recorded_from}")
         typer.echo(f"unseen volume per link (body surface seen at fewer than {summary['min_poses']} poses), cm3:")
-        typer.echo(f"  {'link':<16} {'before':>8} {'after (expected)':>17}")
+        typer.echo(f"  {'link':<16} {'before':>8} {'after (expected)':>17} {'no candidate shows':>19}")
         for link, before in plan.before_cm3.items():
-            typer.echo(f"  {link:<16} {before:8.1f} {plan.after_cm3[link]:17.1f}")
-        typer.echo(f"  {'all links':<16} {sum(plan.before_cm3.values()):8.1f} {sum(plan.after_cm3.values()):17.1f}")
+            typer.echo(f"  {link:<16} {before:8.1f} {plan.after_cm3[link]:17.1f} {plan.beyond_cm3[link]:19.1f}")
+        typer.echo(f"  {'all links':<16} {sum(plan.before_cm3.values()):8.1f} {sum(plan.after_cm3.values()):17.1f} "
+                   f"{sum(plan.beyond_cm3.values()):19.1f}")
 
 
 def _write_plan(out: Path, joint_names: list[str], pose_ids: list[str], q, extra: dict[str, list[str]]) -> None:
