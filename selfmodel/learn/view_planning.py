@@ -31,9 +31,10 @@ from typing import Callable
 
 import numpy as np
 
+from capture.poses import random_poses
 from rigs.errors import InputError, setting
 from rigs.verdicts import PASS, Tolerance, Verdict, judge
-from rigs.spec import CameraSpec
+from rigs.spec import CameraSpec, rig_from_urdf
 from selfmodel.labels.depth import far_range
 from selfmodel.labels.description import described_meshes
 from selfmodel.labels.seen_through import training_sessions
@@ -167,10 +168,8 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
     ``rig``: a Rig whose cameras and description check validity; None: the cameras of the model's
     training sessions and the model's own description. ``progress(stage, done, total)`` is told how
     far each stage is."""
-    from capture.poses import random_poses
-    from capture.simulate import pose_is_valid  # pybullet's world: a second to start, needed here only
-    from rigs.simulator import nominal_world
-    from rigs.spec import rig_from_urdf
+    from capture.simulate import pose_is_valid  # pybullet and Pinocchio: a second to start, needed here only
+    from rigs.simulator import nominal_world  # the same
 
     start = time.perf_counter()
     if poses < 1:
