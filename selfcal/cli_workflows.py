@@ -41,7 +41,8 @@ def plan(
     views: bool = typer.Option(False, "--views", help="Plan a self-model capture: poses that show the cameras the "
                                "space on --model's links no camera has seen yet (`selfmodel train --previous` it after)."),
     model: Optional[Path] = typer.Option(None, "--model", help="With --views: the structured self-model folder to plan "
-                                         "for; without --rig its training sessions' cameras and its description."),
+                                         "for; without --rig its training sessions' cameras and its description. "
+                                         "Without --model, --views plans for --rig's description before any capture."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -161,8 +162,9 @@ def _views_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path],
         from rigs import InputError, load_rig
         from rigs.files import check_new_file
 
-        if model is None:
-            raise InputError("--views plans around a self-model: give its folder with --model.")
+        if model is None and rig is None:
+            raise InputError("--views plans around a self-model (--model FOLDER) or, before any capture, a rig's "
+                             "description (--rig): give one.")
         if optimal or sweeps or calibration is not None or self_model is not None:
             raise InputError("--views plans a self-model capture; --optimal, --sweeps, --calibration and --self-model "
                              "plan other things: give one.")
@@ -175,7 +177,7 @@ def _views_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path],
         from selfmodel.learn.view_planning import plan_views, views_verdict
         from selfmodel.model.models import SelfModel
 
-        loaded = SelfModel.load(model)
+        loaded = SelfModel.load(model) if model is not None else None
         spec = load_rig(rig) if rig is not None else None
         with contextlib.ExitStack() as bars:
             shown: dict = {}
@@ -189,7 +191,8 @@ def _views_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path],
             plan = plan_views(loaded, poses, spec, candidates, seed, progress)
         _write_plan(out, plan.joint_names, [f"p{k:04d}" for k in range(len(plan.q))], plan.q, {})
         verdict = views_verdict(plan)
-        summary = {"verdict": verdict.as_dict(), "plan": str(out), "model": str(model)} | plan.report()
+        summary = {"verdict": verdict.as_dict(), "plan": str(out), "model": None if model is None else str(model)} \
+            | plan.report()
         if json_output:
             print_json(summary)
             return

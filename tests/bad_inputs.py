@@ -1447,9 +1447,9 @@ def _(fx, case):
     return ["plan", "--sweeps", "--rig", _s(BOX_RIG), "--optimal", "--poses", "3", "--out", _s(case / "plan.csv")]
 
 
-@case("plan: --views without --model")
+@case("plan: --views without --model or --rig")
 def _(fx, case):
-    return ["plan", "--views", "--rig", _s(BOX_RIG), "--poses", "3", "--out", _s(case / "plan.csv")]
+    return ["plan", "--views", "--poses", "3", "--out", _s(case / "plan.csv")]
 
 
 @case("plan: --views --model of a folder that holds no model")

@@ -140,3 +140,15 @@ def test_plan_views_writes_a_plan_that_capture_accepts(level, tmp_path):
     result = runner.invoke(app, ["capture", "--rig", str(RIG), "--plan", str(out), "--out", str(tmp_path / "next")])
     assert result.exit_code == 0, result.output
     assert len(load_session(tmp_path / "next").pose_ids) == 3
+
+
+def test_before_any_capture_the_plan_is_for_the_rigs_description(level, tmp_path):
+    """No model yet: every face of the described boxes is unseen; the plan shows most of what its
+    candidates can."""
+    plan = plan_views(None, 8, level["rig"], candidates=60, seed=2)
+    assert plan.recorded_poses == 0 and set(plan.before_cm3) == {"base", "upper", "box"}
+    # The box's described faces: 656 cm2 (20 x 8 x 6 cm) in a 5 mm layer, about 330 cm3.
+    assert 250 < plan.before_cm3["box"] < 400, plan.before_cm3
+    showable = {link: plan.before_cm3[link] - plan.beyond_cm3[link] for link in plan.before_cm3}
+    assert showable["box"] > 0.5 * plan.before_cm3["box"]
+    assert plan.after_cm3["box"] - plan.beyond_cm3["box"] < 0.2 * showable["box"], plan.report()

@@ -18,6 +18,9 @@ stands edge-on to a camera, a link's back turned toward one). The plan is chosen
 pose taken is the one that brings the most wanted cells closer to ``POSES`` sightings, and the
 counts then include it.
 
+Before any capture (no model), the body is the rig's description voxelised (its URDF meshes and
+declared board, filled on the same grid) and nothing of it is seen yet.
+
 What the plan reports after it is an expectation (the arm as described, the cameras where the
 sessions or the rig put them); a capture of the plan and :func:`selfmodel.labels.unseen.recorded_seen`
 on it give the measured figure. Nothing here reads truth/.
@@ -38,8 +41,9 @@ from rigs.spec import CameraSpec, rig_from_urdf
 from selfmodel.labels.depth import far_range
 from selfmodel.labels.description import described_meshes
 from selfmodel.labels.seen_through import training_sessions
-from selfmodel.labels.unseen import PITCH, POSES, SIGMAS, learned_cells, recorded_seen, unseen_cm3
+from selfmodel.labels.unseen import PITCH, POSES, SIGMAS, described_cells, learned_cells, recorded_seen, unseen_cm3
 from selfmodel.learn.pose_planning import posed_scene, seen
+from selfmodel.model.chain import ArmLinks, link_poses_numpy
 
 NEAR = 0.05  # m: the nearest a session's camera is taken to read (its own near is not recorded)
 TURNS = (-np.pi / 2, np.pi / 2, np.pi)  # rad: how far each aimed candidate turns one joint
@@ -161,13 +165,48 @@ def aimed_candidates(q: np.ndarray, scores: np.ndarray, unseen_by_link: dict[str
     return np.array(out).reshape(-1, q.shape[1])
 
 
+@dataclass
+class _Arm:
+    """What the plan measures and poses: each link's cells (link frame, m), the description's meshes
+    that occlude, the links' order, and how configurations (M, dof) pose them ((M, L, 4, 4))."""
+
+    spec: ArmLinks
+    link_names: list[str]
+    joint_names: list[str]
+    cells: dict[str, np.ndarray]
+    meshes: dict
+    base_T_links: Callable[[np.ndarray], np.ndarray]
+    name: str  # how refusals name it
+
+
+def _model_arm(model) -> _Arm:
+    if model.kind != "structured":
+        raise InputError(f"{model.folder}: a {model.kind} model has no links to measure the unseen space of; "
+                         f"plan from a structured model.")
+    return _Arm(model.spec, list(model.link_names), list(model.joint_names), learned_cells(model, PITCH),
+                described_meshes(model.spec, model.urdf_path, model.tip_link, model.board), model.base_T_links,
+                str(model.folder))
+
+
+def _described_arm(rig) -> _Arm:
+    robot = rig.robot
+    spec = ArmLinks.from_urdf(robot.urdf, robot.base_link, robot.tip_link)
+    # The board as a session declares it (sensors.board), which is what the description meshes read.
+    board = None if rig.board is None else {"squares": list(rig.board.squares), "square_m": rig.board.square,
+                                            "tip_T_board_nominal": rig.board.tip_T_board.tolist()}
+    meshes = described_meshes(spec, robot.urdf, robot.tip_link, board)
+    return _Arm(spec, list(spec.link_names), list(spec.joint_names), described_cells(meshes, PITCH), meshes,
+                lambda q: link_poses_numpy(spec, q), f"rig {rig.name!r}")
+
+
 def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 0,
                progress: Callable[[str, int, int], None] | None = None) -> ViewPlan:
     """Plan ``poses`` configurations that show the cameras what the structured self-``model`` (loaded
     from its folder, whose config.json names its training sessions) has not seen (module docstring).
     ``rig``: a Rig whose cameras and description check validity; None: the cameras of the model's
-    training sessions and the model's own description. ``progress(stage, done, total)`` is told how
-    far each stage is."""
+    training sessions and the model's own description. ``model`` None: plan before any capture, for
+    the ``rig``'s description voxelised (nothing is seen yet). ``progress(stage, done, total)`` is
+    told how far each stage is."""
     from capture.simulate import pose_is_valid  # pybullet and Pinocchio: a second to start, needed here only
     from rigs.simulator import nominal_world  # the same
 
@@ -177,10 +216,11 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
     if candidates < poses:
         raise InputError(f"{setting('candidates')} {candidates}: the plan chooses {poses} poses among at least as "
                          f"many candidates.")
-    if model.kind != "structured":
-        raise InputError(f"{model.folder}: a {model.kind} model has no links to measure the unseen space of; "
-                         f"plan from a structured model.")
-    sessions, why = training_sessions(model.folder)
+    if model is None and rig is None:
+        raise InputError(f"a view plan needs a self-model ({setting('model')}) or a rig whose description to plan "
+                         f"for ({setting('rig')}).")
+    sessions, why = (None, "planned before any capture, from the description") if model is None \
+        else training_sessions(model.folder)
     if rig is None:
         if sessions is None:
             raise InputError(f"{model.folder}: {why}, so its cameras are unknown; give the rig whose cameras will "
@@ -190,30 +230,30 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
     else:
         cameras = list(rig.cameras)
     if not cameras:
-        raise InputError("the rig has no depth cameras to plan views for.")
+        raise InputError(f"rig {rig.name!r} has no depth cameras to plan views for.")
+    arm = _described_arm(rig) if model is None else _model_arm(model)
 
     def told(stage: str):
         return None if progress is None else (lambda done, total: progress(stage, done, total))
 
-    cells = learned_cells(model, PITCH)
+    cells = arm.cells
     if sessions is not None:
         recorded_q = np.vstack([session.q for session in sessions])
-        counts = recorded_seen(cells, model.link_names, model.base_T_links(recorded_q), sessions, PITCH,
+        counts = recorded_seen(cells, arm.link_names, arm.base_T_links(recorded_q), sessions, PITCH,
                                progress=told("reading the training sessions' depth images"))
         recorded_from = f"the training sessions' depth images ({len(recorded_q)} poses)"
     else:
-        recorded_q = np.zeros((0, model.dof))
+        recorded_q = np.zeros((0, len(arm.joint_names)))
         counts = {link: np.zeros(len(points), dtype=int) for link, points in cells.items()}
         recorded_from = f"none: {why}"
     before = unseen_cm3(counts, PITCH)
     wanted = {link: points[counts[link] < POSES] for link, points in cells.items()}
     wanted_counts = {link: counts[link][counts[link] < POSES] for link in cells}
 
-    meshes = described_meshes(model.spec, model.urdf_path, model.tip_link, model.board)
     slack = SIGMAS * max(camera.depth_noise for camera in cameras) + 0.5 * np.sqrt(3.0) * PITCH
     with nominal_world(rig) as world:
-        if list(model.joint_names) != world.chain.joint_names:
-            raise InputError(f"{model.folder}: is a self-model of another robot (joints {list(model.joint_names)}).")
+        if arm.joint_names != world.chain.joint_names:
+            raise InputError(f"{arm.name}: is a self-model of another robot (joints {arm.joint_names}).")
 
         def valid(q: np.ndarray) -> bool:
             return pose_is_valid(world, rig, q)
@@ -225,21 +265,21 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
             if tell is not None:
                 tell(len(sampled), candidates)
         q = np.array(sampled)
-        shows = expected_seen(wanted, model.link_names, model.base_T_links(q), meshes, model.spec, cameras, slack,
+        shows = expected_seen(wanted, arm.link_names, arm.base_T_links(q), arm.meshes, arm.spec, cameras, slack,
                               told("scoring candidates"))
         first = np.zeros(len(q))
         for link, matrix in shows.items():
             first += matrix.sum(axis=1)
-        aimed = aimed_candidates(q, first, before, model.spec, world.chain.lower, world.chain.upper, valid)
+        aimed = aimed_candidates(q, first, before, arm.spec, world.chain.lower, world.chain.upper, valid)
     if len(aimed):
-        more = expected_seen(wanted, model.link_names, model.base_T_links(aimed), meshes, model.spec, cameras, slack,
+        more = expected_seen(wanted, arm.link_names, arm.base_T_links(aimed), arm.meshes, arm.spec, cameras, slack,
                              told("scoring aimed candidates"))
         shows = {link: np.vstack([shows[link], more[link]]) for link in shows}
         q = np.vstack([q, aimed])
     chosen, gains, after_counts = greedy(wanted_counts, shows, poses, PITCH)
     after = unseen_cm3(after_counts, PITCH)  # the cells not wanted were seen enough already
     beyond = unseen_cm3({link: wanted_counts[link] + shows[link].sum(axis=0) for link in shows}, PITCH)
-    return ViewPlan(q[chosen], list(model.joint_names), len(q), len(aimed), len(recorded_q), recorded_from,
+    return ViewPlan(q[chosen], arm.joint_names, len(q), len(aimed), len(recorded_q), recorded_from,
                     [camera.name for camera in cameras], before, after, beyond, gains, time.perf_counter() - start)
 
 
