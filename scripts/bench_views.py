@@ -71,6 +71,8 @@ def main() -> None:
         before = recorded_seen(cells, model.link_names, model.base_T_links(np.vstack([s.q for s in sessions])),
                                sessions, PITCH)
         planned = args.workdir / f"planned-{args.poses}-seed{args.seed}"
+        if planned.exists() and not np.allclose(load_session(planned).q, plan.q, atol=1e-9):
+            raise SystemExit(f"{planned} holds another plan's capture; remove it or choose another --workdir")
         if not planned.exists():
             print(f"capturing {planned} ...", flush=True)
             capture_simulated(rig, len(plan.q), args.seed, planned,
