@@ -50,8 +50,8 @@ def plan(
     --sweeps a discovery plan (one joint at a time, then random poses); with --views the poses that
     show a self-model's unseen space."""
     if views or model is not None:
-        return _views_plan(out, poses, rig, urdf, optimal, sweeps, calibration, self_model, model, candidates, seed,
-                           force, json_output)
+        return _views_plan(out, poses, rig, urdf, optimal, sweeps, calibration, self_model, views, model, candidates,
+                           seed, force, json_output)
     if sweeps and self_model is not None:
         with user_errors():
             from rigs import InputError
@@ -154,7 +154,7 @@ def plan(
 
 
 def _views_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path], optimal: bool, sweeps: bool,
-                calibration: Optional[Path], self_model: Optional[Path], model: Optional[Path], candidates: int,
+                calibration: Optional[Path], self_model: Optional[Path], views: bool, model: Optional[Path], candidates: int,
                 seed: int, force: bool, json_output: bool) -> None:
     with user_errors():
         import contextlib
@@ -162,6 +162,8 @@ def _views_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path],
         from rigs import InputError, load_rig
         from rigs.files import check_new_file
 
+        if not views:
+            raise InputError("--model is the self-model a --views plan is for; add --views.")
         if model is None and rig is None:
             raise InputError("--views plans around a self-model (--model FOLDER) or, before any capture, a rig's "
                              "description (--rig): give one.")

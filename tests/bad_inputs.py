@@ -1457,6 +1457,11 @@ def _(fx, case):
     return ["plan", "--views", "--model", _s(copy(fx.box, case, "box")), "--poses", "3", "--out", _s(case / "plan.csv")]
 
 
+@case("plan: --model without --views")
+def _(fx, case):
+    return ["plan", "--model", _s(fx.model), "--rig", _s(BOX_RIG), "--poses", "3", "--out", _s(case / "plan.csv")]
+
+
 @case("plan: --views --poses 0")
 def _(fx, case):
     return ["plan", "--views", "--model", _s(fx.model), "--poses", "0", "--out", _s(case / "plan.csv")]
