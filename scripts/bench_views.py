@@ -93,8 +93,12 @@ def main() -> None:
             f"({plan.aimed} aimed at the hidden space), cameras {', '.join(plan.cameras)}. Unseen: the learned body's "
             f"outer layer ({PITCH * 1000:.0f} mm cells) no camera saw through or met at >= {POSES} poses, cm3. "
             f"No candidate shows: what all candidates together would leave unseen (where links meet, the base on "
-            f"its mount). Planner time {planner_s:.0f} s (candidates sampled, scored and chosen; the machine was "
-            f"shared). Verdict: {verdict.line()}\n\n"
+            f"its mount). Planner time {planner_s:.0f} s ("
+            + ", ".join(f"{stage} {value:.0f} s" for stage, value in plan.stage_seconds.items())
+            + f"; the machine was shared). Verdict: {verdict.line()}"
+            + "".join(f" {name}: {sum(column.values()):.1f} cm3 of {sum(plan.before_cm3.values()):.1f}."
+                      for name, column in columns.items() if name.startswith("after"))
+            + "\n\n"
             + table(["link", *columns], rows))
     command = (f"scripts/bench_views.py --model {args.model} --rig {args.rig} --poses {args.poses} "
                f"--candidates {args.candidates} --seed {args.seed} --workdir {args.workdir}"

@@ -70,6 +70,7 @@ class ViewPlan:
     beyond_cm3: dict[str, float] = field(default_factory=dict)
     gain: list[float] = field(default_factory=list)  # per chosen pose: cm3 of wanted cells it brings a sighting
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # body and counts, sampling, scoring, choosing
 
     def report(self) -> dict:
         return {"poses": len(self.q), "candidates": self.candidates, "aimed_candidates": self.aimed,
@@ -77,7 +78,8 @@ class ViewPlan:
                 "min_poses": POSES, "pitch_m": PITCH, "unseen_before_cm3": self.before_cm3,
                 "unseen_after_expected_cm3": self.after_cm3,
                 "unseen_no_candidate_shows_cm3": self.beyond_cm3,
-                "gain_cm3": [round(value, 2) for value in self.gain], "seconds": round(self.seconds, 2)}
+                "gain_cm3": [round(value, 2) for value in self.gain], "seconds": round(self.seconds, 2),
+                "stage_seconds": {stage: round(value, 2) for stage, value in self.stage_seconds.items()}}
 
 
 def session_cameras(sessions: list) -> list[CameraSpec]:
@@ -210,7 +212,15 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
     from capture.simulate import pose_is_valid  # pybullet and Pinocchio: a second to start, needed here only
     from rigs.simulator import nominal_world  # the same
 
-    start = time.perf_counter()
+    start = clock = time.perf_counter()
+
+    def lap() -> float:
+        """Seconds since the last lap (the first: since the start)."""
+        nonlocal clock
+        now, before_now = time.perf_counter(), clock
+        clock = now
+        return now - before_now
+
     if poses < 1:
         raise InputError(f"{setting('poses')} must be at least 1, got {poses}.")
     if candidates < poses:
@@ -247,6 +257,7 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
         counts = {link: np.zeros(len(points), dtype=int) for link, points in cells.items()}
         recorded_from = f"none: {why}"
     before = unseen_cm3(counts, PITCH)
+    stages = {"body and counts": lap()}
     wanted = {link: points[counts[link] < POSES] for link, points in cells.items()}
     wanted_counts = {link: counts[link][counts[link] < POSES] for link in cells}
 
@@ -265,22 +276,27 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
             if tell is not None:
                 tell(len(sampled), candidates)
         q = np.array(sampled)
+        stages["sampling"] = lap()
         shows = expected_seen(wanted, arm.link_names, arm.base_T_links(q), arm.meshes, arm.spec, cameras, slack,
                               told("scoring candidates"))
         first = np.zeros(len(q))
         for link, matrix in shows.items():
             first += matrix.sum(axis=1)
         aimed = aimed_candidates(q, first, before, arm.spec, world.chain.lower, world.chain.upper, valid)
+        stages["scoring"] = lap()  # with the aimed ones' sampling
     if len(aimed):
         more = expected_seen(wanted, arm.link_names, arm.base_T_links(aimed), arm.meshes, arm.spec, cameras, slack,
                              told("scoring aimed candidates"))
         shows = {link: np.vstack([shows[link], more[link]]) for link in shows}
         q = np.vstack([q, aimed])
+        stages["scoring"] += lap()
     chosen, gains, after_counts = greedy(wanted_counts, shows, poses, PITCH)
     after = unseen_cm3(after_counts, PITCH)  # the cells not wanted were seen enough already
     beyond = unseen_cm3({link: wanted_counts[link] + shows[link].sum(axis=0) for link in shows}, PITCH)
+    stages["choosing"] = lap()
     return ViewPlan(q[chosen], arm.joint_names, len(q), len(aimed), len(recorded_q), recorded_from,
-                    [camera.name for camera in cameras], before, after, beyond, gains, time.perf_counter() - start)
+                    [camera.name for camera in cameras], before, after, beyond, gains, time.perf_counter() - start,
+                    stages)
 
 
 def views_verdict(plan: ViewPlan) -> Verdict:
