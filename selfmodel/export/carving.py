@@ -16,6 +16,10 @@ diagonal (the cell's centre stands for all of it). The minimum of nine readings 
 guards against what noise does not explain (a camera bumped for one pose, a reading of something
 passing).
 
+The report also states, per link, the carved body's unseen volume (:mod:`selfmodel.labels.unseen`:
+its outer layer that no camera saw through or met at ``POSES`` poses), what ``selfcal plan --views``
+plans the next capture around.
+
 Nothing here reads truth/. When the training sessions are gone from where the model's config.json
 names them (or their cameras have no poses of their own), nothing is carved and the report says why.
 """
