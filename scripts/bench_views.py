@@ -88,15 +88,14 @@ def main() -> None:
     links = list(plan.before_cm3)
     rows = [[link, *(f"{column[link]:.1f}" for column in columns.values())] for link in links]
     rows.append(["all links", *(f"{sum(column.values()):.1f}" for column in columns.values())])
-    body = (f"{args.rig}: the model {args.model} ({plan.recorded_poses} training poses, read from "
-            f"{plan.recorded_from}); {len(plan.q)} planned poses chosen among {plan.candidates} valid candidates "
+    body = (f"{args.rig}: the model {args.model}, seen before in {plan.recorded_from}; {len(plan.q)} planned poses chosen among {plan.candidates} valid candidates "
             f"({plan.aimed} aimed at the hidden space), cameras {', '.join(plan.cameras)}. Unseen: the learned body's "
             f"outer layer ({PITCH * 1000:.0f} mm cells) no camera saw through or met at >= {POSES} poses, cm3. "
             f"No candidate shows: what all candidates together would leave unseen (where links meet, the base on "
             f"its mount). Planner time {planner_s:.0f} s ("
             + ", ".join(f"{stage} {value:.0f} s" for stage, value in plan.stage_seconds.items())
-            + f"; the machine was shared). Verdict: {verdict.line()}"
-            + "".join(f" {name}: {sum(column.values()):.1f} cm3 of {sum(plan.before_cm3.values()):.1f}."
+            + f"; the machine was shared). Verdict: {verdict.line()}."
+            + "".join(f" All links {name}: {sum(column.values()):.1f} cm3 of {sum(plan.before_cm3.values()):.1f}."
                       for name, column in columns.items() if name.startswith("after"))
             + "\n\n"
             + table(["link", *columns], rows))
