@@ -29,7 +29,8 @@ def plan(
     self_model: Optional[Path] = typer.Option(None, "--self-model", help="With --optimal: plan a self-model relearn "
                                               "(`selfmodel train --previous`): poses whose depth images fix this "
                                               "model's joint placements best, seen by the rig's cameras."),
-    candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal."),
+    candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal "
+                                   "or --views."),
     seed: int = typer.Option(0, "--seed"),
     sweeps: bool = typer.Option(False, "--sweeps", help="A discovery plan: each joint alone from home through an "
                                 "allowed range, then --poses random poses (for `selfcal discover`)."),
