@@ -38,11 +38,12 @@ def surface_samples(meshes: dict, spec: ArmLinks, per_link: int, rng: np.random.
     return np.concatenate(points), np.concatenate(normals), np.concatenate(owners)
 
 
-def seen(points: np.ndarray, normals: np.ndarray | None, cameras, scene=None, slack: float = 0.002) -> np.ndarray:
+def seen(points: np.ndarray, normals: np.ndarray | None, cameras, scene=None, slack=0.002) -> np.ndarray:
     """(P,) how many ``cameras`` (CameraSpec-like: base_T_camera, K, width, height, near, far) have
     each base-frame point in their image and in range with its normal facing them (``normals``
     None: a point of space, which faces every camera), and, given an open3d RaycastingScene of the
-    posed arm, nothing of it in front by more than ``slack`` m."""
+    posed arm, nothing of it in front by more than ``slack`` m: a number, or ``slack(camera,
+    distance (n,) m) -> (n,) m`` where it grows with the camera's noise at that distance."""
     count = np.zeros(len(points))
     for camera in cameras:
         camera_T_base = np.linalg.inv(camera.base_T_camera)
@@ -63,7 +64,8 @@ def seen(points: np.ndarray, normals: np.ndarray | None, cameras, scene=None, sl
             length = np.linalg.norm(ray, axis=1)
             rays = np.hstack([np.broadcast_to(centre, (len(rows), 3)), ray / length[:, None]]).astype(np.float32)
             hit = scene.cast_rays(o3d.core.Tensor(rays))["t_hit"].numpy()
-            visible[rows[hit < length - slack]] = False
+            allowed = slack(camera, length) if callable(slack) else slack
+            visible[rows[hit < length - allowed]] = False
         count += visible
     return count
 

@@ -98,12 +98,12 @@ def session_cameras(sessions: list) -> list[CameraSpec]:
 
 
 def expected_seen(cells: dict[str, np.ndarray], link_names: list[str], base_T_links: np.ndarray, meshes: dict, spec,
-                  cameras: list[CameraSpec], slack: float, progress: Callable[[int, int], None] | None = None
+                  cameras: list[CameraSpec], slack, progress: Callable[[int, int], None] | None = None
                   ) -> dict[str, np.ndarray]:
     """Link -> (M, n) bool: at each of M configurations, whether some camera is expected to see each
     cell of ``cells[link]`` (n, 3 link frame, m), the arm posed by ``base_T_links`` (M, L, 4, 4)
     (``link_names`` order) and its description ``meshes`` (``spec``'s links) occluding with
-    ``slack`` m."""
+    ``slack`` m (a number, or per camera and distance: :func:`selfmodel.learn.pose_planning.seen`)."""
     out = {link: np.zeros((len(base_T_links), len(points)), dtype=bool) for link, points in cells.items()}
     for m, poses in enumerate(base_T_links):
         scene = posed_scene(meshes, spec, poses)
@@ -261,7 +261,10 @@ def plan_views(model, poses: int, rig=None, candidates: int = 1500, seed: int = 
     wanted = {link: points[counts[link] < POSES] for link, points in cells.items()}
     wanted_counts = {link: counts[link][counts[link] < POSES] for link in cells}
 
-    slack = SIGMAS * max(camera.depth_noise for camera in cameras) + 0.5 * np.sqrt(3.0) * PITCH
+    def slack(camera: CameraSpec, distance: np.ndarray) -> np.ndarray:
+        """The carving's tolerance (unseen.cell_tolerance) with the camera's relative noise."""
+        return SIGMAS * camera.depth_noise * distance + 0.5 * np.sqrt(3.0) * PITCH
+
     with nominal_world(rig) as world:
         if arm.joint_names != world.chain.joint_names:
             raise InputError(f"{arm.name}: is a self-model of another robot (joints {arm.joint_names}).")
