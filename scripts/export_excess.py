@@ -27,7 +27,6 @@ pieces must keep covering) it takes with it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
