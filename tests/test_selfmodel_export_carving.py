@@ -197,6 +197,9 @@ def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_pa
     assert report["carving"]["status"] == "carved" and report["carving"]["cells_removed"]["box"] > 0
     saved = json.loads((tmp_path / "collision" / "export_report.json").read_text())
     assert saved["carving"]["volume_removed_cm3"]["box"] > 100  # of the 400 cm3 slab
+    # Each link's unseen volume is in the report and on its page.
+    assert set(saved["carving"]["unseen_cm3"]) == {"base", "upper", "box"}
+    assert "unseen cm3" in (tmp_path / "collision" / "report.html").read_text()
 
 
 def test_the_declared_board_is_matter_of_the_tip_to_its_corners():
