@@ -27,7 +27,6 @@ pieces must keep covering) it takes with it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -64,7 +63,7 @@ def figures(workdir: Path, rig: str, steps: int, sigmas: list[float]) -> dict:
     sessions, why = training_sessions(folder)
     if sessions is None:
         raise SystemExit(f"{folder}: {why}")
-    through, below_mount = seen_through_cells(staged.bodies, staged.poses, sessions)
+    through, below_mount, _ = seen_through_cells(staged.bodies, staged.poses, sessions)
     floor = float(truth.meshes[truth.link_names[0]].vertices[:, 2].min())
     rows = {}
     signed_of = {}

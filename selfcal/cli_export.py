@@ -115,6 +115,9 @@ def export(
         if carving.get("status") == "carved":
             typer.echo(f"  carved {sum(carving['volume_removed_cm3'].values()):.0f} cm3 of learned matter that the cameras "
                        f"saw through at >= {carving['min_poses']} of {carving['poses']} recorded poses")
+            from selfcal.cli_selfmodel import unseen_line
+
+            typer.echo("  " + unseen_line(carving["unseen_cm3"], carving["min_poses"]))
         board = report.get("board") or {}
         if board.get("mount") == "fitted":
             typer.echo(f"  the board's plate at the mount {board['fitted_from']} fitted, the depth blur within "

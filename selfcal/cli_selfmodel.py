@@ -253,6 +253,16 @@ def unsupported_line(cm3: dict | None) -> str:
             + ("; shells beside the arm where zeros were taken as unknown? see --no-depth" if total > 50 else ""))
 
 
+def unseen_line(cm3: dict | None, min_poses: int) -> str:
+    """What ``check``, ``export`` and ``plan --views`` say of each link's unseen volume."""
+    if cm3 is None:
+        return "unseen volume: not measured (the training sessions cannot be read)"
+    total = sum(cm3.values())
+    return (f"unseen volume (body surface no camera saw at >= {min_poses} poses; matter only because unknown): "
+            f"{total:.0f} cm3" + (" (" + ", ".join(f"{link} {value:.0f}" for link, value in cm3.items() if value >= 0.5)
+                                  + "); `selfcal plan --views` plans poses that show it" if total >= 0.5 else ""))
+
+
 @selfmodel_app.command("eval")
 def evaluate(
     model: Path = typer.Argument(..., help="Model folder."),
@@ -360,6 +370,7 @@ def check(
                           if result.seen_through_checked else "described surface the cameras saw through: not checked "
                           "(the training sessions are not where the model folder names them, or have no camera poses)"))
             typer.echo(unsupported_line(result.unsupported_cm3))
+            typer.echo(unseen_line(result.unseen_cm3, result.as_dict()["unseen_min_poses"]))
             for row in result.rows:
                 sd = "" if row.deviation_sd_mm is None else f" +- {row.deviation_sd_mm:4.1f}"
                 bend = "" if not row.joint else (f"  [{row.joint}: moves what follows {row.joint_mm:.1f} mm, turned "

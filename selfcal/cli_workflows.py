@@ -29,7 +29,8 @@ def plan(
     self_model: Optional[Path] = typer.Option(None, "--self-model", help="With --optimal: plan a self-model relearn "
                                               "(`selfmodel train --previous`): poses whose depth images fix this "
                                               "model's joint placements best, seen by the rig's cameras."),
-    candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal."),
+    candidates: int = typer.Option(1500, "--candidates", help="Random valid candidates to choose from with --optimal "
+                                   "or --views."),
     seed: int = typer.Option(0, "--seed"),
     sweeps: bool = typer.Option(False, "--sweeps", help="A discovery plan: each joint alone from home through an "
                                 "allowed range, then --poses random poses (for `selfcal discover`)."),
@@ -38,11 +39,20 @@ def plan(
     sweep_mm: float = typer.Option(100.0, "--sweep-mm", help="With --sweeps and a robot: sliding joints sweep home +- this."),
     joint: Optional[list[str]] = typer.Option(None, "--joint", help="With --sweeps and no robot description: "
                                               "NAME=LOWER:UPPER (rad, or m if it slides), once per joint, base to tip."),
+    views: bool = typer.Option(False, "--views", help="Plan a self-model capture: poses that show the cameras the "
+                               "space on --model's links no camera has seen yet (`selfmodel train --previous` it after)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="With --views: the structured self-model folder to plan "
+                                         "for; without --rig its training sessions' cameras and its description. "
+                                         "Without --model, --views plans for --rig's description before any capture."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     json_output: bool = typer.Option(False, "--json"),
 ) -> None:
     """Plan calibration poses: random valid ones, or with --optimal the most informative few; with
-    --sweeps a discovery plan (one joint at a time, then random poses)."""
+    --sweeps a discovery plan (one joint at a time, then random poses); with --views the poses that
+    show a self-model's unseen space."""
+    if views or model is not None:
+        return _views_plan(out, poses, rig, urdf, optimal, sweeps, calibration, self_model, views, model, candidates,
+                           seed, force, json_output)
     if sweeps and self_model is not None:
         with user_errors():
             from rigs import InputError
@@ -142,6 +152,63 @@ def plan(
                          f"{what} ({summary['information_gain_per_combination']:.1f}x the information "
                          f"per combination of a random choice)")
             typer.echo(text)
+
+
+def _views_plan(out: Path, poses: int, rig: Optional[str], urdf: Optional[Path], optimal: bool, sweeps: bool,
+                calibration: Optional[Path], self_model: Optional[Path], views: bool, model: Optional[Path], candidates: int,
+                seed: int, force: bool, json_output: bool) -> None:
+    with user_errors():
+        import contextlib
+
+        from rigs import InputError, load_rig
+        from rigs.files import check_new_file
+
+        if not views:
+            raise InputError("--model is the self-model a --views plan is for; add --views.")
+        if model is None and rig is None:
+            raise InputError("--views plans around a self-model (--model FOLDER) or, before any capture, a rig's "
+                             "description (--rig): give one.")
+        if optimal or sweeps or calibration is not None or self_model is not None:
+            raise InputError("--views plans a self-model capture; --optimal, --sweeps, --calibration and --self-model "
+                             "plan other things: give one.")
+        if urdf is not None:
+            raise InputError("--views takes its cameras from --rig or from the model's training sessions; "
+                             "--urdf has none.")
+        check_new_file(out, force)
+        if poses < 1:
+            raise InputError(f"--poses must be at least 1, got {poses}.")
+        from selfmodel.learn.view_planning import plan_views, views_verdict
+        from selfmodel.model.models import SelfModel
+
+        loaded = SelfModel.load(model) if model is not None else None
+        spec = load_rig(rig) if rig is not None else None
+        with contextlib.ExitStack() as bars:
+            shown: dict = {}
+
+            def progress(stage: str, done: int, total: int) -> None:
+                if shown.get("stage") != stage:
+                    bars.close()  # one bar a stage: the previous one ends here
+                    shown["stage"], shown["update"] = stage, bars.enter_context(progress_bar(stage, total, unit="poses"))
+                shown["update"](done)
+
+            plan = plan_views(loaded, poses, spec, candidates, seed, progress)
+        _write_plan(out, plan.joint_names, [f"p{k:04d}" for k in range(len(plan.q))], plan.q, {})
+        verdict = views_verdict(plan)
+        summary = {"verdict": verdict.as_dict(), "plan": str(out), "model": None if model is None else str(model)} \
+            | plan.report()
+        if json_output:
+            print_json(summary)
+            return
+        say_verdict(verdict)
+        typer.echo(f"{out}: {len(plan.q)} poses chosen among {plan.candidates} candidates ({plan.aimed} aimed at the "
+                   f"hidden space) for cameras {', '.join(plan.cameras)} ({plan.seconds:.0f} s); seen before: "
+                   f"{plan.recorded_from}")
+        typer.echo(f"unseen volume per link (body surface seen at fewer than {summary['min_poses']} poses), cm3:")
+        typer.echo(f"  {'link':<16} {'before':>8} {'after (expected)':>17} {'no candidate shows':>19}")
+        for link, before in plan.before_cm3.items():
+            typer.echo(f"  {link:<16} {before:8.1f} {plan.after_cm3[link]:17.1f} {plan.beyond_cm3[link]:19.1f}")
+        typer.echo(f"  {'all links':<16} {sum(plan.before_cm3.values()):8.1f} {sum(plan.after_cm3.values()):17.1f} "
+                   f"{sum(plan.beyond_cm3.values()):19.1f}")
 
 
 def _write_plan(out: Path, joint_names: list[str], pose_ids: list[str], q, extra: dict[str, list[str]]) -> None:

@@ -1447,6 +1447,37 @@ def _(fx, case):
     return ["plan", "--sweeps", "--rig", _s(BOX_RIG), "--optimal", "--poses", "3", "--out", _s(case / "plan.csv")]
 
 
+@case("plan: --views without --model or --rig")
+def _(fx, case):
+    return ["plan", "--views", "--poses", "3", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --views --model of a folder that holds no model")
+def _(fx, case):
+    return ["plan", "--views", "--model", _s(copy(fx.box, case, "box")), "--poses", "3", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --model without --views")
+def _(fx, case):
+    return ["plan", "--model", _s(fx.model), "--rig", _s(BOX_RIG), "--poses", "3", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --views --poses 0")
+def _(fx, case):
+    return ["plan", "--views", "--model", _s(fx.model), "--poses", "0", "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --views --optimal")
+def _(fx, case):
+    return ["plan", "--views", "--optimal", "--model", _s(fx.model), "--rig", _s(BOX_RIG), "--poses", "3",
+            "--out", _s(case / "plan.csv")]
+
+
+@case("plan: --views --sweeps")
+def _(fx, case):
+    return ["plan", "--views", "--sweeps", "--model", _s(fx.model), "--poses", "3", "--out", _s(case / "plan.csv")]
+
+
 @case("plan: --joint without --sweeps")
 def _(fx, case):
     return ["plan", "--rig", _s(BOX_RIG), "--joint", "shoulder=-1:1", "--poses", "3", "--out", _s(case / "plan.csv")]

@@ -140,6 +140,10 @@ def test_space_no_camera_saw_stays_when_the_cameras_zeros_vouch_for_nothing(rig)
     base_before, base_after = _cells(plain.bodies["base"]), _cells(staged.bodies["base"])
     under = (GHOSTS["base"],)
     assert _inside(base_after, under).sum() >= 0.9 * _inside(base_before, under).sum()
+    # The report says so: the kept slab's faces (its 12 x 12 cm underside alone is 58 cm3 of 4 mm
+    # cells) are unseen, more than where the zeros vouched for free space.
+    seen_free = _bodies(GhostModel(rig["folder"], rig["session"])).carving.unseen_cm3["base"]
+    assert staged.carving.unseen_cm3["base"] > max(50.0, seen_free + 30.0), (staged.carving.unseen_cm3, seen_free)
     box_before, box_after = _cells(plain.bodies["box"]), _cells(staged.bodies["box"])
     slab = (GHOSTS["box"],)
     assert _inside(box_after, slab).sum() < 0.5 * _inside(box_before, slab).sum()
@@ -193,6 +197,9 @@ def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_pa
     assert report["carving"]["status"] == "carved" and report["carving"]["cells_removed"]["box"] > 0
     saved = json.loads((tmp_path / "collision" / "export_report.json").read_text())
     assert saved["carving"]["volume_removed_cm3"]["box"] > 100  # of the 400 cm3 slab
+    # Each link's unseen volume is in the report and on its page.
+    assert set(saved["carving"]["unseen_cm3"]) == {"base", "upper", "box"}
+    assert "unseen cm3" in (tmp_path / "collision" / "report.html").read_text()
 
 
 def test_the_declared_board_is_matter_of_the_tip_to_its_corners():

@@ -79,6 +79,8 @@ def test_check_against_its_own_description_finds_no_damage(box):
     assert verdict["tolerance"]["value"] >= 5.0 and "depth noise" in verdict["tolerance"]["source"]
     # The largest figure of the intact arm is well under the threshold (0.7 mm against 5 mm).
     assert max(row["deviation_mm"] for row in data["links"]) < 0.5 * verdict["tolerance"]["value"], data["links"]
+    # Each link's unseen volume is stated (the training sessions are where the model names them).
+    assert set(data["unseen_cm3"]) == {row["link"] for row in data["links"]} and data["unseen_min_poses"] == 3
 
 
 def test_check_names_the_link_whose_joint_is_off(box):

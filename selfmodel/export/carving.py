@@ -16,6 +16,10 @@ diagonal (the cell's centre stands for all of it). The minimum of nine readings 
 guards against what noise does not explain (a camera bumped for one pose, a reading of something
 passing).
 
+The report also states, per link, the carved body's unseen volume (:mod:`selfmodel.labels.unseen`:
+its outer layer that no camera saw through or met at ``POSES`` poses), what ``selfcal plan --views``
+plans the next capture around.
+
 Nothing here reads truth/. When the training sessions are gone from where the model's config.json
 names them (or their cameras have no poses of their own), nothing is carved and the report says why.
 """
@@ -27,13 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from selfmodel.export.bodies import LinkBody
-from selfmodel.labels.seen_through import View, through_counts, training_sessions
-
-POSES = 3  # recorded poses that must have seen through a cell before it is removed
-# The tolerance in depth noise sigmas (plus half a cell's diagonal). Tighter buys little: on the
-# xArm6 rig half of it carves 2 % more of the learned excess and takes 1.3 times the cells at the
-# true surface (scripts/export_excess.py --sigmas); what stays is space no camera saw through.
-SIGMAS = 1.0
+from selfmodel.labels.seen_through import View, pose_counts, training_sessions
+# POSES: recorded poses that must have seen through a cell before it is removed; SIGMAS: the
+# tolerance in depth noise sigmas. The unseen measure counts with the same two.
+from selfmodel.labels.unseen import POSES, SIGMAS, cell_tolerance, outer_layer
 
 
 @dataclass
@@ -47,12 +48,16 @@ class Carving:
     cells_removed: dict[str, int] = field(default_factory=dict)
     below_mount: dict[str, int] = field(default_factory=dict)  # of those, cells below the mount plane
     volume_removed_cm3: dict[str, float] = field(default_factory=dict)
+    # Link -> cm3 of the carved body's outer layer no camera saw at >= min_poses poses
+    # (selfmodel.labels.unseen): matter only because unknown.
+    unseen_cm3: dict[str, float] = field(default_factory=dict)
     warning: str | None = None
 
     def report(self) -> dict:
         return {"status": self.status, "poses": self.poses, "min_poses": self.min_poses, "sigmas": self.sigmas,
                 "cells_removed": self.cells_removed, "below_mount": self.below_mount,
-                "volume_removed_cm3": self.volume_removed_cm3, "warning": self.warning}
+                "volume_removed_cm3": self.volume_removed_cm3, "unseen_cm3": self.unseen_cm3,
+                "warning": self.warning}
 
 
 def cell_centres(body: LinkBody) -> tuple[np.ndarray, np.ndarray]:
@@ -62,10 +67,12 @@ def cell_centres(body: LinkBody) -> tuple[np.ndarray, np.ndarray]:
 
 
 def seen_through_cells(bodies: dict[str, LinkBody], poses: dict[str, np.ndarray], sessions: list,
-                       sigmas: float = SIGMAS, progress=None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+                       sigmas: float = SIGMAS, progress=None
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per link, for every cell of its body (in :func:`cell_centres` order): at how many recorded
-    poses some camera saw through it, and at how many it lay below the mount plane by more than half
-    a cell's diagonal. ``poses``: link -> (C, 4, 4) base frame, C = the sessions' poses in order."""
+    poses some camera saw through it, at how many it lay below the mount plane by more than half
+    a cell's diagonal, and at how many some camera saw it at all (through it or met it).
+    ``poses``: link -> (C, 4, 4) base frame, C = the sessions' poses in order."""
     centres = {link: cell_centres(body)[1] for link, body in bodies.items()}
     half = {link: 0.5 * np.sqrt(3.0) * body.voxel for link, body in bodies.items()}
     views, below = [], {link: np.zeros(len(points), dtype=int) for link, points in centres.items()}
@@ -81,12 +88,8 @@ def seen_through_cells(bodies: dict[str, LinkBody], poses: dict[str, np.ndarray]
                     below[link] += height < -half[link]
             config += 1
     voxel = max(body.voxel for body in bodies.values())
-
-    def tolerance(camera, z: np.ndarray) -> np.ndarray:
-        return sigmas * camera.depth_sigma(z) + 0.5 * np.sqrt(3.0) * voxel
-
-    through, _ = through_counts(centres, views, tolerance, per_pose=True, progress=progress)
-    return through, below
+    through, _, seen = pose_counts(centres, views, cell_tolerance(voxel, sigmas), per_pose=True, progress=progress)
+    return through, below, seen
 
 
 def carve(bodies: dict[str, LinkBody], poses: dict[str, np.ndarray] | None, model_folder, recorded_q: np.ndarray | None,
@@ -110,12 +113,16 @@ def carve(bodies: dict[str, LinkBody], poses: dict[str, np.ndarray] | None, mode
     if sessions is None:
         return empty, Carving("not carved", min_poses=min_poses, sigmas=sigmas,
                               warning=f"bodies not carved by the depth images: {why}; they keep all the learned bulk")
-    through, below = seen_through_cells(bodies, poses, sessions, sigmas, progress)
+    through, below, seen = seen_through_cells(bodies, poses, sessions, sigmas, progress)
     lost, result = {}, Carving("carved", len(recorded_q), min_poses, sigmas)
     for link, body in bodies.items():
         cells, _ = cell_centres(body)
         gone = (through[link] >= min_poses) | (below[link] >= min_poses)
         lost[link] = cells[gone]
+        left = body.solid.copy()
+        left[tuple(cells[gone].T)] = False
+        unknown = outer_layer(left)[tuple(cells.T)] & ~gone & (seen[link] < min_poses)
+        result.unseen_cm3[link] = round(float(unknown.sum()) * body.voxel ** 3 * 1e6, 1)
         if gone.any():
             result.cells_removed[link] = int(gone.sum())
             result.below_mount[link] = int(((below[link] >= min_poses) & gone).sum())

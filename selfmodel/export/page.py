@@ -16,10 +16,12 @@ def write_export_page(folder: Path, report: dict) -> None:
     """``folder``/report.html for the export whose ``export_report.json`` content is ``report``."""
     folder = Path(folder)
     links = report.get("links") or {}
-    rows = [[link, row.get("pieces"), row.get("spheres"), row.get("margin_mm"), row.get("margin_needed_mm")]
-            for link, row in links.items()]
+    unseen = (report.get("carving") or {}).get("unseen_cm3") or {}
+    rows = [[link, row.get("pieces"), row.get("spheres"), row.get("margin_mm"), row.get("margin_needed_mm"),
+             unseen.get(link)] for link, row in links.items()]
     sections = [("3D view", scene_html.embed(export_scene(folder))),
-                ("Per link", html_report.table(["link", "convex pieces", "spheres", "margin mm", "margin needed mm"],
+                ("Per link", html_report.table(["link", "convex pieces", "spheres", "margin mm", "margin needed mm",
+                                                "unseen cm3"],
                                                rows, 3)),
                 ("Files", html_report.paragraph("robot.urdf (convex pieces as collision geometry), robot.srdf "
                                                 "(disabled pairs), curobo_spheres.yml and curobo_robot.yml (cuRobo), "

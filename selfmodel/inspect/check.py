@@ -50,6 +50,7 @@ from rigs.errors import InputError
 from rigs.transforms import exp6, log6
 from selfmodel.labels.description import described_meshes, described_solids
 from selfmodel.labels.seen_through import View, through_counts, training_sessions, unsupported_matter
+from selfmodel.labels.unseen import PITCH as UNSEEN_PITCH, POSES, learned_cells, recorded_seen, unseen_cm3
 from selfmodel.model.chain import ArmLinks, check_joint_names, link_poses_numpy
 
 PITCH = 0.01  # m: side of the bins measured points are pooled in (link frames)
@@ -108,11 +109,15 @@ class DamageCheck:
     # Link -> cm3 of learned matter no depth reading ever supported (seen_through.unsupported_matter);
     # None where the training sessions could not be read.
     unsupported_cm3: dict | None = None
+    # Link -> cm3 of the learned body's outer layer no camera saw at >= unseen.POSES training poses
+    # (selfmodel.labels.unseen); None where the training sessions could not be read.
+    unseen_cm3: dict | None = None
 
     def as_dict(self) -> dict:
         return {"noise_mm": self.noise_mm, "bin_se_mm": self.bin_se_mm, "points": self.points,
                 "placement_fitted": self.placement_fitted, "seen_through_checked": self.seen_through_checked,
-                "unsupported_matter_cm3": self.unsupported_cm3,
+                "unsupported_matter_cm3": self.unsupported_cm3, "unseen_cm3": self.unseen_cm3,
+                "unseen_min_poses": POSES,
                 "links": [asdict(row) for row in self.rows]}
 
 
@@ -391,8 +396,11 @@ def check_against(model, urdf_path: Path, rng: np.random.Generator | None = None
         row.deviation_mm, row.deviation_sd_mm, row.kind, row.where_link = value, sd, kind, list(where)
         rows.append(row)
     rows.sort(key=lambda row: -(row.deviation_mm - 2 * (row.deviation_sd_mm or 0.0)))
-    unsupported = None
+    unsupported = unseen = None
     if sessions:
         unsupported = unsupported_matter(model, sessions)
+        cells = learned_cells(model, UNSEEN_PITCH)
+        recorded = model.base_T_links(np.vstack([session.q for session in sessions]))
+        unseen = unseen_cm3(recorded_seen(cells, model.link_names, recorded, sessions, UNSEEN_PITCH), UNSEEN_PITCH)
     return DamageCheck(rows, noise * 1000, float(np.median(typical) * 1000) if typical else float("nan"),
-                       int(len(points)), std is not None, bool(through), unsupported)
+                       int(len(points)), std is not None, bool(through), unsupported, unseen)

@@ -70,6 +70,34 @@ def pixels(local: np.ndarray, K: np.ndarray, width: int, height: int, near: floa
     return ahead[inside], u[inside], v[inside]
 
 
+def _view_hits(points: dict[str, np.ndarray], view: View, tolerance: Callable[[object, np.ndarray], np.ndarray],
+               far_cache: dict):
+    """For each camera with a depth image at ``view``'s pose and each link: (link, went (n,) bool,
+    met (n,) bool) over ``points[link]``: the camera saw through the point, or its reading met it."""
+    session, pose = view.session, view.session.pose_ids[view.row]
+    for name, camera in session.cameras.items():
+        if camera.base_T_camera is None or not session.has_image(name, pose, "depth"):
+            continue
+        depth = session.image(name, pose, "depth")
+        height, width = depth.shape
+        nearest = nearest_reading(depth, camera, far_range(session, name, far_cache))
+        camera_T_base = np.linalg.inv(camera.base_T_camera)
+        for link, local in points.items():
+            if link not in view.base_T_links or not len(local):
+                continue
+            transform = camera_T_base @ view.base_T_links[link]
+            p = local @ transform[:3, :3].T + transform[:3, 3]
+            rows, u, v = pixels(p, camera.info.K, width, height)
+            reading = depth[v, u].astype(float)
+            z = p[rows, 2]
+            allowed = tolerance(camera, z)
+            went = np.zeros(len(local), dtype=bool)
+            met = np.zeros(len(local), dtype=bool)
+            went[rows[nearest[v, u] > z + allowed]] = True
+            met[rows[(reading > 0) & (np.abs(reading - z) <= allowed)]] = True
+            yield link, went, met
+
+
 def through_counts(points: dict[str, np.ndarray], views: Iterable[View], tolerance: Callable[[object, np.ndarray], np.ndarray],
                    per_pose: bool = False, progress: Callable[[int, int], None] | None = None,
                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -80,46 +108,41 @@ def through_counts(points: dict[str, np.ndarray], views: Iterable[View], toleran
     the ray to go through it, and within which it meets it. ``per_pose``: count a view once however
     many of its cameras saw through (or met) a point, so a count is a number of recorded poses.
     """
+    through, met, _ = pose_counts(points, views, tolerance, per_pose, progress)
+    return through, met
+
+
+def pose_counts(points: dict[str, np.ndarray], views: Iterable[View], tolerance: Callable[[object, np.ndarray], np.ndarray],
+                per_pose: bool = True, progress: Callable[[int, int], None] | None = None,
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`through_counts` and, third, per link (n,) how many views (``per_pose``) or camera
+    images saw each point at all: some camera saw through it or its reading met it. Seen is what
+    a capture can tell of a point, free or matter; the rest is unknown."""
     through = {link: np.zeros(len(p), dtype=int) for link, p in points.items()}
     met = {link: np.zeros(len(p), dtype=int) for link, p in points.items()}
+    seen = {link: np.zeros(len(p), dtype=int) for link, p in points.items()}
 
     views = list(views)
     far_cache: dict = {}
     for done, view in enumerate(views, 1):
-        session, pose = view.session, view.session.pose_ids[view.row]
         went_here = {link: np.zeros(len(p), dtype=bool) for link, p in points.items()}
         met_here = {link: np.zeros(len(p), dtype=bool) for link, p in points.items()}
-        for name, camera in session.cameras.items():
-            if camera.base_T_camera is None or not session.has_image(name, pose, "depth"):
-                continue
-            depth = session.image(name, pose, "depth")
-            height, width = depth.shape
-            nearest = nearest_reading(depth, camera, far_range(session, name, far_cache))
-            camera_T_base = np.linalg.inv(camera.base_T_camera)
-            for link, local in points.items():
-                if link not in view.base_T_links or not len(local):
-                    continue
-                transform = camera_T_base @ view.base_T_links[link]
-                p = local @ transform[:3, :3].T + transform[:3, 3]
-                rows, u, v = pixels(p, camera.info.K, width, height)
-                reading = depth[v, u].astype(float)
-                z = p[rows, 2]
-                allowed = tolerance(camera, z)
-                went = nearest[v, u] > z + allowed
-                hit = (reading > 0) & (np.abs(reading - z) <= allowed)
-                if per_pose:
-                    went_here[link][rows[went]] = True
-                    met_here[link][rows[hit]] = True
-                else:
-                    through[link][rows[went]] += 1
-                    met[link][rows[hit]] += 1
+        for link, went, hit in _view_hits(points, view, tolerance, far_cache):
+            if per_pose:
+                went_here[link] |= went
+                met_here[link] |= hit
+            else:
+                through[link] += went
+                met[link] += hit
+                seen[link] += went | hit
         if per_pose:
             for link in points:
                 through[link] += went_here[link]
                 met[link] += met_here[link]
+                seen[link] += went_here[link] | met_here[link]
         if progress is not None:
             progress(done, len(views))
-    return through, met
+    return through, met, seen
 
 
 def training_sessions(folder: Path | None) -> tuple[list | None, str]:

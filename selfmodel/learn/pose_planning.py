@@ -38,10 +38,12 @@ def surface_samples(meshes: dict, spec: ArmLinks, per_link: int, rng: np.random.
     return np.concatenate(points), np.concatenate(normals), np.concatenate(owners)
 
 
-def seen(points: np.ndarray, normals: np.ndarray, cameras, scene=None) -> np.ndarray:
+def seen(points: np.ndarray, normals: np.ndarray | None, cameras, scene=None, slack=0.002) -> np.ndarray:
     """(P,) how many ``cameras`` (CameraSpec-like: base_T_camera, K, width, height, near, far) have
-    each base-frame point in their image and in range with its normal facing them, and, given an
-    open3d RaycastingScene of the posed arm, nothing of it in front (2 mm of slack)."""
+    each base-frame point in their image and in range with its normal facing them (``normals``
+    None: a point of space, which faces every camera), and, given an open3d RaycastingScene of the
+    posed arm, nothing of it in front by more than ``slack`` m: a number, or ``slack(camera,
+    distance (n,) m) -> (n,) m`` where it grows with the camera's noise at that distance."""
     count = np.zeros(len(points))
     for camera in cameras:
         camera_T_base = np.linalg.inv(camera.base_T_camera)
@@ -51,7 +53,7 @@ def seen(points: np.ndarray, normals: np.ndarray, cameras, scene=None) -> np.nda
             u = camera.K[0, 0] * local[:, 0] / depth + camera.K[0, 2]
             v = camera.K[1, 1] * local[:, 1] / depth + camera.K[1, 2]
         centre = camera.base_T_camera[:3, 3]
-        facing = np.sum(normals * (centre - points), axis=1) > 0
+        facing = True if normals is None else np.sum(normals * (centre - points), axis=1) > 0
         visible = (depth > camera.near) & (depth < camera.far) & (u >= 0) & (u < camera.width) & (v >= 0) \
             & (v < camera.height) & facing
         if scene is not None and visible.any():
@@ -62,12 +64,13 @@ def seen(points: np.ndarray, normals: np.ndarray, cameras, scene=None) -> np.nda
             length = np.linalg.norm(ray, axis=1)
             rays = np.hstack([np.broadcast_to(centre, (len(rows), 3)), ray / length[:, None]]).astype(np.float32)
             hit = scene.cast_rays(o3d.core.Tensor(rays))["t_hit"].numpy()
-            visible[rows[hit < length - 0.002]] = False
+            allowed = slack(camera, length) if callable(slack) else slack
+            visible[rows[hit < length - allowed]] = False
         count += visible
     return count
 
 
-def _posed_scene(meshes: dict, spec: ArmLinks, poses: np.ndarray):
+def posed_scene(meshes: dict, spec: ArmLinks, poses: np.ndarray):
     """An open3d RaycastingScene of the description's links posed by ``poses`` (L, 4, 4)."""
     import open3d as o3d  # open3d adds 1.2 s to a start; only this step needs it
 
@@ -96,7 +99,7 @@ def placement_information(spec: ArmLinks, meshes: dict, q: np.ndarray, cameras, 
         pose = poses[m, owner]
         points = np.einsum("nij,nj->ni", pose[:, :3, :3], local) + pose[:, :3, 3]
         normals = np.einsum("nij,nj->ni", pose[:, :3, :3], local_normals)
-        weight = seen(points, normals, cameras, _posed_scene(meshes, spec, poses[m]))
+        weight = seen(points, normals, cameras, posed_scene(meshes, spec, poses[m]))
         rows = np.flatnonzero(weight)
         if not len(rows):
             continue
