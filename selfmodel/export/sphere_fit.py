@@ -30,6 +30,7 @@ from scipy import ndimage
 from selfmodel.export.spheres import SphereCover
 
 GAP = 5e-4  # m kept between spheres of links that must not touch at a recorded configuration
+WATCH = 0.003  # m the refinement's spheres may move before every surface point is looked at again
 
 
 @dataclass
@@ -197,6 +198,11 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
     def radii():
         return r_min + torch.nn.functional.softplus(raw)
 
+    # A point whose gap to its nearest sphere was g when the spheres stood at ``placed`` is still
+    # outside every sphere by at most g + moved (moved: the most any sphere's centre and radius have
+    # since changed), so points held deeper than cushion + WATCH need no look until spheres have
+    # moved WATCH; then every point is looked at again.
+    placed, watched = None, None
     for it in range(iterations):
         optimiser.zero_grad()
         r_all = radii()
@@ -204,14 +210,23 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
         chosen_points, chosen_spheres, chosen_weights, chosen_cushions = [], [], [], []
         with torch.no_grad():
             c32, r32 = centres.detach().float(), r_all.detach().float()
-            for slot, valid, sets in per_link:
+            if placed is None or float(torch.max(torch.linalg.norm(centres.detach() - placed[0], dim=1)
+                                                 + torch.abs(r_all.detach() - placed[1]))) > WATCH:
+                placed, watched = (centres.detach().clone(), r_all.detach().clone()), {}
+            for n, (slot, valid, sets) in enumerate(per_link):
                 c = c32[slot]  # (B, K, 3)
                 r = torch.where(valid, r32[slot], -1e9)[:, :, None]  # a missing sphere holds nothing
-                for points64, points32, cushion_here, weight in sets:
-                    gaps = torch.cdist(c, points32[None].expand(len(c), -1, -1)) - r  # (B, K, N)
+                for m, (points64, points32, cushion_here, weight) in enumerate(sets):
+                    look = watched.get((n, m))
+                    here = points32 if look is None else points32[look]
+                    gaps = torch.cdist(c, here[None].expand(len(c), -1, -1)) - r  # (B, K, N)
                     least, nearest = gaps.min(dim=1)  # (B, N)
+                    if look is None:
+                        look = torch.nonzero((least > -cushion_here - WATCH - 1e-5).any(dim=0))[:, 0]
+                        watched[(n, m)] = look
+                        least, nearest = least[:, look], nearest[:, look]
                     start_row, point = torch.nonzero(least > -cushion_here - 1e-5, as_tuple=True)
-                    chosen_points.append(points64[point])
+                    chosen_points.append(points64[look[point]])
                     chosen_spheres.append(slot[start_row, nearest[start_row, point]])
                     chosen_weights.append(torch.full((len(point),), weight, dtype=torch.float64))
                     chosen_cushions.append(torch.full((len(point),), cushion_here, dtype=torch.float64))
