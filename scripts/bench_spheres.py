@@ -17,6 +17,13 @@ board alone. Writes the ``selfmodel-spheres`` section of BENCHMARKS.md.
 
     nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_spheres.py --workdir /tmp/sph4 \
         --model /tmp/be3/model-xarm6-cameras-6000 --heldout /tmp/be3/xarm6-cameras-30-101
+
+``--only peer`` times our fitter against MorphIt (morphit-rs, the ``bench`` extra) on the true meshes
+of captured sessions, in one run, and writes the ``selfmodel-spheres-peer`` section:
+
+    .venv/bin/pip install -e '.[bench]'
+    nice -n 5 env OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_spheres.py --only peer --poses 5 \
+        --peer-sessions /tmp/v/bench/xarm,/tmp/v/bench/panda --peer-budgets 64,128
 """
 
 from __future__ import annotations
@@ -212,7 +219,6 @@ def peer_rows(heldout: Path, poses: int, budgets: list[int], iterations: int, pr
     from selfmodel.export.sphere_groups import fit_groups, sphere_target
     from selfmodel.export.spheres import SphereCover
 
-    morphit_rs.set_num_threads(1)
     truth, tip, arm_tip, board = true_parts(heldout, poses)
     urdf = heldout / "truth" / "robot.urdf"
     meshes = dict(truth.meshes)
@@ -404,8 +410,11 @@ def main() -> None:
         sessions = [Path(path) for path in args.peer_sessions.split(",") if path] or [args.heldout]
         budgets = [int(budget) for budget in args.peer_budgets.split(",")]
         results = {}
+        import morphit_rs
+
         from capture.session import load_session
 
+        morphit_rs.set_num_threads(1)  # as our fit runs (torch on one thread); its pool starts once a process
         for session in sessions:
             rig = load_session(session).manifest.get("source", {}).get("rig", session.name)
             results[rig] = peer_rows(session, args.poses, budgets, args.iterations, args.peer_preset)
