@@ -249,7 +249,7 @@ def peer_rows(heldout: Path, poses: int, budgets: list[int], iterations: int, pr
                         "seconds": peer_seconds, "preset": preset, "version": morphit_rs.version()},
             "morphit_packed": {**measure(urdf, truth.link_names[0], packed_covers, arm_truth, tip, arm_tip, None, {}),
                                "preset": preset}}
-        print(budget, json.dumps({name: {"seconds": row["seconds"], **row["whole"]} for name, row in rows[str(budget)].items()}),
+        print(budget, json.dumps({name: {"seconds": row.get("seconds"), **row["whole"]} for name, row in rows[str(budget)].items()}),
               flush=True)
     return rows
 
