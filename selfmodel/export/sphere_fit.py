@@ -183,9 +183,8 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
                 sets.append((torch.as_tensor(points, dtype=torch.float64), torch.as_tensor(points, dtype=torch.float32),
                              cushion_here, weight / len(points)))
         per_link.append((slot, valid, sets))
-    all_slot, all_valid = padded(list(range(len(problems))))
-    width = all_slot.shape[1]
-    field = _BatchedField([t.field for t in targets], link_of[owner])
+    field = _BatchedField([t.field for t in targets])
+    link_t = torch.as_tensor(link_of[owner])  # (S,) each sphere's target
     obstacles = [(n, t.obstacle_tree(), t.obstacles) for n, t in enumerate(targets)
                  if t.obstacles is not None and len(t.obstacles)]
     obstacle_rows = {n: torch.as_tensor(np.flatnonzero(link_of[owner] == n)) for n, _, _ in obstacles}
@@ -233,20 +232,24 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
         spheres = torch.cat(chosen_spheres)
         gaps = torch.linalg.norm(torch.cat(chosen_points) - centres[spheres], dim=1) - r_all[spheres]
         coverage = torch.sum(torch.cat(chosen_weights) * torch.relu(gaps + torch.cat(chosen_cushions)) ** 2)
-        # Protrusion: points on each sphere outside every other sphere of its problem, how far beyond the body.
-        points = centres[:, None] + r_all[:, None, None] * shell  # (S, J, 3)
+        # Protrusion: points on each sphere outside every other sphere of its problem, how far beyond
+        # the body; the points inside another sphere weigh nothing and are not read.
         with torch.no_grad():
-            c, r = centres.detach()[all_slot], torch.where(all_valid, r_all.detach()[all_slot], -1.0)
-            on_shell = points.detach()[all_slot].reshape(len(problems), -1, 3)
-            inside_other = torch.cdist(on_shell, c) < r[:, None] - 1e-6  # (P, K J, K)
-            inside_other = inside_other.reshape(len(problems), width, shell_points, width)
-            inside_other[:, torch.arange(width), :, torch.arange(width)] = False
-            outer = (~inside_other.any(dim=3))[all_valid].double()  # (S, J), flat order
-            weight = outer * (r_all.detach() ** 2)[:, None]
+            all_points = centres.detach()[:, None] + r_all.detach()[:, None, None] * shell  # (S, J, 3)
+            outer = torch.zeros(len(all_points), shell_points, dtype=torch.bool)
+            for slot, valid, _ in per_link:
+                c, r = centres.detach()[slot], torch.where(valid, r_all.detach()[slot], -1.0)
+                on_shell = all_points[slot].reshape(len(slot), -1, 3)
+                inside_other = torch.cdist(on_shell, c) < r[:, None] - 1e-6  # (B, K J, K)
+                inside_other = inside_other.reshape(len(slot), slot.shape[1], shell_points, slot.shape[1])
+                inside_other[:, torch.arange(slot.shape[1]), :, torch.arange(slot.shape[1])] = False
+                outer[slot[valid]] = ~inside_other.any(dim=3)[valid]
+            weight = outer.double() * (r_all.detach() ** 2)[:, None]  # (S, J)
             total = torch.zeros(len(problems), dtype=torch.float64).index_add(0, owner_t, weight.sum(dim=1))
-        beyond = field(points)
+            sphere, direction = torch.nonzero(outer, as_tuple=True)
+        beyond = field(centres[sphere] + r_all[sphere, None] * shell[direction], link_t[sphere])
         outside = torch.zeros(len(problems), dtype=torch.float64).index_add(
-            0, owner_t, (weight * torch.relu(beyond) ** 2).sum(dim=1))
+            0, owner_t[sphere], weight[sphere, direction] * torch.relu(beyond) ** 2)
         protrusion = torch.sum(outside / total.clamp(min=1e-12))
         apart = torch.zeros((), dtype=torch.float64)
         for n, tree, points_o in obstacles:
@@ -283,38 +286,38 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
 
 
 class _BatchedField:
-    """The targets' signed distance fields (:class:`DistanceField`) read at points (S, J, 3) -> (S, J),
-    row s in the field of target ``link_of[s]``, differentiable in the points: trilinear on the grid
-    as ``torch.nn.functional.grid_sample`` reads it (corners aligned, the border beyond it), plus the
+    """The targets' signed distance fields (:class:`DistanceField`) read at points (M, 3), point m in
+    the field of target ``link[m]`` -> (M,), differentiable in the points: trilinear on the grid as
+    ``torch.nn.functional.grid_sample`` reads it (corners aligned, the border beyond it), plus the
     distance beyond the grid; every target's grid in one flat array."""
 
-    def __init__(self, fields: list[DistanceField], link_of: np.ndarray):
+    def __init__(self, fields: list[DistanceField]):
         import torch  # only the joint sphere fit needs it
 
         self.values = torch.as_tensor(np.concatenate([f.values.ravel() for f in fields]), dtype=torch.float64)
-        offsets = np.concatenate([[0], np.cumsum([f.values.size for f in fields])[:-1]])
         shapes = np.array([f.values.shape for f in fields], dtype=float)
-        strides = np.array([[s[1] * s[2], s[2], 1] for s in shapes], dtype=np.int64)
-        self.origin = torch.as_tensor(np.array([f.origin for f in fields])[link_of])[:, None]  # (S, 1, 3)
-        self.voxel = torch.as_tensor(np.array([f.voxel for f in fields])[link_of])[:, None, None]
-        self.top = torch.as_tensor(shapes[link_of] - 1)[:, None]
-        self.strides = torch.as_tensor(strides[link_of])[:, None]
-        self.offset = torch.as_tensor(offsets[link_of])[:, None]
+        self.offset = torch.as_tensor(np.concatenate([[0], np.cumsum([f.values.size for f in fields])[:-1]]))
+        self.strides = torch.as_tensor(np.array([[s[1] * s[2], s[2], 1] for s in shapes], dtype=np.int64))
+        self.origin = torch.as_tensor(np.array([f.origin for f in fields]))  # (L, 3)
+        self.voxel = torch.as_tensor(np.array([f.voxel for f in fields]))  # (L,)
+        self.top = torch.as_tensor(shapes - 1)  # (L, 3)
 
-    def __call__(self, points):
+    def __call__(self, points, link):
         import torch  # only the joint sphere fit needs it
 
-        index = (points - self.origin) / self.voxel
-        clamped = torch.minimum(torch.clamp(index, min=0.0), self.top)
-        beyond = torch.linalg.norm(index - clamped, dim=2) * self.voxel[..., 0]
-        low = torch.minimum(torch.floor(clamped.detach()), self.top - 1).clamp(min=0)
+        voxel, top, strides = self.voxel[link], self.top[link], self.strides[link]
+        index = (points - self.origin[link]) / voxel[:, None]
+        clamped = torch.minimum(torch.clamp(index, min=0.0), top)
+        beyond = torch.linalg.norm(index - clamped, dim=1) * voxel
+        low = torch.minimum(torch.floor(clamped.detach()), top - 1).clamp(min=0)
         fraction = clamped - low
         low = low.long()
+        base = self.offset[link]
         value = 0.0
         for corner in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)):
             step = torch.as_tensor(corner)
-            flat = self.offset + ((low + step) * self.strides).sum(dim=2)
-            weight = torch.prod(torch.where(step.bool(), fraction, 1.0 - fraction), dim=2)
+            flat = base + ((low + step) * strides).sum(dim=1)
+            weight = torch.prod(torch.where(step.bool(), fraction, 1.0 - fraction), dim=1)
             value = value + weight * self.values[flat]
         return value + beyond
 
