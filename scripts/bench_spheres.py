@@ -17,6 +17,13 @@ board alone. Writes the ``selfmodel-spheres`` section of BENCHMARKS.md.
 
     nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_spheres.py --workdir /tmp/sph4 \
         --model /tmp/be3/model-xarm6-cameras-6000 --heldout /tmp/be3/xarm6-cameras-30-101
+
+``--only peer`` times our fitter against MorphIt (morphit-rs, the ``bench`` extra) on the true meshes
+of captured sessions, in one run, and writes the ``selfmodel-spheres-peer`` section:
+
+    .venv/bin/pip install -e '.[bench]'
+    nice -n 5 env OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_spheres.py --only peer --poses 5 \
+        --peer-sessions /tmp/v/bench/xarm,/tmp/v/bench/panda --peer-budgets 64,128
 """
 
 from __future__ import annotations
@@ -190,6 +197,116 @@ def curve_rows(heldout: Path, poses: int, budgets: list[int], board_budget: int,
     return rows
 
 
+PEER_INSTALL = ("the MorphIt peer needs morphit-rs, a benchmark-only extra: pip install -e '.[bench]' "
+                "(morphit-rs==0.2.0)")
+
+
+def peer_rows(heldout: Path, poses: int, budgets: list[int], iterations: int, preset: str = "MorphIt-B",
+              seed: int = 0) -> dict:
+    """Our fitter and MorphIt (morphit-rs) on the same true meshes (evaluation only), the tip without
+    its board, timed in this run on one thread each, measured with the project's metric.
+
+    The peer gets each link's mesh and our fit's sphere count for that link, its ``preset`` with
+    ``seed``, then the project's own last step (:func:`selfmodel.export.sphere_fit.hold_surface`):
+    each point of the link's target surface still outside grows its nearest sphere to hold it, so
+    both covers hold the same surface samples and tightness compares at equal coverage. Ours is timed
+    from building the targets (surface samples and distance fields) to the covers; MorphIt from its
+    packing to the grown covers (the targets it grows against are built outside its time). The voxel
+    bodies our fit reads from a mesh are built outside both times."""
+    import morphit_rs
+
+    from selfmodel.export.sphere_fit import hold_surface
+    from selfmodel.export.sphere_groups import fit_groups, sphere_target
+    from selfmodel.export.spheres import SphereCover
+
+    truth, tip, arm_tip, board = true_parts(heldout, poses)
+    urdf = heldout / "truth" / "robot.urdf"
+    meshes = dict(truth.meshes)
+    if board is not None:
+        meshes[tip] = arm_tip
+    arm_truth = sub_truth(truth, meshes, truth.link_names)
+    bodies = {link: body_of_mesh(link, meshes[link]) for link in truth.link_names}
+    rows = {}
+    for budget in budgets:
+        start = time.perf_counter()
+        rng = np.random.default_rng(seed)
+        targets = [sphere_target(link, body, 0.0, rng) for link, body in bodies.items()]
+        ours, _ = fit_groups(targets, budget, iterations=iterations, seed=seed, rng=rng)
+        ours_seconds = time.perf_counter() - start
+        packed_covers, peer, peer_seconds = {}, {}, 0.0
+        for target in targets:
+            mesh = meshes[target.link]
+            config = morphit_rs.Config.preset(preset, num_spheres=len(ours[target.link].radii), seed=seed, device="cpu")
+            start = time.perf_counter()
+            packed = morphit_rs.pack(morphit_rs.Mesh.from_arrays(np.asarray(mesh.vertices, dtype=float),
+                                                                 np.asarray(mesh.faces)), config)
+            packed_covers[target.link] = SphereCover(np.asarray(packed.centers), np.asarray(packed.radii))
+            peer[target.link], _ = hold_surface(packed_covers[target.link], target)
+            peer_seconds += time.perf_counter() - start
+        rows[str(budget)] = {
+            "ours": {**measure(urdf, truth.link_names[0], ours, arm_truth, tip, arm_tip, None, {}), "seconds": ours_seconds},
+            "morphit": {**measure(urdf, truth.link_names[0], peer, arm_truth, tip, arm_tip, None, {}),
+                        "seconds": peer_seconds, "preset": preset, "version": morphit_rs.version()},
+            "morphit_packed": {**measure(urdf, truth.link_names[0], packed_covers, arm_truth, tip, arm_tip, None, {}),
+                               "preset": preset}}
+        print(budget, json.dumps({name: {"seconds": row.get("seconds"), **row["whole"]} for name, row in rows[str(budget)].items()}),
+              flush=True)
+    return rows
+
+
+def write_peer(results: dict, args) -> None:
+    """The ``selfmodel-spheres-peer`` section: both fitters a row, the ratios, and the verdict."""
+    header = ["rig", "arm budget", "fitter", "spheres", "seconds", "surface coverage %", "every-sphere protrusion p95 mm",
+              "protrusion p95 mm", "protrusion mean mm", "union volume ratio"]
+    rows, notes, verdicts = [], [], []
+    version = preset = "?"
+    for rig, by_budget in results.items():
+        for budget, pair in by_budget.items():
+            for name, row in pair.items():
+                whole = row["whole"]
+                fitter = {"ours": "ours", "morphit": f"MorphIt ({row.get('preset')}, grown)",
+                          "morphit_packed": f"MorphIt ({row.get('preset')}) as it packs, not grown"}[name]
+                rows.append([rig, budget, fitter, whole["count"],
+                             f"{row['seconds']:.1f}" if "seconds" in row else "-", f"{100 * whole['surface_coverage']:.2f}",
+                             f"{whole['every_sphere_protrusion_p95_mm']:.1f}", f"{whole['protrusion_p95_mm']:.1f}",
+                             f"{whole['protrusion_mean_mm']:.1f}", f"{whole['volume_ratio']:.3f}"])
+            ours, peer = pair["ours"], pair["morphit"]
+            version, preset = peer["version"], peer["preset"]
+            time_ratio = ours["seconds"] / peer["seconds"]
+            p95_ratio = ours["whole"]["every_sphere_protrusion_p95_mm"] / peer["whole"]["every_sphere_protrusion_p95_mm"]
+            volume_ratio = ours["whole"]["volume_ratio"] / peer["whole"]["volume_ratio"]
+            notes.append(f"- {rig}, {budget} spheres, ours over MorphIt: time x{time_ratio:.2f}, every-sphere p95 "
+                         f"protrusion x{p95_ratio:.3f}, union volume x{volume_ratio:.3f}; surface coverage "
+                         f"{100 * ours['whole']['surface_coverage']:.2f} % against {100 * peer['whole']['surface_coverage']:.2f} %.")
+            tighter = (p95_ratio <= 1.0 and volume_ratio <= 1.0
+                       and ours["whole"]["surface_coverage"] >= min(peer["whole"]["surface_coverage"], 0.995))
+            verdicts.append((rig, budget, time_ratio <= 1.0, tighter, time_ratio))
+    met = all(fast and tight for _, _, fast, tight, _ in verdicts)
+    verdict = ("- At least as fast as MorphIt at equal or better tightness: " + ("met" if met else "NOT met") + " ("
+               + "; ".join(f"{rig} {budget}: {'as fast' if fast else 'slower'} (time x{ratio:.2f}), "
+                           f"{'as tight or tighter' if tight else 'looser'}" for rig, budget, fast, tight, ratio in verdicts)
+               + ").")
+    body = ("Our fitter (selfmodel/export/sphere_groups.py `fit_groups`, the export's sphere fit, "
+            f"{args.iterations} iterations) and MorphIt (morphit-rs {version}, preset {preset}, seed 0, CPU) on "
+            "the true meshes of each rig's arm (the tip without its calibration board; evaluation only), in one run, "
+            "both on one thread, measured with the project's metric "
+            "(selfmodel.evaluation.export_truth.evaluate_export, first "
+            f"{args.poses} held-out poses). MorphIt gets each link's mesh and the number of spheres our fit gave that "
+            "link, then the project's own last step (`hold_surface`): every target surface point still outside grows "
+            "its nearest sphere to hold it, so both hold the same surface samples (MorphIt as it packs leaves much of "
+            "the surface out, its row below; a planner's spheres must hold the body). Seconds: ours from the targets (surface samples and distance "
+            "fields) to the covers, MorphIt from packing to the grown covers (the targets it is grown against are "
+            "built outside its time); the machine was shared, so compare the ratios of one run, not seconds across runs. "
+            "Every-sphere protrusion: how far every sphere's surface stands outside the true body, 95th percentile; "
+            "union volume ratio: the union over the true volume.\n\n"
+            + table(header, rows) + "\n\n" + "\n".join(notes + [verdict]))
+    if not args.no_write:
+        write_section("selfmodel-spheres-peer", "Spheres for cuRobo: our fitter against MorphIt", body,
+                      "scripts/bench_spheres.py " + " ".join(sys.argv[1:]))
+    else:
+        print(body)
+
+
 def consumer_check(out: Path) -> dict:
     """The written cuRobo files read back with a YAML library: every link they name is a link of
     the exported URDF, every file they name exists, and the robot file lists the sphere file's spheres."""
@@ -273,7 +390,12 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=64, help="spheres for the arm")
     parser.add_argument("--board-budgets", type=str, default="64", help="comma list of board sphere budgets")
     parser.add_argument("--iterations", type=int, default=250)
-    parser.add_argument("--only", choices=["truth", "learned", "all"], default="all")
+    parser.add_argument("--only", choices=["truth", "learned", "all", "peer"], default="all",
+                        help="peer: our fitter against MorphIt on the true meshes of --peer-sessions, in one run")
+    parser.add_argument("--peer-sessions", type=str, default="",
+                        help="comma list of captured sessions with truth/ for the peer (default: --heldout)")
+    parser.add_argument("--peer-budgets", type=str, default="64,128", help="comma list of arm budgets for the peer")
+    parser.add_argument("--peer-preset", type=str, default="MorphIt-B", help="MorphIt's preset for the peer")
     parser.add_argument("--panda-poses", type=int, default=0, help="also fit the Panda's true meshes (a session captured "
                         "with this many poses)")
     parser.add_argument("--arm-budgets", type=str, default="",
@@ -284,6 +406,25 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    if args.only == "peer":
+        import importlib.util
+
+        if importlib.util.find_spec("morphit_rs") is None:  # said before any fit, not after the first
+            print(PEER_INSTALL, file=sys.stderr)
+            sys.exit(2)
+        sessions = [Path(path) for path in args.peer_sessions.split(",") if path] or [args.heldout]
+        budgets = [int(budget) for budget in args.peer_budgets.split(",")]
+        results = {}
+        import morphit_rs
+
+        from capture.session import load_session
+
+        morphit_rs.set_num_threads(1)  # as our fit runs (torch on one thread); its pool starts once a process
+        for session in sessions:
+            rig = load_session(session).manifest.get("source", {}).get("rig", session.name)
+            results[rig] = peer_rows(session, args.poses, budgets, args.iterations, args.peer_preset)
+        write_peer(results, args)
+        return
     board_budgets = [int(b) for b in args.board_budgets.split(",")]
     args.workdir.mkdir(parents=True, exist_ok=True)
     key = f"{args.budget}-{args.board_budgets.replace(',', '_')}-{args.iterations}-{args.poses}"

@@ -119,3 +119,32 @@ def test_a_link_bounded_by_its_neighbour_keeps_the_start_that_holds_its_surface(
     assert kept <= min(starts.values()) + UNCOVERED_TIE
     # Measured: the 4 mm start leaves 5.9 % out, the 25 mm start kept 4.7 %: the rule matters here.
     assert starts[4.0] > kept + 2 * UNCOVERED_TIE, starts
+
+
+def test_starts_refined_together_come_out_as_each_alone():
+    """fit_groups refines its greedy starts in one batch: each start's spheres end where a
+    refinement of that start alone puts them."""
+    from selfmodel.export.bodies import link_body
+    from selfmodel.export.exporter import sphere_target
+    from selfmodel.export.sphere_fit import refine_covers, refine_starts
+    from selfmodel.export.spheres import sphere_candidates
+
+    body = link_body("capsule", lambda p: 1.0 / (1.0 + np.exp(np.clip(capsule_distance(p) / 0.001, -50, 50))),
+                     -np.array([0.06, 0.06, 0.18]), np.array([0.06, 0.06, 0.18]), 0.004)
+    targets = [sphere_target("capsule", body, 0.0, np.random.default_rng(0))]
+    starts = [candidate.covers for candidate in sphere_candidates(targets, 6, bulges=(0.004, 0.018))]
+    together = refine_starts(targets, starts, iterations=40)
+    for start, (covers, _) in zip(starts, together):
+        alone, _ = refine_covers(targets, start, iterations=40)
+        np.testing.assert_allclose(covers["capsule"].centres, alone["capsule"].centres, atol=1e-9)
+        np.testing.assert_allclose(covers["capsule"].radii, alone["capsule"].radii, atol=1e-9)
+
+
+def test_the_union_holds_a_point_exactly_when_a_sphere_is_within_reach():
+    from selfmodel.export.spheres import SphereCover
+
+    rng = np.random.default_rng(2)
+    cover = SphereCover(rng.uniform(-0.2, 0.2, (12, 3)) + [0.3, -0.4, 0.5], rng.uniform(0.01, 0.06, 12))
+    points = rng.uniform(-0.3, 0.3, (50_000, 3)) + [0.3, -0.4, 0.5]
+    # contains reads squared distances from a matrix product; outside_distance takes each difference
+    assert np.array_equal(cover.contains(points), cover.outside_distance(points) <= 1e-9)

@@ -30,6 +30,7 @@ from scipy import ndimage
 from selfmodel.export.spheres import SphereCover
 
 GAP = 5e-4  # m kept between spheres of links that must not touch at a recorded configuration
+WATCH = 0.003  # m the refinement's spheres may move before every surface point is looked at again
 
 
 @dataclass
@@ -117,89 +118,245 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
     and optionally ``interior`` points and ``obstacles`` (points of checked links' bodies at the
     recorded configurations, own frame). ``step``: Adam's step, m.
     """
+    return refine_starts(targets, [covers], contacts, iterations, cushion, step, shell_points, interior_points, rng,
+                         coverage_start, coverage_end, verbose)[0]
+
+
+def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), iterations: int = 400,
+                  cushion: float = 0.001, step: float = 5e-4, shell_points: int = 64, interior_points: int = 3000,
+                  rng: np.random.Generator | None = None, coverage_start: float = 30.0, coverage_end: float = 3e4,
+                  verbose: bool = False) -> list[tuple[dict, dict]]:
+    """:func:`refine_covers` of several starts (each target key -> SphereCover) at once: one
+    ``(covers, report)`` a start, each as its own refinement gives it.
+
+    Every start's spheres of every link are one problem of a batch: the loss is the sum of the
+    problems' losses and Adam moves each coordinate on its own gradient, so a start's result does not
+    depend on the others, and a few tensor operations serve them all, where a refinement a link a
+    start paid torch's cost of an operation some 35 times an iteration. Coverage counts only points
+    outside or within ``cushion`` of the union's surface; which points those are, and the sphere
+    nearest each, is found without gradient (in float32, one distance matrix a link), and the gap
+    with gradient taken for them alone: the value and gradient of the minimum over all spheres at a
+    fraction of its cost.
+    """
     import torch  # torch adds 1.3 s to a start; only the joint sphere fit needs it
 
     rng = rng or np.random.default_rng(0)
-    links = [t.key for t in targets]
+    targets = list(targets)
+    keys = [t.key for t in targets]
     r_min = 1e-3
-    centres, raw = {}, {}
-    for t in targets:
-        cover = covers[t.key]
-        centres[t.key] = torch.tensor(cover.centres, dtype=torch.float64, requires_grad=True)
-        excess = np.maximum(cover.radii - r_min, 1e-6)
-        raw[t.key] = torch.tensor(excess + np.log(-np.expm1(-excess)), dtype=torch.float64, requires_grad=True)
-    fields = {t.key: t.field.torch() for t in targets}
-    surface = {t.key: torch.as_tensor(t.surface, dtype=torch.float64) for t in targets}
-    interior = {}
+    # Problems: (start, target) pairs, start after start; spheres flat over all of them.
+    problems = [(b, n) for b in range(len(starts)) for n in range(len(targets))]
+    counts = [len(starts[b][keys[n]].radii) for b, n in problems]
+    first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    owner = np.repeat(np.arange(len(problems)), counts)
+    link_of = np.array([n for _, n in problems], dtype=np.int64)
+    all_centres = np.vstack([starts[b][keys[n]].centres for b, n in problems]) if first[-1] else np.zeros((0, 3))
+    all_radii = np.concatenate([starts[b][keys[n]].radii for b, n in problems])
+    centres = torch.tensor(all_centres, dtype=torch.float64, requires_grad=True)
+    excess = np.maximum(all_radii - r_min, 1e-6)
+    raw = torch.tensor(excess + np.log(-np.expm1(-excess)), dtype=torch.float64, requires_grad=True)
+
+    def padded(rows: list[int]):
+        """(R, K) flat sphere indices of problems ``rows`` padded to the most spheres among them, and
+        (R, K) whether a slot holds a sphere."""
+        width = max(max(counts[p] for p in rows), 1)
+        slot = np.zeros((len(rows), width), dtype=np.int64)
+        valid = np.zeros((len(rows), width), dtype=bool)
+        for row, p in enumerate(rows):
+            slot[row, :counts[p]] = np.arange(first[p], first[p + 1])
+            valid[row, :counts[p]] = True
+        return torch.as_tensor(slot), torch.as_tensor(valid)
+
+    interior_sets = []
     for t in targets:
         points = t.interior if t.interior is not None else np.zeros((0, 3))
         if len(points) > interior_points:
             points = points[rng.choice(len(points), interior_points, replace=False)]
-        interior[t.key] = torch.as_tensor(points, dtype=torch.float64)
-    obstacles = {t.key: (t.obstacle_tree(), torch.as_tensor(t.obstacles, dtype=torch.float64))
-                 for t in targets if t.obstacles is not None and len(t.obstacles)}
+        interior_sets.append(points)
+    # Per link: its problems (one a start), their padded spheres, its surface and interior points.
+    per_link = []
+    for n, t in enumerate(targets):
+        slot, valid = padded([b * len(targets) + n for b in range(len(starts))])
+        sets = []
+        for points, cushion_here, weight in ((t.surface, cushion, 1.0), (interior_sets[n], 0.0, 0.2)):
+            if len(points):
+                sets.append((torch.as_tensor(points, dtype=torch.float64), torch.as_tensor(points, dtype=torch.float32),
+                             cushion_here, weight / len(points)))
+        per_link.append((slot, valid, sets))
+    field = _BatchedField([t.field for t in targets])
+    link_t = torch.as_tensor(link_of[owner])  # (S,) each sphere's target
+    obstacles = [(n, t.obstacle_tree(), t.obstacles) for n, t in enumerate(targets)
+                 if t.obstacles is not None and len(t.obstacles)]
+    obstacle_rows = {n: torch.as_tensor(np.flatnonzero(link_of[owner] == n)) for n, _, _ in obstacles}
     shell = torch.as_tensor(directions(shell_points), dtype=torch.float64)
-    pairs = []
-    for contact in contacts:
-        if contact.a not in centres or contact.b not in centres:
-            continue
-        # Only the configurations where the two covers (as placed, with room to move) come near.
-        ca, cb = covers[contact.a], covers[contact.b]
-        posed = np.einsum("cij,kj->cki", contact.a_T_b[:, :3, :3], cb.centres) + contact.a_T_b[:, None, :3, 3]
-        near = np.linalg.norm(ca.centres[None, :, None] - posed[:, None], axis=3) < (
-            ca.radii[:, None] + cb.radii[None] + 0.03)[None]
-        rows = np.flatnonzero(near.any(axis=(1, 2)))
-        if len(rows):
-            pairs.append((contact.a, contact.b, torch.as_tensor(contact.a_T_b[rows, :3, :3], dtype=torch.float64),
-                          torch.as_tensor(contact.a_T_b[rows, :3, 3], dtype=torch.float64)))
-    optimiser = torch.optim.Adam([*centres.values(), *raw.values()], lr=step)
+    pairs = _near_pairs(starts, keys, contacts, first)
+    owner_t = torch.as_tensor(owner)
+    optimiser = torch.optim.Adam([centres, raw], lr=step)
     coverage_weight = np.geomspace(coverage_start, coverage_end, iterations)
 
-    def radii(link):
-        return r_min + torch.nn.functional.softplus(raw[link])
+    def radii():
+        return r_min + torch.nn.functional.softplus(raw)
 
+    # A point whose gap to its nearest sphere was g when the spheres stood at ``placed`` is still
+    # outside every sphere by at most g + moved (moved: the most any sphere's centre and radius have
+    # since changed), so points held deeper than cushion + WATCH need no look until spheres have
+    # moved WATCH; then every point is looked at again.
+    placed, watched = None, None
     for it in range(iterations):
         optimiser.zero_grad()
-        coverage = protrusion = apart = 0.0
-        for link in links:
-            c, r = centres[link], radii(link)
-            gaps = (torch.cdist(surface[link], c) - r).min(dim=1).values
-            coverage = coverage + torch.mean(torch.relu(gaps + cushion) ** 2)
-            if len(interior[link]):
-                inner = (torch.cdist(interior[link], c) - r).min(dim=1).values
-                coverage = coverage + 0.2 * torch.mean(torch.relu(inner) ** 2)
-            points = c[:, None] + r[:, None, None] * shell[None]  # (k, J, 3)
-            with torch.no_grad():
-                inside_other = torch.cdist(points.reshape(-1, 3), c) < r[None] - 1e-6
-                inside_other = inside_other.reshape(len(r), shell_points, len(r))
-                inside_other[torch.arange(len(r)), :, torch.arange(len(r))] = False
-                outer = (~inside_other.any(dim=2)).double()
-                weight = outer * (r.detach() ** 2)[:, None]
-            beyond = fields[link](points.reshape(-1, 3)).reshape(len(r), shell_points)
-            protrusion = protrusion + (weight * torch.relu(beyond) ** 2).sum() / weight.sum().clamp(min=1e-12)
-            if link in obstacles:
-                tree, points_o = obstacles[link]
-                _, nearest = tree.query(c.detach().numpy())
-                reach = r + GAP - torch.linalg.norm(c - points_o[torch.as_tensor(nearest)], dim=1)
-                apart = apart + torch.sum(torch.relu(reach) ** 2)
-        for a, b, rotation, translation in pairs:
-            posed = torch.einsum("cij,kj->cki", rotation, centres[b]) + translation[:, None]  # (C, kb, 3)
-            distance = torch.linalg.norm(centres[a][None, :, None] - posed[:, None], dim=3)  # (C, ka, kb)
-            apart = apart + torch.sum(torch.relu(radii(a)[None, :, None] + radii(b)[None, None] + GAP - distance) ** 2)
+        r_all = radii()
+        # Coverage: the points that count and their nearest spheres, then their gaps with gradient.
+        chosen_points, chosen_spheres, chosen_weights, chosen_cushions = [], [], [], []
+        with torch.no_grad():
+            c32, r32 = centres.detach().float(), r_all.detach().float()
+            if placed is None or float(torch.max(torch.linalg.norm(centres.detach() - placed[0], dim=1)
+                                                 + torch.abs(r_all.detach() - placed[1]))) > WATCH:
+                placed, watched = (centres.detach().clone(), r_all.detach().clone()), {}
+            for n, (slot, valid, sets) in enumerate(per_link):
+                c = c32[slot]  # (B, K, 3)
+                r = torch.where(valid, r32[slot], -1e9)[:, :, None]  # a missing sphere holds nothing
+                for m, (points64, points32, cushion_here, weight) in enumerate(sets):
+                    look = watched.get((n, m))
+                    here = points32 if look is None else points32[look]
+                    gaps = torch.cdist(c, here[None].expand(len(c), -1, -1)) - r  # (B, K, N)
+                    least, nearest = gaps.min(dim=1)  # (B, N)
+                    if look is None:
+                        look = torch.nonzero((least > -cushion_here - WATCH - 1e-5).any(dim=0))[:, 0]
+                        watched[(n, m)] = look
+                        least, nearest = least[:, look], nearest[:, look]
+                    start_row, point = torch.nonzero(least > -cushion_here - 1e-5, as_tuple=True)
+                    chosen_points.append(points64[look[point]])
+                    chosen_spheres.append(slot[start_row, nearest[start_row, point]])
+                    chosen_weights.append(torch.full((len(point),), weight, dtype=torch.float64))
+                    chosen_cushions.append(torch.full((len(point),), cushion_here, dtype=torch.float64))
+        spheres = torch.cat(chosen_spheres)
+        gaps = torch.linalg.norm(torch.cat(chosen_points) - centres[spheres], dim=1) - r_all[spheres]
+        coverage = torch.sum(torch.cat(chosen_weights) * torch.relu(gaps + torch.cat(chosen_cushions)) ** 2)
+        # Protrusion: points on each sphere outside every other sphere of its problem, how far beyond
+        # the body; the points inside another sphere weigh nothing and are not read.
+        with torch.no_grad():
+            all_points = centres.detach()[:, None] + r_all.detach()[:, None, None] * shell  # (S, J, 3)
+            outer = torch.zeros(len(all_points), shell_points, dtype=torch.bool)
+            for slot, valid, _ in per_link:
+                c, r = centres.detach()[slot], torch.where(valid, r_all.detach()[slot], -1.0)
+                on_shell = all_points[slot].reshape(len(slot), -1, 3)
+                inside_other = torch.cdist(on_shell, c) < r[:, None] - 1e-6  # (B, K J, K)
+                inside_other = inside_other.reshape(len(slot), slot.shape[1], shell_points, slot.shape[1])
+                inside_other[:, torch.arange(slot.shape[1]), :, torch.arange(slot.shape[1])] = False
+                outer[slot[valid]] = ~inside_other.any(dim=3)[valid]
+            weight = outer.double() * (r_all.detach() ** 2)[:, None]  # (S, J)
+            total = torch.zeros(len(problems), dtype=torch.float64).index_add(0, owner_t, weight.sum(dim=1))
+            sphere, direction = torch.nonzero(outer, as_tuple=True)
+        beyond = field(centres[sphere] + r_all[sphere, None] * shell[direction], link_t[sphere])
+        outside = torch.zeros(len(problems), dtype=torch.float64).index_add(
+            0, owner_t[sphere], weight[sphere, direction] * torch.relu(beyond) ** 2)
+        protrusion = torch.sum(outside / total.clamp(min=1e-12))
+        apart = torch.zeros((), dtype=torch.float64)
+        for n, tree, points_o in obstacles:
+            rows = obstacle_rows[n]
+            _, nearest = tree.query(centres.detach()[rows].numpy())
+            reach = r_all[rows] + GAP - torch.linalg.norm(centres[rows] - torch.as_tensor(points_o[nearest]), dim=1)
+            apart = apart + torch.sum(torch.relu(reach) ** 2)
+        if pairs is not None:
+            rotation, translation, a, b, config = pairs
+            posed = torch.einsum("mij,mj->mi", rotation[config], centres[b]) + translation[config]
+            distance = torch.linalg.norm(centres[a] - posed, dim=1)
+            apart = apart + torch.sum(torch.relu(r_all[a] + r_all[b] + GAP - distance) ** 2)
         loss = coverage_weight[it] * coverage + protrusion + 1e4 * apart
         loss.backward()
         optimiser.step()
         if verbose and (it % 50 == 0 or it == iterations - 1):
-            print(it, float(coverage.detach()), float(protrusion.detach()), float(torch.as_tensor(apart).detach()))
-    result = {t.key: SphereCover(centres[t.key].detach().numpy().copy(), radii(t.key).detach().numpy().copy())
-              for t in targets}
-    # Links take the room left to their checked neighbours' spheres one after another, so a sphere
-    # may use all of a gap its neighbour does not need.
-    uncovered = {}
-    for t in targets:
-        room = _room(result, contacts, t.key)
-        result[t.key], uncovered[t.key] = hold_surface(result[t.key], t, room)
-    return result, {"uncovered": uncovered, "iterations": iterations}
+            print(it, float(coverage.detach()), float(protrusion.detach()), float(apart.detach()))
+    final_centres = centres.detach().numpy()
+    final_radii = radii().detach().numpy()
+    results = []
+    for b in range(len(starts)):
+        result = {}
+        for n, key in enumerate(keys):
+            p = b * len(targets) + n
+            result[key] = SphereCover(final_centres[first[p]:first[p + 1]].copy(), final_radii[first[p]:first[p + 1]].copy())
+        # Links take the room left to their checked neighbours' spheres one after another, so a sphere
+        # may use all of a gap its neighbour does not need.
+        uncovered = {}
+        for t in targets:
+            room = _room(result, contacts, t.key)
+            result[t.key], uncovered[t.key] = hold_surface(result[t.key], t, room)
+        results.append((result, {"uncovered": uncovered, "iterations": iterations}))
+    return results
+
+
+class _BatchedField:
+    """The targets' signed distance fields (:class:`DistanceField`) read at points (M, 3), point m in
+    the field of target ``link[m]`` -> (M,), differentiable in the points: trilinear on the grid as
+    ``torch.nn.functional.grid_sample`` reads it (corners aligned, the border beyond it), plus the
+    distance beyond the grid; every target's grid in one flat array."""
+
+    def __init__(self, fields: list[DistanceField]):
+        import torch  # only the joint sphere fit needs it
+
+        self.values = torch.as_tensor(np.concatenate([f.values.ravel() for f in fields]), dtype=torch.float64)
+        shapes = np.array([f.values.shape for f in fields], dtype=float)
+        self.offset = torch.as_tensor(np.concatenate([[0], np.cumsum([f.values.size for f in fields])[:-1]]))
+        self.strides = torch.as_tensor(np.array([[s[1] * s[2], s[2], 1] for s in shapes], dtype=np.int64))
+        self.origin = torch.as_tensor(np.array([f.origin for f in fields]))  # (L, 3)
+        self.voxel = torch.as_tensor(np.array([f.voxel for f in fields]))  # (L,)
+        self.top = torch.as_tensor(shapes - 1)  # (L, 3)
+
+    def __call__(self, points, link):
+        import torch  # only the joint sphere fit needs it
+
+        voxel, top, strides = self.voxel[link], self.top[link], self.strides[link]
+        index = (points - self.origin[link]) / voxel[:, None]
+        clamped = torch.minimum(torch.clamp(index, min=0.0), top)
+        beyond = torch.linalg.norm(index - clamped, dim=1) * voxel
+        low = torch.minimum(torch.floor(clamped.detach()), top - 1).clamp(min=0)
+        fraction = clamped - low
+        low = low.long()
+        base = self.offset[link]
+        value = 0.0
+        for corner in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)):
+            step = torch.as_tensor(corner)
+            flat = base + ((low + step) * strides).sum(dim=1)
+            weight = torch.prod(torch.where(step.bool(), fraction, 1.0 - fraction), dim=1)
+            value = value + weight * self.values[flat]
+        return value + beyond
+
+
+def _near_pairs(starts: list[dict], keys: list[str], contacts: list[Contact], first: np.ndarray):
+    """The sphere pairs of checked links that come near at a recorded configuration, in every start:
+    ``(rotation (C, 3, 3), translation (C, 3), a (M,), b (M,), config (M,))``, a and b flat sphere
+    indices (a's sphere, b's posed into a's frame by configuration ``config``), None when there are none.
+    Near: within 30 mm of touching as placed, room for the spheres to move in the refinement."""
+    import torch  # only the joint sphere fit needs it
+
+    rotations, translations, a_index, b_index, config_index = [], [], [], [], []
+    configs = 0
+    for b in range(len(starts)):
+        covers = starts[b]
+        for contact in contacts:
+            if contact.a not in covers or contact.b not in covers:
+                continue
+            ca, cb = covers[contact.a], covers[contact.b]
+            posed = np.einsum("cij,kj->cki", contact.a_T_b[:, :3, :3], cb.centres) + contact.a_T_b[:, None, :3, 3]
+            near = np.linalg.norm(ca.centres[None, :, None] - posed[:, None], axis=3) < (
+                ca.radii[:, None] + cb.radii[None] + 0.03)[None]  # (C, ka, kb)
+            rows = np.flatnonzero(near.any(axis=(1, 2)))
+            if not len(rows):
+                continue
+            c, i, j = np.nonzero(near[rows])
+            rotations.append(contact.a_T_b[rows, :3, :3])
+            translations.append(contact.a_T_b[rows, :3, 3])
+            offset_a = first[b * len(keys) + keys.index(contact.a)]
+            offset_b = first[b * len(keys) + keys.index(contact.b)]
+            a_index.append(offset_a + i)
+            b_index.append(offset_b + j)
+            config_index.append(configs + c)
+            configs += len(rows)
+    if not rotations:
+        return None
+    return (torch.as_tensor(np.concatenate(rotations)), torch.as_tensor(np.concatenate(translations)),
+            torch.as_tensor(np.concatenate(a_index)), torch.as_tensor(np.concatenate(b_index)),
+            torch.as_tensor(np.concatenate(config_index)))
 
 
 def _room(covers: dict, contacts: list[Contact], link: str) -> np.ndarray:

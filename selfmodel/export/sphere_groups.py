@@ -18,7 +18,7 @@ from scipy import ndimage
 from rigs.errors import InputError
 from selfmodel.export.bodies import LinkBody, link_body
 from selfmodel.export.separation import boundary_cells
-from selfmodel.export.sphere_fit import Contact, DistanceField, refine_covers
+from selfmodel.export.sphere_fit import Contact, DistanceField, refine_starts
 from selfmodel.export.spheres import (SphereCover, SphereTarget, area_share, best_of, fit_sphere_covers,
                                       sphere_candidates)
 
@@ -145,13 +145,10 @@ def fit_groups(targets: list[SphereTarget], budget: int, board_targets: list[Sph
         groups.setdefault(target.link, []).append(target.key)
     everything = list(targets) + board_targets
     grouped = group_contacts(list(contacts), groups)
-    refined_starts, scores = [], []
-    for start in starts:
-        refined, fit = refine_covers(everything, {**start.covers, **board_covers}, grouped, iterations=iterations,
-                                     rng=np.random.default_rng(seed))
-        refined_starts.append((refined, fit))
-        scores.append((area_share(everything, fit["uncovered"]),
-                       sum(cover.union_volume() for cover in refined.values())))
+    refined_starts = refine_starts(everything, [{**start.covers, **board_covers} for start in starts], grouped,
+                                   iterations=iterations, rng=np.random.default_rng(seed))
+    scores = [(area_share(everything, fit["uncovered"]), sum(cover.union_volume() for cover in refined.values()))
+              for refined, fit in refined_starts]
     kept = best_of(scores)
     refined, fit = refined_starts[kept]
     merged, names = {}, {}
