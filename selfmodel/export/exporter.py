@@ -310,15 +310,17 @@ class CollisionExporter:
         links: dict[str, LinkCollision] = {}
         for done, source in enumerate(sources):
             body, occupancy = bodies[source.link], occupancies[source.link]
-            start = time.perf_counter()
-            try:
-                pieces = convex_pieces(body.mesh, self.pieces.max_pieces, self.pieces.max_vertices, seed=self.seed)
-            except InputError as error:
-                raise InputError(f"{where}: link {source.link!r}: {error.marked}") from None
-            seconds["pieces"] += time.perf_counter() - start
-            start = time.perf_counter()
-            need, samples = self._margin_needed(source, body, occupancy, pieces, rng)
-            seconds["margin"] += time.perf_counter() - start
+            pieces, need, samples = [], 0.0, 0  # a tip that was all board has no body of its own
+            if body.solid.any():
+                start = time.perf_counter()
+                try:
+                    pieces = convex_pieces(body.mesh, self.pieces.max_pieces, self.pieces.max_vertices, seed=self.seed)
+                except InputError as error:
+                    raise InputError(f"{where}: link {source.link!r}: {error.marked}") from None
+                seconds["pieces"] += time.perf_counter() - start
+                start = time.perf_counter()
+                need, samples = self._margin_needed(source, body, occupancy, pieces, rng)
+                seconds["margin"] += time.perf_counter() - start
             links[source.link] = LinkCollision(source.link, body, pieces, SphereCover(np.zeros((0, 3)), np.zeros(0)),
                                                need, samples)
             if progress is not None:
@@ -335,7 +337,8 @@ class CollisionExporter:
             needs = {name: math.ceil(link.margin_needed * 1e4) / 1e4 for name, link in links.items()}
             margin, mode = max(needs.values()), "auto"
             own = {source.link: source.own_surface for source in sources}
-            margins = {name: needs[name] if own[name] else margin for name in links}
+            # A link with no learned surface to measure (a tip that was all board) takes the largest.
+            margins = {name: needs[name] if own[name] and links[name].body.solid.any() else margin for name in links}
             check_margin(margin, bodies, "the measured margin", where)
         else:
             margin, mode = float(self.margin.value), "given"
@@ -345,7 +348,7 @@ class CollisionExporter:
             link.pieces = [_inflate(piece, margins[name], self.pieces.max_vertices) for piece in link.pieces]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
-        targets = [sphere_target(link, body, margins[link], rng) for link, body in bodies.items()]
+        targets = [sphere_target(link, body, margins[link], rng) for link, body in bodies.items() if body.solid.any()]
         if poses is not None:
             limit_spheres(targets, clear_of, poses, kinds)
         contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
@@ -391,13 +394,17 @@ class CollisionExporter:
             return None, None
         board, body = PlateBox.of(plate), staged.bodies[tip]
         cells = board_cells(body, board, 2 * self.body.voxel)
-        if len(cells) > int(body.solid.sum()) - 8:
-            raise InputError(f"{where}: link {tip!r}: the learned body of the tip is all board (within "
-                             f"{2000 * self.body.voxel:.0f} mm of the declared plate); nothing of the tip itself would "
-                             f"be left to export.")
-        if len(cells):
-            source = next(source for source in staged.sources if source.link == tip)
+        if not len(cells):
+            return board, body
+        source = next(source for source in staged.sources if source.link == tip)
+        try:
             self._remove_cells(source, staged.bodies, staged.occupancies, cells, where)
+        except InputError:
+            # Nothing, or a sliver thinner than two cells, is left: the tip's learned body was all
+            # board (a flange that turns about the last joint looks still from the link before it,
+            # whose body may hold it). The tip then has no body of its own, and the report says so.
+            staged.bodies[tip] = LinkBody(tip, trimesh.Trimesh(), np.zeros((0, 3)), body.voxel, False, 0.0, 0.0,
+                                          np.zeros_like(body.solid), body.origin)
         return board, body
 
     def _board_report(self, model, board: PlateBox | None, with_board: LinkBody | None, bodies: dict[str, LinkBody],
@@ -407,13 +414,16 @@ class CollisionExporter:
         if board is None:
             return None
         tip = model.tip_link
+        all_board = not bodies[tip].solid.any()
         report = {**board_report(model.board), "treatment": self.body.board,
                   "plate_mm": [round(1000.0 * float(x), 2) for x in np.sort(board.extents)[::-1]],
                   "tip_body_volume_with_board_cm3": round(1e6 * with_board.volume, 2),
-                  "tip_body_volume_cm3": round(1e6 * bodies[tip].volume, 2)}
+                  "tip_body_volume_cm3": round(1e6 * bodies[tip].volume, 2), "tip_all_board": all_board}
         if self.body.board == DROP:
-            return {**report, "note": "the board is left out: a planner will not see it; export with --board keep "
-                                      "while the arm still carries it"}
+            alone = (f"; the tip's learned body was all board, so {tip} has no geometry of its own (its flange is held "
+                     f"only where the link before it holds it)" if all_board else "")
+            return {**report, "note": f"the board is left out: a planner will not see it; export with --board keep "
+                                      f"while the arm still carries it{alone}"}
         link = links[tip]
         on_board = np.asarray(link.sphere_groups) == BOARD
         layer = SphereCover(link.spheres.centres[on_board], link.spheres.radii[on_board])

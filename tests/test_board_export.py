@@ -1,0 +1,178 @@
+"""A calibration board on the tip, kept or dropped by the export, as a planner loads the result.
+
+The stand-in arm of test_export.py, with its recorded poses (test_planner_models.py), carries a
+5 x 4 board of 20 mm squares 5.5 mm past the end of its tip, link2. With ``--board keep`` the
+plate is one box of its exact size grown by the margin and one layer of spheres; with ``drop`` no
+piece and no sphere lies on it and the tip keeps its own body.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import trimesh
+import yaml
+from test_export import JOINTS, URDF, signed_distance, surface_samples
+from test_planner_models import RecordedStandIn
+
+BOARD = {"squares": [5, 4], "square_m": 0.02,
+         "tip_T_board_nominal": (trimesh.transformations.translation_matrix([0.359, 0, 0])
+                                 @ trimesh.transformations.rotation_matrix(np.pi / 2, [0, 1, 0])).tolist()}
+
+
+def _export(tmp_path_factory, board: str, declared: bool = True):
+    from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
+
+    model = RecordedStandIn()
+    model.board = dict(BOARD) if declared else None
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=24), pieces=PieceSettings(max_pieces=4),
+                                 body=BodySettings(voxel=0.003, board=board), srdf_samples=2000, seed=0)
+    fitted = exporter.fit(model)
+    out = tmp_path_factory.mktemp(f"board-{board}") / "collision"
+    return out, fitted.save(out, URDF, exporter.srdf_samples), fitted
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    return _export(tmp_path_factory, "keep")
+
+
+@pytest.fixture(scope="module")
+def dropped(tmp_path_factory):
+    return _export(tmp_path_factory, "drop")
+
+
+def _plate():
+    from selfmodel.export.board import PlateBox
+    from selfmodel.labels.description import board_mesh
+
+    return PlateBox.of(board_mesh(BOARD))
+
+
+def _plate_points(count: int, seed: int) -> np.ndarray:
+    """Points inside the plate (tip frame) more than 10 mm from link2's own box: the board alone."""
+    plate = _plate()
+    local = np.random.default_rng(seed).uniform(-0.5, 0.5, (count * 4, 3)) * plate.extents
+    points = local @ plate.tip_T_box[:3, :3].T + plate.tip_T_box[:3, 3]
+    return points[signed_distance("link2", points) > 0.01][:count]
+
+
+def _written_spheres(out) -> dict:
+    return yaml.safe_load((out / "curobo_spheres.yml").read_text())["collision_spheres"]
+
+
+def _written_pieces(out, link: str) -> list[trimesh.Trimesh]:
+    root = ET.parse(out / "robot.urdf").getroot()
+    element = next(e for e in root.findall("link") if e.get("name") == link)
+    return [trimesh.load(out / c.find("geometry/mesh").get("filename"), force="mesh")
+            for c in element.findall("collision") if c.find("geometry/mesh") is not None]
+
+
+def test_kept_board_is_one_box_of_the_plates_size_and_a_thin_layer_of_spheres(kept):
+    out, report, fitted = kept
+    plate = _plate()
+    margin = fitted.margins["link2"]
+    root = ET.parse(out / "robot.urdf").getroot()
+    tip = next(e for e in root.findall("link") if e.get("name") == "link2")
+    boxes = [c for c in tip.findall("collision") if c.find("geometry/box") is not None]
+    assert len(boxes) == 1 and boxes[0].get("name") == "link2_board"
+    size = np.array([float(x) for x in boxes[0].find("geometry/box").get("size").split()])
+    np.testing.assert_allclose(np.sort(size), np.sort(plate.extents + 2 * margin), atol=1e-6)
+    # The learned pieces no longer hold the board: none reaches the plate's far corners.
+    corners = _plate_points(2000, seed=1)
+    for mesh in _written_pieces(out, "link2"):
+        assert not np.any(mesh.contains(corners))
+    # The layer: every sphere in the plate's mid-plane, all one radius, the plate grown by the margin held.
+    board = report["board"]
+    assert board["treatment"] == "keep" and board["spheres"] == report["spheres_board"] <= 256
+    written = _written_spheres(out)["link2"][-report["spheres_board"]:]
+    centres = np.array([s["center"] for s in written])
+    radii = np.array([s["radius"] for s in written])
+    thin = int(np.argmin(plate.extents))
+    assert np.abs(plate.local(centres)[:, thin]).max() < 1e-6 and np.ptp(radii) < 1e-9
+    grown = plate.grown(margin)
+    local = np.random.default_rng(2).uniform(-0.5, 0.5, (20_000, 3)) * grown.extents
+    points = local @ grown.tip_T_box[:3, :3].T + grown.tip_T_box[:3, 3]
+    assert fitted.links["link2"].spheres.outside_distance(points).max() < 1e-6
+    # Measured 3.2 times the plate's volume (256 spheres, 5.0 mm); the fitted board group
+    # of 64 spheres it replaces held this plate at 6.7 times, of 30 at 8.7.
+    assert board["spheres_union_volume_ratio"] < 4.5, board
+    assert "cannot be thinner" in board["note"] and "--board drop" in board["note"]
+    assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
+    assert report["recorded_poses_in_collision"]["spheres"]["poses"] == 0
+
+
+def test_dropped_board_leaves_no_piece_or_sphere_on_the_plate_and_the_tip_its_own_body(dropped):
+    from selfmodel.export.spheres import SphereCover
+
+    out, report, fitted = dropped
+    assert report["board"]["treatment"] == "drop" and report["spheres_board"] == 0
+    root = ET.parse(out / "robot.urdf").getroot()
+    assert not list(root.iter("box")) or all(c.get("name") != "link2_board" for c in root.iter("collision"))
+    on_plate = _plate_points(3000, seed=3)
+    for mesh in _written_pieces(out, "link2"):
+        assert not np.any(mesh.contains(on_plate))
+    written = _written_spheres(out)["link2"]
+    spheres = SphereCover(np.array([s["center"] for s in written]), np.array([s["radius"] for s in written]))
+    assert not np.any(spheres.contains(on_plate))
+    # The tip's own surface (its true box) is still held by its pieces and its spheres.
+    own = surface_samples("link2", 5000, np.random.default_rng(4))
+    inside = np.zeros(len(own), dtype=bool)
+    for mesh in _written_pieces(out, "link2"):
+        inside |= mesh.contains(own) | (trimesh.proximity.signed_distance(mesh, own) > -1e-6)
+    assert inside.mean() > 0.999, inside.mean()
+    assert np.mean(spheres.contains(own)) > 0.99
+    assert 0 < report["board"]["tip_body_volume_cm3"] < report["board"]["tip_body_volume_with_board_cm3"]
+    assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
+
+
+def test_a_point_in_the_plate_collides_in_the_planners_world_only_when_the_board_is_kept(kept, dropped):
+    from rigs.transforms import make_transform
+    from selfmodel.export.world import Box, CollisionWorld
+
+    q = np.array([0.4, 0.2])
+    probe_tip = _plate_points(1, seed=5)[0]
+    own_tip = np.array([0.2, 0.0, 0.0])  # inside link2's own box: the negative control for drop
+
+    def hits(out, point_tip):
+        world = CollisionWorld(out / "robot.urdf", JOINTS, "base", srdf=out / "robot.srdf")
+        base_T_tip = world.link_pose("link2", q)
+        probe = Box("probe", np.full(3, 0.001), make_transform(base_T_tip[:3, :3] @ point_tip + base_T_tip[:3, 3]))
+        world = CollisionWorld(out / "robot.urdf", JOINTS, "base", srdf=out / "robot.srdf", obstacles=[probe])
+        return ("link2", "obstacle:probe") in world.colliding_pairs(q)
+
+    assert hits(kept[0], probe_tip)
+    assert not hits(dropped[0], probe_tip)
+    assert hits(dropped[0], own_tip) and hits(kept[0], own_tip)
+
+
+def test_without_a_declared_board_keep_and_drop_change_nothing(tmp_path_factory):
+    from selfcal.cli_export import board_lines
+
+    out, report, fitted = _export(tmp_path_factory, "drop", declared=False)
+    assert report["board"] is None and report["spheres_board"] == 0
+    assert board_lines(report["board"], "drop") == ["no calibration board declared in the session: --board drop "
+                                                    "changed nothing"]
+
+
+def test_a_bad_board_value_and_board_spheres_with_drop_are_refused_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from rigs.errors import InputError
+    from selfcal.cli import app
+    from selfmodel.export.settings import BodySettings
+
+    with pytest.raises(InputError, match="^board 'off': keep"):
+        BodySettings(board="off")
+    runner = CliRunner()
+    base = ["selfmodel", "export", str(tmp_path / "model"), "--out", str(tmp_path / "new")]
+    result = runner.invoke(app, base + ["--board", "off"])
+    assert result.exit_code == 2 and "--board 'off': keep" in result.output, result.output
+    result = runner.invoke(app, base + ["--board", "drop", "--board-spheres", "30"])
+    assert result.exit_code == 2 and "--board-spheres 30" in result.output and "--board drop" in result.output
+    result = runner.invoke(app, base + ["--board-spheres", "0"])
+    assert result.exit_code == 2 and "at least one sphere" in result.output
+    assert not (tmp_path / "new").exists()
