@@ -215,7 +215,7 @@ class CollisionExporter:
 
     The settings come in groups by the stage that reads them (:mod:`selfmodel.export.settings`), each
     checked when it is made: ``body`` (:class:`BodySettings`: grid spacing, a free model's bodies,
-    overlap, carving), ``pieces`` (:class:`PieceSettings`), ``spheres`` (:class:`SphereSettings`: the
+    overlap, carving, the declared board kept or dropped), ``pieces`` (:class:`PieceSettings`), ``spheres`` (:class:`SphereSettings`: the
     arm's and the board's budgets, the fit's iterations) and ``margin`` (:class:`MarginSettings`:
     given or automatic). ``srdf_samples``: random configurations tested for the SRDF's disabled
     pairs. ``seed``: of the sphere fit, the margin search and the SRDF sampling.
@@ -360,9 +360,11 @@ class CollisionExporter:
         for name, cover in covers.items():
             links[name].spheres, links[name].sphere_groups = cover, sphere_groups[name]
         if board is not None and self.body.board == KEEP:
+            # The plate is stated, not learned: it grows by the export's margin (the largest any link
+            # needed), not by what the tip's remaining cells needed (on the xArm6, 0 mm for a sliver).
             tip = links[model.tip_link]
-            tip.board_box = board.grown(margins[model.tip_link])
-            layer = sphere_layer(board, margins[model.tip_link], self.spheres.board_spheres)
+            tip.board_box = board.grown(margin)
+            layer = sphere_layer(board, margin, self.spheres.board_spheres)
             tip.spheres = SphereCover(np.vstack([tip.spheres.centres, layer.centres]),
                                       np.concatenate([tip.spheres.radii, layer.radii]))
             tip.sphere_groups = list(tip.sphere_groups) + [BOARD] * len(layer.radii)
@@ -377,7 +379,7 @@ class CollisionExporter:
                 link.pieces, link.spheres = cut[name], shrunk[name]
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if isinstance(model, StructuredSelfModel) else {}
-        report = self._board_report(model, board, with_board, bodies, links, margins)
+        report = self._board_report(model, board, with_board, bodies, links, margin)
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
                                margins, report, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
@@ -408,7 +410,7 @@ class CollisionExporter:
         return board, body
 
     def _board_report(self, model, board: PlateBox | None, with_board: LinkBody | None, bodies: dict[str, LinkBody],
-                      links: dict[str, LinkCollision], margins: dict[str, float]) -> dict | None:
+                      links: dict[str, LinkCollision], margin: float) -> dict | None:
         """What became of the declared board, for export_report.json (None without a board: then
         ``board`` keep or drop changed nothing)."""
         if board is None:
@@ -428,7 +430,7 @@ class CollisionExporter:
         on_board = np.asarray(link.sphere_groups) == BOARD
         layer = SphereCover(link.spheres.centres[on_board], link.spheres.radii[on_board])
         ratio = layer.union_volume() / board.volume
-        thinnest = board.thickness + 2 * margins[tip]
+        thinnest = board.thickness + 2 * margin
         return {**report, "box_mm": [round(1000.0 * float(x), 2) for x in np.sort(link.board_box.extents)[::-1]],
                 "spheres": len(layer.radii), "sphere_radius_mm": round(1000.0 * float(layer.radii.max()), 2),
                 "spheres_union_volume_ratio": round(ratio, 2), "thinnest_layer_mm": round(1000.0 * thinnest, 2),
