@@ -68,6 +68,7 @@ def figures(model: Path, out: Path, report: dict) -> dict:
     return {"board_spheres": int(on_board.sum()), "counted_as_board": count,
             "radius_mm": f"{1000 * board.radii.min():.1f}-{1000 * board.radii.max():.1f}" if len(board.radii) else "-",
             "union_ratio": board.union_volume() / plate.volume if len(board.radii) else 0.0,
+            "shrunk": int(np.sum(board.radii < board.radii.max() - 1e-6)) if len(board.radii) else 0,
             "tip_body_cm3": 1e6 * report["links"][tip]["body_volume_m3"],
             "tip_margin_mm": report["links"][tip]["margin_mm"],
             "spheres_total": report["spheres_total"], "seconds": report["seconds"]["export_total"],
@@ -89,10 +90,11 @@ def main() -> None:
         out = args.workdir / name
         row = figures(args.model, out, export(checkout, args.model, out, extra))
         if "refused" in row:
-            rows.append([name, "refused", "-", "-", "-", "-", "-", f"{row['seconds']:.0f}"])
+            rows.append([name, "refused", "-", "-", "-", "-", "-", "-", f"{row['seconds']:.0f}"])
             notes.append(f"- {name}: {row['refused']}")
             continue
-        rows.append([name, row["board_spheres"], row["radius_mm"], f"{row['union_ratio']:.2f}",
+        rows.append([name, row["board_spheres"], row["radius_mm"], row["shrunk"] if name == "keep" else "-",
+                     f"{row['union_ratio']:.2f}",
                      f"{row['tip_body_cm3']:.1f}", f"{row['tip_margin_mm']:.1f}", row["spheres_total"],
                      f"{row['seconds']:.0f}"])
         if name == "before" and not row["counted_as_board"]:
@@ -103,8 +105,9 @@ def main() -> None:
     body = ("The export of one model with the calibration board kept (one box, one layer of spheres), dropped, and "
             "before (the board a fitted sphere group, or part of the tip's spheres). Union volume ratio: the "
             "board's spheres' union (by samples) over the plate's volume. Tip body: the tip's learned body the "
-            "pieces are made from. Seconds: the export's own (fit and writing); the machine was shared.\n\n"
-            + table(["export", "board spheres", "radius mm", "union volume / plate", "tip body cm3", "tip margin mm",
+            "pieces are made from. Shrunk apart: spheres of the kept layer (all one radius as made) made smaller "
+            "to stay clear of a neighbour's spheres at a recorded pose. Seconds: the export's own (fit and writing); the machine was shared.\n\n"
+            + table(["export", "board spheres", "radius mm", "shrunk apart", "union volume / plate", "tip body cm3", "tip margin mm",
                      "spheres in all", "export s"], rows) + "\n\n" + "\n".join(notes))
     command = "nice -n 5 env OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_board.py " + " ".join(sys.argv[1:])
     write_section("selfmodel-board", "The calibration board in the collision export: keep, drop, before", body, command)

@@ -433,6 +433,9 @@ class CollisionExporter:
         thinnest = board.thickness + 2 * margin
         return {**report, "box_mm": [round(1000.0 * float(x), 2) for x in np.sort(link.board_box.extents)[::-1]],
                 "spheres": len(layer.radii), "sphere_radius_mm": round(1000.0 * float(layer.radii.max()), 2),
+                # Shrunk apart from a neighbour's spheres where the arm stood: there the layer no longer
+                # holds the whole grown plate, as the arm's spheres next to a neighbour do not.
+                "spheres_shrunk_at_recorded_poses": int(np.sum(layer.radii < layer.radii.max() - 1e-7)),
                 "spheres_union_volume_ratio": round(ratio, 2), "thinnest_layer_mm": round(1000.0 * thinnest, 2),
                 "note": f"spheres cannot be thinner than the plate and its margin ({1000 * thinnest:.1f} mm): "
                         f"{len(layer.radii)} spheres hold the {1000 * board.thickness:.1f} mm plate at {ratio:.1f} "
