@@ -79,13 +79,19 @@ def _written_pieces(out, link: str) -> list[trimesh.Trimesh]:
 def test_kept_board_is_one_box_of_the_plates_size_and_a_thin_layer_of_spheres(kept):
     out, report, fitted = kept
     plate = _plate()
-    margin = fitted.margin  # the export's: the plate is stated, not learned
+    margin = fitted.margins["link2"]  # the tip's, as its pieces grow
     root = ET.parse(out / "robot.urdf").getroot()
     tip = next(e for e in root.findall("link") if e.get("name") == "link2")
     boxes = [c for c in tip.findall("collision") if c.find("geometry/box") is not None]
     assert len(boxes) == 1 and boxes[0].get("name") == "link2_board"
     size = np.array([float(x) for x in boxes[0].find("geometry/box").get("size").split()])
     np.testing.assert_allclose(np.sort(size), np.sort(plate.extents + 2 * margin), atol=1e-6)
+    # The export's view draws the box as the planner loads it.
+    from selfmodel.export.scene import collision_pieces
+
+    drawn = collision_pieces(out / "robot.urdf")["link2"]
+    assert len(drawn) == len(fitted.links["link2"].pieces) + 1
+    assert abs(drawn[-1].volume - np.prod(plate.extents + 2 * margin)) < 1e-9
     # The learned pieces no longer hold the board: none reaches the plate's far corners.
     corners = _plate_points(2000, seed=1)
     for mesh in _written_pieces(out, "link2"):

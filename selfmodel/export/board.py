@@ -4,7 +4,7 @@ The board is a plate about 3.5 mm thick. Learned from depth it comes out blurred
 cover of spheres fitted to that holds it at 9-12 times its volume. The export therefore takes the
 board's learned cells out of the tip's body (the plate's box grown by the blur) and either leaves the
 board out (``drop``: the arm as it is without it) or writes the plate as what it is (``keep``): one
-box in the URDF, the plate's exact size grown by the export's margin, and for cuRobo a single layer of
+box in the URDF, the plate's exact size grown by the tip's margin, and for cuRobo a single layer of
 spheres in the plate's plane.
 
 Shapes: tip-link frame, metres.

@@ -337,8 +337,7 @@ class CollisionExporter:
             needs = {name: math.ceil(link.margin_needed * 1e4) / 1e4 for name, link in links.items()}
             margin, mode = max(needs.values()), "auto"
             own = {source.link: source.own_surface for source in sources}
-            # A link with no learned surface to measure (a tip that was all board) takes the largest.
-            margins = {name: needs[name] if own[name] and links[name].body.solid.any() else margin for name in links}
+            margins = {name: needs[name] if own[name] else margin for name in links}
             check_margin(margin, bodies, "the measured margin", where)
         else:
             margin, mode = float(self.margin.value), "given"
@@ -360,11 +359,12 @@ class CollisionExporter:
         for name, cover in covers.items():
             links[name].spheres, links[name].sphere_groups = cover, sphere_groups[name]
         if board is not None and self.body.board == KEEP:
-            # The plate is stated, not learned: it grows by the export's margin (the largest any link
-            # needed), not by what the tip's remaining cells needed (on the xArm6, 0 mm for a sliver).
+            # The plate grows by the tip's margin, as the tip's pieces do. Not by the largest any link
+            # needed: on the xArm6 the plate grown by that (3.7 mm) met link4's pieces at a recorded
+            # pose, and a box is not cut apart from a neighbour as learned pieces are.
             tip = links[model.tip_link]
-            tip.board_box = board.grown(margin)
-            layer = sphere_layer(board, margin, self.spheres.board_spheres)
+            tip.board_box = board.grown(margins[model.tip_link])
+            layer = sphere_layer(board, margins[model.tip_link], self.spheres.board_spheres)
             tip.spheres = SphereCover(np.vstack([tip.spheres.centres, layer.centres]),
                                       np.concatenate([tip.spheres.radii, layer.radii]))
             tip.sphere_groups = list(tip.sphere_groups) + [BOARD] * len(layer.radii)
@@ -379,7 +379,7 @@ class CollisionExporter:
                 link.pieces, link.spheres = cut[name], shrunk[name]
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if isinstance(model, StructuredSelfModel) else {}
-        report = self._board_report(model, board, with_board, bodies, links, margin)
+        report = self._board_report(model, board, with_board, bodies, links, margins[model.tip_link])
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
                                margins, report, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
@@ -411,8 +411,8 @@ class CollisionExporter:
 
     def _board_report(self, model, board: PlateBox | None, with_board: LinkBody | None, bodies: dict[str, LinkBody],
                       links: dict[str, LinkCollision], margin: float) -> dict | None:
-        """What became of the declared board, for export_report.json (None without a board: then
-        ``board`` keep or drop changed nothing)."""
+        """What became of the declared board (its plate grown by ``margin`` m, the tip's), for
+        export_report.json; None without a board: then ``board`` keep or drop changed nothing."""
         if board is None:
             return None
         tip = model.tip_link
