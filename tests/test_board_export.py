@@ -75,7 +75,6 @@ def _written_pieces(out, link: str) -> list[trimesh.Trimesh]:
             for c in element.findall("collision") if c.find("geometry/mesh") is not None]
 
 
-@pytest.mark.slow
 def _in_any(meshes: list[trimesh.Trimesh], points: np.ndarray, tolerance: float = 1e-6) -> np.ndarray:
     """(N,) bool: inside (or within ``tolerance`` m of) some convex piece, by its face planes."""
     inside = np.zeros(len(points), dtype=bool)
@@ -117,8 +116,8 @@ def test_kept_board_is_one_box_of_the_plates_size_and_a_thin_layer_of_spheres(ke
     local = np.random.default_rng(2).uniform(-0.5, 0.5, (20_000, 3)) * grown.extents
     points = local @ grown.tip_T_box[:3, :3].T + grown.tip_T_box[:3, 3]
     assert fitted.links["link2"].spheres.outside_distance(points).max() < 1e-6
-    # Measured 3.2 times the plate's volume (256 spheres, 5.0 mm); the fitted board group
-    # of 64 spheres it replaces held this plate at 6.7 times, of 30 at 8.7.
+    # Measured 3.8 times the plate's volume (255 spheres of 6.5 mm); the fitted board group it
+    # replaces held this plate at 6.7 times with 64 spheres, at 8.7 with 30.
     assert board["spheres_union_volume_ratio"] < 4.5, board
     assert "cannot be thinner" in board["note"] and "--board drop" in board["note"]
     assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
@@ -138,9 +137,9 @@ def test_dropped_board_leaves_no_piece_or_sphere_on_the_plate_and_the_tip_its_ow
     written = _written_spheres(out)["link2"]
     spheres = SphereCover(np.array([s["center"] for s in written]), np.array([s["radius"] for s in written]))
     # No sphere is placed for the plate; what of it the tip's own spheres hold is their bulge past
-    # the tip's end (they stand out of a 60 x 50 mm box by centimetres), where the kept layer holds all.
+    # the tip's end, where the kept layer holds all of it.
     assert not np.any(_plate().grown(0.006).contains(spheres.centres))
-    assert np.mean(spheres.contains(on_plate)) < 0.6, np.mean(spheres.contains(on_plate))
+    assert np.mean(spheres.contains(on_plate)) < 0.1, np.mean(spheres.contains(on_plate))  # measured 1.6 %
     # The tip's own surface (its true box) is still held by its pieces and its spheres.
     own = surface_samples("link2", 5000, np.random.default_rng(4))
     inside = _in_any(_written_pieces(out, "link2"), own)
