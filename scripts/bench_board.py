@@ -100,8 +100,17 @@ def main() -> None:
         if name == "before" and not row["counted_as_board"]:
             notes.append("- before: the report counted no board spheres (its split found no board body of its own), "
                          "so the board's are the tip's spheres centred within 6 mm of the plate's box.")
-        if row["board"]:
-            notes.append(f"- {name}: board entry of the report: {json.dumps(row['board'])}")
+        board = row["board"]
+        if board and "treatment" not in board:  # an export from before the board was kept or dropped
+            notes.append(f"- {name}: board entry of the report: {json.dumps(board)}")
+        elif board:
+            notes.append(f"- {name}: the tip's learned body {board['tip_body_volume_with_board_cm3']:.1f} cm3 with the "
+                         f"board's cells, {board['tip_body_volume_cm3']:.1f} cm3 without"
+                         + ("" if name != "keep" else
+                            f"; the layer's spheres {board['sphere_radius_mm']:.1f} mm, {board['spheres_shrunk_at_recorded_poses']} "
+                            f"of them shrunk apart from a neighbour's at a recorded pose; no layer is thinner than "
+                            f"{board['thinnest_layer_mm']:.1f} mm (the plate and the tip's margin)")
+                         + f". Report: {json.dumps(board)}")
     body = ("The export of one model with the calibration board kept (one box, one layer of spheres), dropped, and "
             "before (the board a fitted sphere group, or part of the tip's spheres). Union volume ratio: the "
             "board's spheres' union (by samples) over the plate's volume. Tip body: the tip's learned body the "
