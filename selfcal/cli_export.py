@@ -38,6 +38,26 @@ def margin_words(report: dict) -> str:
     return f"margins {low:.1f}-{high:.1f} mm ({report['margin_mode']}, each link its own)"
 
 
+def board_lines(board: dict | None, asked: str) -> list[str]:
+    """What the summary says of the board: where its plate was taken, and what became of it."""
+    if not board:
+        return [f"no calibration board declared in the session: --board {asked} changed nothing"]
+    lines = []
+    if board.get("mount") == "fitted":
+        lines.append(f"the board's plate at the mount {board['fitted_from']} fitted")
+    else:
+        lines.append("the board's plate at its nominal mount (train on a board calibration's URDF for its fitted mount)")
+    tip = (f"the tip's learned body {board['tip_body_volume_cm3']:.0f} cm3 without the board's cells "
+           f"({board['tip_body_volume_with_board_cm3']:.0f} cm3 with them)")
+    if board["treatment"] == "drop":
+        lines.append(f"board dropped: {tip}; {board['note']}")
+    else:
+        lines.append(f"board kept: one box {' x '.join(f'{x:g}' for x in board['box_mm'])} mm (the plate and its margin), "
+                     f"{board['spheres']} spheres {board['sphere_radius_mm']:.1f} mm in radius; {tip}")
+        lines.append(board["note"])
+    return lines
+
+
 def parse_margin(text: str) -> float | None:
     """``auto`` -> None; a number of millimetres -> metres. InputError otherwise."""
     from rigs.errors import InputError
@@ -57,7 +77,15 @@ def export(
     model: Path = typer.Argument(..., help="Model folder written by `selfcal selfmodel train`."),
     out: Path = typer.Option(..., "--out", help="Folder to create: robot.urdf, meshes/, robot.srdf, curobo_spheres.yml, curobo_robot.yml, export_report.json."),
     spheres: int = typer.Option(64, "--spheres", help="Spheres for the arm's links (cuRobo), shared among the links where they hold the most surface."),
-    board_spheres: int = typer.Option(64, "--board-spheres", help="Spheres for the calibration board the session declares on the tip, its own group (listed under the tip link; 0: the board shares the tip's spheres)."),
+    board: str = typer.Option("keep", "--board", help="keep or drop the calibration board the session declares on the tip "
+                              "(its learned cells leave the tip's body either way). keep, the default: the export "
+                              "describes the arm as it was measured, the board written as the plate it is (one box in "
+                              "the URDF, one layer of spheres for cuRobo); removing matter that was there is yours to "
+                              "say. drop: the arm without it, for an arm the board was taken off after calibration (on "
+                              "an arm still carrying it, a planner would miss its collisions). No board declared: no "
+                              "change."),
+    board_spheres: Optional[int] = typer.Option(None, "--board-spheres", show_default=False, help="At most this many spheres in the layer that holds a kept board (default 256; the more, the thinner: "
+                                                "no count makes it thinner than the plate and its margin)."),
     pieces: int = typer.Option(8, "--pieces", help="At most this many convex pieces a link."),
     piece_vertices: int = typer.Option(64, "--piece-vertices", help="At most this many vertices a convex piece (planners check fewer faster; a piece cut apart from a neighbour keeps its cut better with more)."),
     margin: str = typer.Option("auto", "--margin", help="Inflation in mm for every link, or 'auto': for each link the smallest that holds its own learned surface."),
@@ -75,6 +103,7 @@ def export(
     """Export a self-model's body as convex pieces (URDF), cuRobo spheres and a MoveIt SRDF."""
     with user_errors():
         from rigs import urdf as urdf_io
+        from rigs.errors import InputError
         from rigs.files import check_new_output
         from selfmodel.evaluation.export_truth import truth_figures
         from selfmodel.export.exporter import CollisionExporter, export_model
@@ -83,9 +112,14 @@ def export(
         check_new_output(out, force)  # before minutes of work, not after
         if ros_package is not None:
             urdf_io.check_package_name(ros_package)
+        if board == "drop" and board_spheres is not None:
+            raise InputError(f"--board-spheres {board_spheres} counts the spheres of a kept board, and --board drop "
+                             f"exports no board: give one of the two.")
         # Every setting is checked here, as the exporter is made: a bad one costs nothing.
-        exporter = CollisionExporter(spheres=SphereSettings(max_spheres=spheres, board_spheres=board_spheres),
-                                     pieces=PieceSettings(max_pieces=pieces, max_vertices=piece_vertices), body=BodySettings(voxel=voxel_mm / 1000.0),
+        sphere_settings = SphereSettings(max_spheres=spheres, **({} if board_spheres is None else
+                                                                 {"board_spheres": board_spheres}))
+        exporter = CollisionExporter(spheres=sphere_settings, pieces=PieceSettings(max_pieces=pieces, max_vertices=piece_vertices),
+                                     body=BodySettings(voxel=voxel_mm / 1000.0, board=board),
                                      margin=MarginSettings(parse_margin(margin)), srdf_samples=srdf_samples, seed=seed)
         from selfmodel.model.models import SelfModel
         from selfmodel.model.runtime import resolve_device
@@ -118,13 +152,8 @@ def export(
             from selfcal.cli_selfmodel import unseen_line
 
             typer.echo("  " + unseen_line(carving["unseen_cm3"], carving["min_poses"]))
-        board = report.get("board") or {}
-        if board.get("mount") == "fitted":
-            typer.echo(f"  the board's plate at the mount {board['fitted_from']} fitted, the depth blur within "
-                       f"{board['blur_dropped_within_mm']:.0f} mm beside it dropped")
-        elif board:
-            typer.echo("  the board's plate at its nominal mount, the learned matter beside it kept (train on a "
-                       "board calibration's URDF for its fitted mount)")
+        for line in board_lines(report.get("board"), board):
+            typer.echo(f"  {line}")
         if ros_package is not None:
             typer.echo(f"  robot.urdf names its meshes as package://{ros_package.rstrip('/')}/meshes/...: the "
                        f"folder belongs at that place in the package")

@@ -1983,6 +1983,16 @@ def _(fx, case):
     return _export(fx, case, "--board-spheres", "-1")
 
 
+@case("selfmodel export: --board neither keep nor drop")
+def _(fx, case):
+    return _export(fx, case, "--board", "off")
+
+
+@case("selfmodel export: --board-spheres with --board drop")
+def _(fx, case):
+    return _export(fx, case, "--board", "drop", "--board-spheres", "30")
+
+
 @case("selfmodel export: --srdf-samples 0")
 def _(fx, case):
     return _export(fx, case, "--srdf-samples", "0")

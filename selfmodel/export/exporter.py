@@ -8,8 +8,9 @@ configurations), carved where the training sessions' cameras saw through it
 - convex pieces (coacd, at most M a link, at most 64 vertices each, conservative hulls),
 - a margin for each link: by default the smallest inflation that puts the link's own 0.5 level set,
   sampled afresh around it (at training configurations for the free model), inside its pieces,
-- sphere covers holding the inflated body, one budget for the arm's links (:mod:`selfmodel.export.spheres`), the
-  calibration board a session declares on the tip its own group with its own (:mod:`selfmodel.export.sphere_groups`),
+- sphere covers holding the inflated body, one budget for the arm's links (:mod:`selfmodel.export.spheres`),
+- the calibration board a session declares on the tip taken out of the tip's body, then kept as the
+  plate it is (one box, one layer of spheres) or dropped (:mod:`selfmodel.export.board`),
 - at every recorded configuration, links apart: overlapping bodies are refused, overlapping pieces
   cut and spheres shrunk (:mod:`selfmodel.export.separation`),
 
@@ -30,12 +31,14 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import trimesh
 from scipy import ndimage
 
 from capture.session import load_session
 from rigs import urdf as urdf_io
 from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
+from selfmodel.export.board import DROP, KEEP, PlateBox, board_cells, sphere_layer
 from selfmodel.export.bodies import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                      pieces_outside_distance)
 from selfmodel.export.carving import Carving, carve
@@ -49,7 +52,7 @@ from selfmodel.export.settings import BodySettings, MarginSettings, PieceSetting
 from selfmodel.export.sources import (board_report, free_model_description, free_model_sessions, less_parent,
                                       link_sources)
 from selfmodel.export.sphere_fit import Contact
-from selfmodel.export.sphere_groups import BOARD, fit_groups, limit_spheres, sphere_target, split_board
+from selfmodel.export.sphere_groups import BOARD, fit_groups, limit_spheres, sphere_target
 from selfmodel.export.spheres import SphereCover
 from selfmodel.export.srdf import CollisionMatrix, LinkTree, collision_matrix, write_srdf
 from selfmodel.export.world import CollisionWorld
@@ -70,6 +73,12 @@ class LinkCollision:
     margin_needed: float  # m, what this link's level-set samples needed outside its pieces
     surface_samples: int
     sphere_groups: list[str] = field(default_factory=list)  # (k,) "arm" or the group (the tip's board) of each sphere
+    board_box: PlateBox | None = None  # the kept board's plate, grown by the margin: a box of its own in the URDF
+
+    @property
+    def all_pieces(self) -> list[ConvexPiece]:
+        """What a planner loads for this link: the learned pieces and the kept board's box."""
+        return self.pieces + ([self.board_box.piece()] if self.board_box is not None else [])
 
 
 @dataclass
@@ -120,7 +129,8 @@ class CollisionExport:
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
-        return {name: link.pieces for name, link in self.links.items()}
+        """link -> what a planner loads as its geometry: the learned pieces and a kept board's box."""
+        return {name: link.all_pieces for name, link in self.links.items()}
 
     def save(self, out: Path, model_urdf: Path, srdf_samples: int = 10_000, force: bool = False,
              evaluate: Callable[[Path, "CollisionExport"], dict] | None = None, progress: Progress | None = None,
@@ -205,7 +215,7 @@ class CollisionExporter:
 
     The settings come in groups by the stage that reads them (:mod:`selfmodel.export.settings`), each
     checked when it is made: ``body`` (:class:`BodySettings`: grid spacing, a free model's bodies,
-    overlap, carving), ``pieces`` (:class:`PieceSettings`), ``spheres`` (:class:`SphereSettings`: the
+    overlap, carving, the declared board kept or dropped), ``pieces`` (:class:`PieceSettings`), ``spheres`` (:class:`SphereSettings`: the
     arm's and the board's budgets, the fit's iterations) and ``margin`` (:class:`MarginSettings`:
     given or automatic). ``srdf_samples``: random configurations tested for the SRDF's disabled
     pairs. ``seed``: of the sphere fit, the margin search and the SRDF sampling.
@@ -293,18 +303,24 @@ class CollisionExporter:
         sources, bodies, occupancies, rng = staged.sources, staged.bodies, staged.occupancies, staged.rng
         spec, recorded, kinds, separation = staged.spec, staged.recorded, staged.kinds, staged.separation
         poses, seconds = staged.poses, staged.seconds
+        # The bodies the arm's spheres are kept clear of at the recorded poses: a kept board's plate is
+        # there, a dropped one is not.
+        board, with_board = self._take_out_board(model, staged, where)
+        clear_of = dict(bodies) if board is None or self.body.board == DROP else {**bodies, model.tip_link: with_board}
         links: dict[str, LinkCollision] = {}
         for done, source in enumerate(sources):
             body, occupancy = bodies[source.link], occupancies[source.link]
-            start = time.perf_counter()
-            try:
-                pieces = convex_pieces(body.mesh, self.pieces.max_pieces, self.pieces.max_vertices, seed=self.seed)
-            except InputError as error:
-                raise InputError(f"{where}: link {source.link!r}: {error.marked}") from None
-            seconds["pieces"] += time.perf_counter() - start
-            start = time.perf_counter()
-            need, samples = self._margin_needed(source, body, occupancy, pieces, rng)
-            seconds["margin"] += time.perf_counter() - start
+            pieces, need, samples = [], 0.0, 0  # a tip that was all board has no body of its own
+            if body.solid.any():
+                start = time.perf_counter()
+                try:
+                    pieces = convex_pieces(body.mesh, self.pieces.max_pieces, self.pieces.max_vertices, seed=self.seed)
+                except InputError as error:
+                    raise InputError(f"{where}: link {source.link!r}: {error.marked}") from None
+                seconds["pieces"] += time.perf_counter() - start
+                start = time.perf_counter()
+                need, samples = self._margin_needed(source, body, occupancy, pieces, rng)
+                seconds["margin"] += time.perf_counter() - start
             links[source.link] = LinkCollision(source.link, body, pieces, SphereCover(np.zeros((0, 3)), np.zeros(0)),
                                                need, samples)
             if progress is not None:
@@ -331,17 +347,27 @@ class CollisionExporter:
             link.pieces = [_inflate(piece, margins[name], self.pieces.max_vertices) for piece in link.pieces]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
-        targets, board_targets = self._sphere_targets(model, bodies, margins, rng, where)
+        targets = [sphere_target(link, body, margins[link], rng) for link, body in bodies.items() if body.solid.any()]
         if poses is not None:
-            limit_spheres(targets + board_targets, bodies, poses, kinds)
+            limit_spheres(targets, clear_of, poses, kinds)
         contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
                                              for (a, b), kind in kinds.items() if kind == "checked"]
-        covers, sphere_fit = fit_groups(targets, self.spheres.max_spheres, board_targets, self.spheres.board_spheres, contacts,
+        covers, sphere_fit = fit_groups(targets, self.spheres.max_spheres, contacts=contacts,
                                         iterations=self.spheres.iterations, seed=self.seed, rng=rng)
         separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
         sphere_groups = sphere_fit["groups"]
         for name, cover in covers.items():
             links[name].spheres, links[name].sphere_groups = cover, sphere_groups[name]
+        if board is not None and self.body.board == KEEP:
+            # The plate grows by the tip's margin, as the tip's pieces do. Not by the largest any link
+            # needed: on the xArm6 the plate grown by that (3.7 mm) met link4's pieces at a recorded
+            # pose, and a box is not cut apart from a neighbour as learned pieces are.
+            tip = links[model.tip_link]
+            tip.board_box = board.grown(margins[model.tip_link])
+            layer = sphere_layer(board, margins[model.tip_link], self.spheres.board_spheres)
+            tip.spheres = SphereCover(np.vstack([tip.spheres.centres, layer.centres]),
+                                      np.concatenate([tip.spheres.radii, layer.radii]))
+            tip.sphere_groups = list(tip.sphere_groups) + [BOARD] * len(layer.radii)
         seconds["spheres"] += time.perf_counter() - start
         if poses is not None:
             start = time.perf_counter()
@@ -353,10 +379,68 @@ class CollisionExporter:
                 link.pieces, link.spheres = cut[name], shrunk[name]
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if isinstance(model, StructuredSelfModel) else {}
-        board = board_report(model.board) if model.kind == "structured" else None
+        report = self._board_report(model, board, with_board, bodies, links, margins[model.tip_link])
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
-                               margins, board, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
+                               margins, report, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
+
+    def _take_out_board(self, model, staged: "Bodies", where: str) -> tuple[PlateBox | None, LinkBody | None]:
+        """The declared board's plate (tip frame) and the tip's body as it was with the board, after
+        the board's learned cells (the plate's box grown by two cells: depth learns a plate thicker and
+        wider than it is) left the tip's body and the level sets its margin is measured on; (None,
+        None) when no board is declared. Before the pieces and spheres are made, so neither holds the
+        blurred plate: a kept board is written as the plate it is, a dropped one not at all."""
+        plate = board_mesh(model.board) if model.kind == "structured" else None
+        tip = model.tip_link
+        if plate is None or tip not in staged.bodies:
+            return None, None
+        board, body = PlateBox.of(plate), staged.bodies[tip]
+        cells = board_cells(body, board, 2 * self.body.voxel)
+        if not len(cells):
+            return board, body
+        source = next(source for source in staged.sources if source.link == tip)
+        try:
+            self._remove_cells(source, staged.bodies, staged.occupancies, cells, where)
+        except InputError:
+            # Nothing, or a sliver thinner than two cells, is left: the tip's learned body was all
+            # board (a flange that turns about the last joint looks still from the link before it,
+            # whose body may hold it). The tip then has no body of its own, and the report says so.
+            staged.bodies[tip] = LinkBody(tip, trimesh.Trimesh(), np.zeros((0, 3)), body.voxel, False, 0.0, 0.0,
+                                          np.zeros_like(body.solid), body.origin)
+        return board, body
+
+    def _board_report(self, model, board: PlateBox | None, with_board: LinkBody | None, bodies: dict[str, LinkBody],
+                      links: dict[str, LinkCollision], margin: float) -> dict | None:
+        """What became of the declared board (its plate grown by ``margin`` m, the tip's), for
+        export_report.json; None without a board: then ``board`` keep or drop changed nothing."""
+        if board is None:
+            return None
+        tip = model.tip_link
+        all_board = not bodies[tip].solid.any()
+        report = {**board_report(model.board), "treatment": self.body.board,
+                  "plate_mm": [round(1000.0 * float(x), 2) for x in np.sort(board.extents)[::-1]],
+                  "tip_body_volume_with_board_cm3": round(1e6 * with_board.volume, 2),
+                  "tip_body_volume_cm3": round(1e6 * bodies[tip].volume, 2), "tip_all_board": all_board}
+        if self.body.board == DROP:
+            alone = (f"; the tip's learned body was all board, so {tip} has no geometry of its own (its flange is held "
+                     f"only where the link before it holds it)" if all_board else "")
+            return {**report, "note": f"the board is left out: a planner will not see it; export with --board keep "
+                                      f"while the arm still carries it{alone}"}
+        link = links[tip]
+        on_board = np.asarray(link.sphere_groups) == BOARD
+        layer = SphereCover(link.spheres.centres[on_board], link.spheres.radii[on_board])
+        ratio = layer.union_volume() / board.volume
+        thinnest = board.thickness + 2 * margin
+        return {**report, "box_mm": [round(1000.0 * float(x), 2) for x in np.sort(link.board_box.extents)[::-1]],
+                "spheres": len(layer.radii), "sphere_radius_mm": round(1000.0 * float(layer.radii.max()), 2),
+                # Shrunk apart from a neighbour's spheres where the arm stood: there the layer no longer
+                # holds the whole grown plate, as the arm's spheres next to a neighbour do not.
+                "spheres_shrunk_at_recorded_poses": int(np.sum(layer.radii < layer.radii.max() - 1e-7)),
+                "spheres_union_volume_ratio": round(ratio, 2), "thinnest_layer_mm": round(1000.0 * thinnest, 2),
+                "note": f"spheres cannot be thinner than the plate and its margin ({1000 * thinnest:.1f} mm): "
+                        f"{len(layer.radii)} spheres hold the {1000 * board.thickness:.1f} mm plate at {ratio:.1f} "
+                        f"times its volume (more --board-spheres, thinner); --board drop leaves the board out for an "
+                        f"arm that no longer carries it"}
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
                        rng: np.random.Generator) -> tuple[float, int]:
@@ -382,23 +466,6 @@ class CollisionExporter:
             climbed = climb_outward(own, worst, outside, self.body.voxel, rng)
             need = max(need, float(outside(climbed).max()))
         return need, len(samples)
-
-    def _sphere_targets(self, model, bodies: dict[str, LinkBody], margins: dict[str, float], rng: np.random.Generator,
-                        where: str) -> tuple[list, list]:
-        """What the spheres hold: every link's body, the tip's without the board the session declares,
-        and the board as its own group (its learned cells: the plate's box grown by two cells, the
-        network learns a plate thicker than it is)."""
-        bodies = dict(bodies)
-        board_targets = []
-        tip, plate = model.tip_link, board_mesh(model.board)
-        if plate is not None and tip in bodies and self.spheres.board_spheres > 0:
-            arm, board = split_board(bodies[tip], plate, 2 * self.body.voxel + margins[tip], where)
-            if board is not None:
-                bodies[tip] = arm
-                target = sphere_target(tip, board, margins[tip], rng)
-                target.group = BOARD
-                board_targets.append(target)
-        return [sphere_target(link, body, margins[link], rng) for link, body in bodies.items()], board_targets
 
     @staticmethod
     def _recorded_poses(model, spec, recorded: Recorded, links: list[str]) -> dict[str, np.ndarray]:
@@ -470,6 +537,15 @@ def write_collision_urdf(model_urdf: Path, export: CollisionExport, folder: Path
             ET.SubElement(collision, "origin", {"xyz": "0 0 0", "rpy": "0 0 0"})
             geometry = ET.SubElement(collision, "geometry")
             ET.SubElement(geometry, "mesh", {"filename": relative})
+        if link.board_box is not None:
+            # The plate as a planner's own primitive: exact, and cheaper to check than a mesh.
+            box = link.board_box
+            collision = ET.SubElement(links[name], "collision", {"name": f"{name}_board"})
+            rpy = trimesh.transformations.euler_from_matrix(box.tip_T_box, "sxyz")
+            ET.SubElement(collision, "origin", {"xyz": " ".join(f"{x:.9g}" for x in box.tip_T_box[:3, 3]),
+                                                "rpy": " ".join(f"{x:.9g}" for x in rpy)})
+            geometry = ET.SubElement(collision, "geometry")
+            ET.SubElement(geometry, "box", {"size": " ".join(f"{x:.9g}" for x in box.extents)})
     path = folder / "robot.urdf"
     urdf_io.write_urdf(tree, path)
     return path
@@ -530,6 +606,7 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
             "vertices_per_piece": [len(piece.vertices) for piece in link.pieces],
             "body_volume_m3": link.body.volume,
             "pieces_volume_m3": float(sum(piece.volume for piece in link.pieces)),
+            "board_box_volume_m3": link.board_box.volume if link.board_box is not None else 0.0,
             "spheres_summed_volume_m3": link.spheres.summed_volume,
             "margin_needed_mm": 1000.0 * link.margin_needed,
             "margin_mm": 1000.0 * export.margins.get(name, export.margin),

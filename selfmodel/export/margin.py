@@ -108,7 +108,9 @@ def measured_surface_inside(model, export) -> dict | None:
         outside_all = []
         for link, collision in export.links.items():
             local = points.get(link)
-            if local is None or not len(local):
+            # A link with no geometry at all (a tip that was all board, dropped) is left out, not
+            # counted as holding none of its points: the report's board entry says it has none.
+            if local is None or not len(local) or not (collision.all_pieces if kind == "pieces" else len(collision.spheres.radii)):
                 continue
             local = np.asarray(local, dtype=float)
             outside = (pieces_outside_distance(collision.pieces, local) if kind == "pieces"

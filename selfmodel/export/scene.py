@@ -28,12 +28,23 @@ PAIR = (0.55, 0.55, 0.55)
 
 
 def collision_pieces(urdf: Path) -> dict[str, list[trimesh.Trimesh]]:
-    """Link -> its ``<collision>`` meshes in the link frame (m), read from beside ``urdf`` only."""
+    """Link -> its ``<collision>`` meshes (and boxes) in the link frame (m), read from beside ``urdf`` only."""
     tree = urdf_io.parse_urdf(urdf)
     out: dict[str, list[trimesh.Trimesh]] = {}
     for link in tree.getroot().findall("link"):
         for collision in link.findall("collision"):
-            shape = collision.find("geometry/mesh")
+            box, shape = collision.find("geometry/box"), collision.find("geometry/mesh")
+            if box is not None:  # a kept calibration board's plate
+                try:
+                    size = [float(x) for x in box.get("size", "").split()]
+                except ValueError:
+                    size = []
+                if len(size) != 3:
+                    raise InputError(f"{urdf}: link {link.get('name')!r}: a box's size must be three numbers in m, got "
+                                     f"{box.get('size')!r}.")
+                mesh = trimesh.creation.box(extents=size)
+                out.setdefault(link.get("name"), []).append(mesh.apply_transform(urdf_io.element_origin(collision)))
+                continue
             if shape is None:
                 continue
             path = urdf_io.resolve_mesh(shape.get("filename", ""), urdf.parent)

@@ -13,9 +13,13 @@ import math
 from dataclasses import dataclass
 
 from rigs.errors import InputError, setting
+from selfmodel.export.board import KEEP, TREATMENTS
 from selfmodel.export.carving import POSES as CARVE_POSES, SIGMAS as CARVE_SIGMAS
 
-BOARD_SPHERES = 64  # the declared calibration board's own sphere group (0: the board counts as the tip's)
+# The spheres of the layer that holds the declared calibration board with --board keep: with a 2 mm
+# margin 256 hold the xArm6's 280 x 210 mm board at 5.8 times its volume (12 mm spheres), 64 at 11
+# times (22 mm), as much as the fitted board group did; 512 at 4.4 times, but a planner checks every one.
+BOARD_SPHERES = 256
 
 
 def _finite(value) -> bool:
@@ -37,7 +41,11 @@ class BodySettings:
     (shallower overlap is settled: :mod:`selfmodel.export.separation`). ``carve_poses``: a body cell
     goes where the training sessions' cameras saw through it at this many recorded poses (0: no
     carving), the reading beyond it by ``carve_sigmas`` depth noise sigmas
-    (:mod:`selfmodel.export.carving`).
+    (:mod:`selfmodel.export.carving`). ``board``: what becomes of the calibration board the session
+    declares on the tip (:mod:`selfmodel.export.board`); either way its learned cells leave the tip's
+    body. ``keep`` (the default: the arm as it was measured, and removing matter that was there is the
+    user's own statement) writes the plate as it is, a box and a layer of spheres; ``drop`` leaves it
+    out, for an arm the board was taken off after calibration. No board declared: nothing changes.
     """
 
     voxel: float = 0.003
@@ -46,6 +54,7 @@ class BodySettings:
     overlap_tolerance: float = 0.015
     carve_poses: int = CARVE_POSES
     carve_sigmas: float = CARVE_SIGMAS
+    board: str = KEEP
 
     def __post_init__(self):
         if not (_finite(self.voxel) and self.voxel > 0):
@@ -62,6 +71,9 @@ class BodySettings:
             raise InputError(f"{setting('carve_poses')} {self.carve_poses}: must be >= 0 (0: no carving).")
         if not (_finite(self.carve_sigmas) and self.carve_sigmas >= 0):
             raise InputError(f"{setting('carve_sigmas')} {self.carve_sigmas}: must be a finite number of sigmas >= 0.")
+        if self.board not in TREATMENTS:
+            raise InputError(f"{setting('board')} {self.board!r}: keep (the board stays in the export, as it was "
+                             f"measured) or drop (the arm without it).")
 
 
 @dataclass(frozen=True)
@@ -82,9 +94,9 @@ class PieceSettings:
 @dataclass(frozen=True)
 class SphereSettings:
     """The sphere covers for cuRobo (:mod:`selfmodel.export.spheres`): ``max_spheres`` shared by the
-    arm's links (at least one a link), ``board_spheres`` for the calibration board the session
-    declares on the tip, its own group (:mod:`selfmodel.export.sphere_groups`; 0: the board is part of
-    the tip's body and budget), ``iterations`` steps of the joint sphere fit
+    arm's links (at least one a link), ``board_spheres`` at most for the layer that holds the
+    calibration board the session declares on the tip, when it is kept (listed under the tip; the
+    more, the thinner the layer: :func:`selfmodel.export.board.sphere_layer`), ``iterations`` steps of the joint sphere fit
     (:mod:`selfmodel.export.sphere_fit`; 0: the greedy cover as it is)."""
 
     max_spheres: int = 64
@@ -94,8 +106,9 @@ class SphereSettings:
     def __post_init__(self):
         if self.max_spheres < 1:
             raise InputError(f"{setting('max_spheres')} {self.max_spheres}: need at least one sphere a link.")
-        if self.board_spheres < 0:
-            raise InputError(f"{setting('board_spheres')} {self.board_spheres}: must be >= 0.")
+        if self.board_spheres < 1:
+            raise InputError(f"{setting('board_spheres')} {self.board_spheres}: a kept board needs at least one "
+                             f"sphere.")
         if self.iterations < 0:
             raise InputError(f"{setting('iterations')} {self.iterations}: must be >= 0 (0: the greedy cover).")
 

@@ -16,6 +16,7 @@ import numpy as np
 from scipy import ndimage
 
 from rigs.errors import InputError
+from selfmodel.export.board import PlateBox, board_cells
 from selfmodel.export.bodies import LinkBody, link_body
 from selfmodel.export.separation import boundary_cells
 from selfmodel.export.sphere_fit import Contact, DistanceField, refine_starts
@@ -76,14 +77,10 @@ def split_board(body: LinkBody, plate, grow: float, where: str = "model") -> tup
     grown by ``grow`` m (the learned plate is thicker than the real one) belong to the board. The
     board is None when either part has too few cells to be a body (a learned plate thinner than two
     cells): then the tip keeps its whole body and budget, and the report counts no board spheres."""
-    box = plate.bounding_box_oriented
-    board_T_tip = np.linalg.inv(np.asarray(box.primitive.transform, dtype=float))
-    half = 0.5 * np.asarray(box.primitive.extents, dtype=float) + grow
-    cells = body.origin + body.voxel * np.argwhere(np.ones(body.solid.shape, dtype=bool))
-    local = np.abs(cells @ board_T_tip[:3, :3].T + board_T_tip[:3, 3])
-    in_box = np.all(local <= half, axis=1).reshape(body.solid.shape)
-    board_cells, arm_cells = body.solid & in_box, body.solid & ~in_box
-    if board_cells.sum() < 8 or arm_cells.sum() < 8:
+    in_box = np.zeros(body.solid.shape, dtype=bool)
+    in_box[tuple(board_cells(body, PlateBox.of(plate), grow).T)] = True
+    on_board, arm_cells = body.solid & in_box, body.solid & ~in_box
+    if on_board.sum() < 8 or arm_cells.sum() < 8:
         return body, None
 
     def part(mask):
@@ -98,7 +95,7 @@ def split_board(body: LinkBody, plate, grow: float, where: str = "model") -> tup
                          body.voxel, 0.5, keep_fraction=0.0, where=where)
 
     try:
-        return part(arm_cells), part(board_cells)
+        return part(arm_cells), part(on_board)
     except InputError:
         return body, None
 

@@ -1,0 +1,203 @@
+"""A calibration board on the tip, kept or dropped by the export, as a planner loads the result.
+
+The stand-in arm of test_export.py, with its recorded poses (test_planner_models.py), carries a
+5 x 4 board of 20 mm squares 5.5 mm past the end of its tip, link2. With ``--board keep`` the
+plate is one box of its exact size grown by the margin and one layer of spheres; with ``drop`` no
+piece and no sphere lies on it and the tip keeps its own body.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import trimesh
+import yaml
+from test_export import JOINTS, URDF, signed_distance, surface_samples
+from test_planner_models import RecordedStandIn
+
+BOARD = {"squares": [5, 4], "square_m": 0.02,
+         "tip_T_board_nominal": (trimesh.transformations.translation_matrix([0.359, 0, 0])
+                                 @ trimesh.transformations.rotation_matrix(np.pi / 2, [0, 1, 0])).tolist()}
+
+
+def _exporter(board: str, voxel: float = 0.003, iterations: int = 250):
+    from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
+
+    return CollisionExporter(spheres=SphereSettings(max_spheres=24, iterations=iterations), pieces=PieceSettings(max_pieces=4),
+                             body=BodySettings(voxel=voxel, board=board), srdf_samples=1000, seed=0)
+
+
+def _export(tmp_path_factory, board: str):
+    model = RecordedStandIn()
+    model.board = dict(BOARD)
+    exporter = _exporter(board)
+    fitted = exporter.fit(model)
+    out = tmp_path_factory.mktemp(f"board-{board}") / "collision"
+    return out, fitted.save(out, URDF, exporter.srdf_samples), fitted
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    return _export(tmp_path_factory, "keep")
+
+
+@pytest.fixture(scope="module")
+def dropped(tmp_path_factory):
+    return _export(tmp_path_factory, "drop")
+
+
+def _plate():
+    from selfmodel.export.board import PlateBox
+    from selfmodel.labels.description import board_mesh
+
+    return PlateBox.of(board_mesh(BOARD))
+
+
+def _plate_points(count: int, seed: int) -> np.ndarray:
+    """Points inside the plate (tip frame) more than 10 mm from link2's own box: the board alone."""
+    plate = _plate()
+    local = np.random.default_rng(seed).uniform(-0.5, 0.5, (count * 4, 3)) * plate.extents
+    points = local @ plate.tip_T_box[:3, :3].T + plate.tip_T_box[:3, 3]
+    return points[signed_distance("link2", points) > 0.01][:count]
+
+
+def _written_spheres(out) -> dict:
+    return yaml.safe_load((out / "curobo_spheres.yml").read_text())["collision_spheres"]
+
+
+def _written_pieces(out, link: str) -> list[trimesh.Trimesh]:
+    root = ET.parse(out / "robot.urdf").getroot()
+    element = next(e for e in root.findall("link") if e.get("name") == link)
+    return [trimesh.load(out / c.find("geometry/mesh").get("filename"), force="mesh")
+            for c in element.findall("collision") if c.find("geometry/mesh") is not None]
+
+
+def _in_any(meshes: list[trimesh.Trimesh], points: np.ndarray, tolerance: float = 1e-6) -> np.ndarray:
+    """(N,) bool: inside (or within ``tolerance`` m of) some convex piece, by its face planes."""
+    inside = np.zeros(len(points), dtype=bool)
+    for mesh in meshes:
+        heights = (points[:, None] - mesh.triangles_center[None]) * mesh.face_normals[None]
+        inside |= np.all(heights.sum(axis=2) <= tolerance, axis=1)
+    return inside
+
+
+@pytest.mark.slow
+def test_kept_board_is_one_box_of_the_plates_size_and_a_thin_layer_of_spheres(kept):
+    out, report, fitted = kept
+    plate = _plate()
+    margin = fitted.margins["link2"]  # the tip's, as its pieces grow
+    root = ET.parse(out / "robot.urdf").getroot()
+    tip = next(e for e in root.findall("link") if e.get("name") == "link2")
+    boxes = [c for c in tip.findall("collision") if c.find("geometry/box") is not None]
+    assert len(boxes) == 1 and boxes[0].get("name") == "link2_board"
+    size = np.array([float(x) for x in boxes[0].find("geometry/box").get("size").split()])
+    np.testing.assert_allclose(np.sort(size), np.sort(plate.extents + 2 * margin), atol=1e-6)
+    # The export's view draws the box as the planner loads it.
+    from selfmodel.export.scene import collision_pieces
+
+    drawn = collision_pieces(out / "robot.urdf")["link2"]
+    assert len(drawn) == len(fitted.links["link2"].pieces) + 1
+    assert abs(drawn[-1].volume - np.prod(plate.extents + 2 * margin)) < 1e-9
+    # The learned pieces no longer hold the board: none reaches the plate's far corners.
+    corners = _plate_points(2000, seed=1)
+    assert not np.any(_in_any(_written_pieces(out, "link2"), corners))
+    # The layer: every sphere in the plate's mid-plane, all one radius, the plate grown by the margin held.
+    board = report["board"]
+    assert board["treatment"] == "keep" and board["spheres"] == report["spheres_board"] <= 256
+    written = _written_spheres(out)["link2"][-report["spheres_board"]:]
+    centres = np.array([s["center"] for s in written])
+    radii = np.array([s["radius"] for s in written])
+    thin = int(np.argmin(plate.extents))
+    assert np.abs(plate.local(centres)[:, thin]).max() < 1e-6 and np.ptp(radii) < 1e-9
+    grown = plate.grown(margin)
+    local = np.random.default_rng(2).uniform(-0.5, 0.5, (20_000, 3)) * grown.extents
+    points = local @ grown.tip_T_box[:3, :3].T + grown.tip_T_box[:3, 3]
+    assert fitted.links["link2"].spheres.outside_distance(points).max() < 1e-6
+    # Measured 3.8 times the plate's volume (255 spheres of 6.5 mm); the fitted board group it
+    # replaces held this plate at 6.7 times with 64 spheres, at 8.7 with 30.
+    assert board["spheres_union_volume_ratio"] < 4.5, board
+    assert "cannot be thinner" in board["note"] and "--board drop" in board["note"]
+    assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
+    assert report["recorded_poses_in_collision"]["spheres"]["poses"] == 0
+
+
+@pytest.mark.slow
+def test_dropped_board_leaves_no_piece_or_sphere_on_the_plate_and_the_tip_its_own_body(dropped):
+    from selfmodel.export.spheres import SphereCover
+
+    out, report, fitted = dropped
+    assert report["board"]["treatment"] == "drop" and report["spheres_board"] == 0
+    root = ET.parse(out / "robot.urdf").getroot()
+    assert not list(root.iter("box")) or all(c.get("name") != "link2_board" for c in root.iter("collision"))
+    on_plate = _plate_points(3000, seed=3)
+    assert not np.any(_in_any(_written_pieces(out, "link2"), on_plate))
+    written = _written_spheres(out)["link2"]
+    spheres = SphereCover(np.array([s["center"] for s in written]), np.array([s["radius"] for s in written]))
+    # No sphere is placed for the plate; what of it the tip's own spheres hold is their bulge past
+    # the tip's end, where the kept layer holds all of it.
+    assert not np.any(_plate().grown(0.006).contains(spheres.centres))
+    assert np.mean(spheres.contains(on_plate)) < 0.1, np.mean(spheres.contains(on_plate))  # measured 1.6 %
+    # The tip's own surface (its true box) is still held by its pieces and its spheres.
+    own = surface_samples("link2", 5000, np.random.default_rng(4))
+    inside = _in_any(_written_pieces(out, "link2"), own)
+    assert inside.mean() > 0.999, inside.mean()
+    assert np.mean(spheres.contains(own)) > 0.99
+    assert 0 < report["board"]["tip_body_volume_cm3"] < report["board"]["tip_body_volume_with_board_cm3"]
+    assert report["recorded_poses_in_collision"]["pieces"]["poses"] == 0
+
+
+@pytest.mark.slow
+def test_a_point_in_the_plate_collides_in_the_planners_world_only_when_the_board_is_kept(kept, dropped):
+    from rigs.transforms import make_transform
+    from selfmodel.export.world import Box, CollisionWorld
+
+    q = np.array([0.4, 0.2])
+    probe_tip = _plate_points(1, seed=5)[0]
+    own_tip = np.array([0.2, 0.0, 0.0])  # inside link2's own box: the negative control for drop
+
+    def hits(out, point_tip):
+        world = CollisionWorld(out / "robot.urdf", JOINTS, "base", srdf=out / "robot.srdf")
+        base_T_tip = world.link_pose("link2", q)
+        probe = Box("probe", np.full(3, 0.001), make_transform(base_T_tip[:3, :3] @ point_tip + base_T_tip[:3, 3]))
+        world = CollisionWorld(out / "robot.urdf", JOINTS, "base", srdf=out / "robot.srdf", obstacles=[probe])
+        return ("link2", "obstacle:probe") in world.colliding_pairs(q)
+
+    assert hits(kept[0], probe_tip)
+    assert not hits(dropped[0], probe_tip)
+    assert hits(dropped[0], own_tip) and hits(kept[0], own_tip)
+
+
+def test_without_a_declared_board_keep_and_drop_change_nothing():
+    from selfcal.cli_export import board_lines
+
+    # A coarse grid and the greedy cover as it is: the two fits only need to be compared.
+    kept, dropped = (_exporter(board, voxel=0.006, iterations=0).fit(RecordedStandIn()) for board in ("keep", "drop"))
+    assert kept.board is None and dropped.board is None
+    for link in kept.links:
+        np.testing.assert_array_equal(kept.links[link].spheres.radii, dropped.links[link].spheres.radii)
+        assert [p.vertices.tolist() for p in kept.links[link].pieces] == [p.vertices.tolist() for p in dropped.links[link].pieces]
+        assert kept.links[link].board_box is None
+    assert board_lines(None, "drop") == ["no calibration board declared in the session: --board drop changed nothing"]
+
+
+def test_a_bad_board_value_and_board_spheres_with_drop_are_refused_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from rigs.errors import InputError
+    from selfcal.cli import app
+    from selfmodel.export.settings import BodySettings
+
+    with pytest.raises(InputError, match="^board 'off': keep"):
+        BodySettings(board="off")
+    runner = CliRunner()
+    base = ["selfmodel", "export", str(tmp_path / "model"), "--out", str(tmp_path / "new")]
+    result = runner.invoke(app, base + ["--board", "off"])
+    assert result.exit_code == 2 and "--board 'off': keep" in result.output, result.output
+    result = runner.invoke(app, base + ["--board", "drop", "--board-spheres", "30"])
+    assert result.exit_code == 2 and "--board-spheres 30" in result.output and "--board drop" in result.output
+    result = runner.invoke(app, base + ["--board-spheres", "0"])
+    assert result.exit_code == 2 and "at least one sphere" in result.output
+    assert not (tmp_path / "new").exists()
