@@ -95,8 +95,10 @@ def register_frame_and_targets(base_T_tip: np.ndarray, targets: list[str], measu
     start = np.concatenate([np.zeros(6), np.concatenate([offsets[n] for n in names])])
     error = np.linalg.norm(predicted(start) - measured, axis=1)
     keep = error <= max(5.0 * 1.4826 * np.median(error), 1e-6)
+    if 3 * keep.sum() < len(start):  # fewer coordinates than unknowns: any exact fit is as good as the start
+        return frame, offsets
     solution = least_squares(lambda x: (predicted(x)[keep] - measured[keep]).ravel(), start, method="lm",
-                             x_scale=np.concatenate([np.full(3, 1e-3), np.full(3 + 3 * len(names), 1e-3)]))
+                             x_scale=1e-3)  # rad and m: a tracker's placement and a tool's offset move by ~1e-3
     rotation, translation, points = unpack(solution.x)
     fitted = np.eye(4)
     fitted[:3, :3], fitted[:3, 3] = rotation, translation
