@@ -2,8 +2,8 @@
 """How tight cuRobo spheres can be, the arm apart from the calibration board it carries.
 
 Fits sphere covers with the project's fitter, before (the whole tip, board included, as one link
-under one budget) and after (the board as its own sphere group with its own budget, the arm's budget
-shared by marginal protrusion gain), on
+under one budget) and after (the arm's links under the arm's budget, the board taken out of the tip
+and kept as one layer of spheres in its plane, as `selfmodel export --board keep` writes it), on
 
 - the true meshes of the simulated rigs (evaluation only: reads the sessions' truth/), the floor
   any learned body meets;
@@ -138,18 +138,26 @@ def fit_before(bodies: dict, margin: float, budget: int, iterations: int, seed: 
     return covers
 
 
-def fit_after(bodies: dict, boards: dict, margin: float, budget: int, board_budget: int, iterations: int,
+def fit_after(bodies: dict, tip: str, board, margin: float, budget: int, board_budget: int, iterations: int,
               seed: int = 0) -> tuple[dict, dict]:
-    from selfmodel.export.sphere_groups import BOARD, fit_groups, sphere_target
+    """The export's fit now: the arm's links (the tip without the board) under one budget, and a
+    declared board (trimesh, tip frame) kept as one layer of at most ``board_budget`` spheres after the
+    tip's own (selfmodel.export.board.sphere_layer). Returns link -> cover and tip sphere index ->
+    'arm' or 'board'."""
+    from selfmodel.export.board import PlateBox, sphere_layer
+    from selfmodel.export.sphere_groups import fit_groups, sphere_target
+    from selfmodel.export.spheres import SphereCover
 
     rng = np.random.default_rng(seed)
     targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
-    board_targets = []
-    for link, body in boards.items():
-        target = sphere_target(link, body, margin, rng)
-        target.group = BOARD
-        board_targets.append(target)
-    return fit_groups(targets, budget, board_targets, board_budget, [], iterations=iterations, seed=seed, rng=rng)
+    covers, _ = fit_groups(targets, budget, iterations=iterations, seed=seed, rng=rng)
+    groups = {k: "arm" for k in range(len(covers[tip].radii))}
+    if board is not None:
+        layer = sphere_layer(PlateBox.of(board), margin, board_budget)
+        groups.update({len(groups) + k: "board" for k in range(len(layer.radii))})
+        covers[tip] = SphereCover(np.vstack([covers[tip].centres, layer.centres]),
+                                  np.concatenate([covers[tip].radii, layer.radii]))
+    return covers, groups
 
 
 def truth_rows(heldout: Path, poses: int, budget: int, board_budgets: list[int], iterations: int) -> dict:
@@ -165,33 +173,28 @@ def truth_rows(heldout: Path, poses: int, budget: int, board_budgets: list[int],
     rows["before"]["seconds"] = time.perf_counter() - start
     arm_bodies = dict(whole)
     arm_bodies[tip] = body_of_mesh(tip, arm_tip)
-    board_body = body_of_mesh(tip, board) if board is not None else None
     for board_budget in board_budgets:
         start = time.perf_counter()
-        covers, report = fit_after(arm_bodies, {tip: board_body} if board_body is not None else {}, 0.0, budget,
-                                   board_budget, iterations)
-        groups = dict(enumerate(report["groups"][tip]))
+        covers, groups = fit_after(arm_bodies, tip, board, 0.0, budget, board_budget, iterations)
         row = measure(urdf, base, covers, truth, tip, arm_tip, board, groups)
         row["seconds"] = time.perf_counter() - start
-        row["report"] = {"spheres": report["spheres"], "uncovered": report["uncovered"]}
         rows[f"after, board {board_budget}"] = row
     return rows
 
 
 def curve_rows(heldout: Path, poses: int, budgets: list[int], board_budget: int, iterations: int) -> dict:
-    """The arm's figures on the true meshes (evaluation only) as its budget grows, the board in its
-    own group of ``board_budget``: how many spheres the protrusion bar takes with no model error and
-    no margin."""
+    """The arm's figures on the true meshes (evaluation only) as its budget grows, the board kept as
+    a layer of at most ``board_budget``: how many spheres the protrusion bar takes with no model error
+    and no margin."""
     truth, tip, arm_tip, board = true_parts(heldout, poses)
     urdf = heldout / "truth" / "robot.urdf"
     arm_bodies = {link: body_of_mesh(link, truth.meshes[link]) for link in truth.link_names}
     arm_bodies[tip] = body_of_mesh(tip, arm_tip)
-    boards = {tip: body_of_mesh(tip, board)} if board is not None else {}
     rows = {}
     for budget in budgets:
         start = time.perf_counter()
-        covers, report = fit_after(arm_bodies, boards, 0.0, budget, board_budget, iterations)
-        row = measure(urdf, truth.link_names[0], covers, truth, tip, arm_tip, board, dict(enumerate(report["groups"][tip])))
+        covers, groups = fit_after(arm_bodies, tip, board, 0.0, budget, board_budget, iterations)
+        row = measure(urdf, truth.link_names[0], covers, truth, tip, arm_tip, board, groups)
         row["seconds"] = time.perf_counter() - start
         rows[str(budget)] = row
     return rows

@@ -273,3 +273,14 @@ def test_registering_tool_and_tracker_reaches_the_joint_optimum_on_a_second_arm(
     other = validate(calibration, load_session(second_arm[1]), register=("tracker", "tool"))
     assert other["rms_mm"] < 1.3 and other["nominal_rms_mm"] < 1.3  # ~1 mm the rig draws, no stalled registration
     assert other["unregistered"]["rms_mm"] > 3 * other["rms_mm"]  # the remounted tool is what moved
+
+
+def test_registration_with_fewer_coordinates_than_unknowns_keeps_the_closed_form():
+    from calib.sensors.registration import initial_frame_and_targets, register_frame_and_targets
+    from rigs.transforms import make_transform
+
+    tips = np.array([make_transform((0.5, 0, 0.4), (a, 0, 0)) for a in np.radians([0, 30])])
+    measured = np.array([[1.0, 0.0, 0.0], [1.1, 0.0, 0.0]])  # 6 coordinates for 6 + 3 unknowns
+    frame, offsets = register_frame_and_targets(tips, ["m0", "m0"], measured, {"m0": np.zeros(3)})
+    expected, start = initial_frame_and_targets(tips, ["m0", "m0"], measured, {"m0": np.zeros(3)}, rounds=10)
+    assert np.allclose(frame, expected) and np.allclose(offsets["m0"], start["m0"])

@@ -1,9 +1,5 @@
-"""The calibration board as its own sphere group: the tip's body split into arm and plate, each
-with its own budget, written together under the tip.
-
-A capsule (the tip link's own body) carries a 4 mm plate (the board), meshed from analytic
-occupancy as a learned link is. Judged against the exact solids (analytic signed distance).
-"""
+"""The calibration board kept in the export: one layer of spheres, listed under the tip after the
+arm's own, that holds the declared plate (the export's stand-in arm of tests/test_export.py)."""
 
 from __future__ import annotations
 
@@ -11,135 +7,8 @@ import numpy as np
 import pytest
 import trimesh
 
-CAPSULE = (0.04, 0.06)  # radius, half length of the axis segment (along z), m
-PLATE = np.array([0.09, 0.07, 0.002])  # half extents, m, centred 0.115 m along z (past the capsule's end)
-PLATE_Z = 0.115
 
-
-def capsule_distance(points):
-    radius, half = CAPSULE
-    axis = np.clip(points[:, 2], -half, half)
-    return np.linalg.norm(points - np.stack([np.zeros_like(axis), np.zeros_like(axis), axis], axis=1), axis=1) - radius
-
-
-def plate_distance(points):
-    q = np.abs(points - [0.0, 0.0, PLATE_Z]) - PLATE
-    return np.linalg.norm(np.maximum(q, 0), axis=1) + np.minimum(q.max(axis=1), 0)
-
-
-def stem_distance(points):  # the mount joining them: a 1 cm rod
-    axis = np.clip(points[:, 2], 0.0, PLATE_Z)
-    return np.linalg.norm(points - np.stack([np.zeros_like(axis), np.zeros_like(axis), axis], axis=1), axis=1) - 0.01
-
-
-def tip_distance(points):
-    return np.minimum(np.minimum(capsule_distance(points), plate_distance(points)), stem_distance(points))
-
-
-def plate_mesh():
-    return trimesh.creation.box(extents=2 * PLATE, transform=trimesh.transformations.translation_matrix([0, 0, PLATE_Z]))
-
-
-def exact_surface(distance, lo, hi, rng, count=15_000):
-    points = rng.uniform(lo, hi, (count * 200, 3))
-    near = points[np.abs(distance(points)) < 0.0015][:count]
-    step = 1e-5
-    for _ in range(3):
-        grad = np.stack([(distance(near + step * e) - distance(near - step * e)) / (2 * step) for e in np.eye(3)], axis=1)
-        near = near - distance(near)[:, None] * grad / np.maximum(np.linalg.norm(grad, axis=1, keepdims=True) ** 2, 1e-12)
-    return near
-
-
-LO, HI = np.array([-0.11, -0.09, -0.11]), np.array([0.11, 0.09, 0.13])
-
-
-@pytest.fixture(scope="module")
-def tip_body():
-    from selfmodel.export.bodies import link_body
-
-    return link_body("tip", lambda p: 1.0 / (1.0 + np.exp(np.clip(tip_distance(p) / 0.0007, -50, 50))), LO, HI, 0.002)
-
-
-@pytest.fixture(scope="module")
-def split(tip_body):
-    from selfmodel.export.sphere_groups import split_board
-
-    return split_board(tip_body, plate_mesh(), 0.004)
-
-
-def test_split_gives_the_plate_its_cells_and_the_arm_the_rest(tip_body, split):
-    arm, board = split
-    assert board is not None
-    assert len(arm.inside) + len(board.inside) == len(tip_body.inside)
-    # Every board cell lies in the plate's box grown by the 4 mm asked for; the arm keeps the capsule.
-    assert np.all(np.abs(board.inside - [0, 0, PLATE_Z]) <= PLATE + 0.004 + 1e-9)
-    assert np.all(board.inside[:, 2] > PLATE_Z - 0.0065)
-    assert np.all(capsule_distance(arm.inside[arm.inside[:, 2] < 0.05]) < 0.002)
-    assert 0.9 < board.mesh.volume / np.prod(2 * PLATE) < 2.0
-
-
-def test_a_plate_far_from_the_body_is_no_group(tip_body):
-    from selfmodel.export.sphere_groups import split_board
-
-    far = trimesh.creation.box(extents=2 * PLATE, transform=trimesh.transformations.translation_matrix([1.0, 0, 0]))
-    arm, board = split_board(tip_body, far, 0.004)
-    assert board is None and arm is tip_body
-
-
-@pytest.fixture(scope="module")
-def grouped(tip_body, split):
-    from selfmodel.export.sphere_fit import refine_covers
-    from selfmodel.export.sphere_groups import BOARD, fit_groups, sphere_target
-    from selfmodel.export.spheres import fit_sphere_covers
-
-    arm, board = split
-    rng = np.random.default_rng(0)
-    targets = [sphere_target("tip", arm, 0.0, rng)]
-    board_target = sphere_target("tip", board, 0.0, rng)
-    board_target.group = BOARD
-    covers, report = fit_groups(targets, 8, [board_target], 40, iterations=200, seed=0)
-    # The same 8 spheres for the whole tip, board included, as one link: what the groups replace.
-    whole = [sphere_target("tip", tip_body, 0.0, np.random.default_rng(0))]
-    single, _ = refine_covers(whole, fit_sphere_covers(whole, 8, rng=np.random.default_rng(0)), iterations=200)
-    return covers, report, single["tip"]
-
-
-def _protrusion_p95(cover, distance, rng):
-    shell = cover.surface_points(400, rng)
-    return float(np.percentile(np.maximum(distance(shell), 0.0), 95))
-
-
-def test_groups_are_counted_and_listed_under_the_tip(grouped):
-    covers, report, _ = grouped
-    cover, names = covers["tip"], report["groups"]["tip"]
-    assert set(covers) == {"tip"} and len(names) == len(cover.radii)
-    assert report["spheres"]["arm"] == names.count("arm") and 1 <= names.count("arm") <= 8
-    assert report["spheres"]["board"] == names.count("board") and 1 <= names.count("board") <= 40
-    assert names == sorted(names)  # the arm's spheres first, then the board's
-
-
-def test_the_board_group_holds_the_plate_and_frees_the_arm(grouped):
-    covers, report, single = grouped
-    rng = np.random.default_rng(3)
-    cover, names = covers["tip"], np.array(report["groups"]["tip"])
-    surface = exact_surface(tip_distance, LO, HI, rng)
-    gaps = cover.outside_distance(surface)
-    # Every point of the exact surface held but for seams between spheres at the plate's rim.
-    assert np.mean(gaps <= 1e-9) > 0.99 and gaps.max() < 0.003, (np.mean(gaps <= 1e-9), gaps.max())
-    from selfmodel.export.spheres import SphereCover
-
-    board = SphereCover(cover.centres[names == "board"], cover.radii[names == "board"])
-    arm = SphereCover(cover.centres[names == "arm"], cover.radii[names == "arm"])
-    board_p95 = _protrusion_p95(board, tip_distance, rng)
-    arm_p95 = _protrusion_p95(arm, tip_distance, rng)
-    single_p95 = _protrusion_p95(single, tip_distance, rng)
-    # Measured: board 15.4 mm, arm 11.1 mm, against 41.0 mm for 8 spheres over capsule and plate
-    # together (they stand far off the plate, and the capsule's spheres grow to reach it).
-    assert board_p95 < 0.022, board_p95
-    assert arm_p95 < 0.5 * single_p95, (arm_p95, single_p95)
-
-
-def test_a_negative_board_budget_is_refused():
+def test_a_board_budget_below_one_is_refused():
     from rigs.errors import InputError
     from selfmodel.export.settings import SphereSettings
 

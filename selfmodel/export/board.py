@@ -20,6 +20,7 @@ from selfmodel.export.bodies import ConvexPiece, LinkBody, polytope
 from selfmodel.export.spheres import SphereCover
 
 KEEP, DROP = "keep", "drop"
+BOARD = "board"  # the group name of a kept board's spheres, listed under the tip after the arm's own
 TREATMENTS = (KEEP, DROP)
 
 

@@ -38,7 +38,7 @@ from capture.session import load_session
 from rigs import urdf as urdf_io
 from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
-from selfmodel.export.board import DROP, KEEP, PlateBox, board_cells, sphere_layer
+from selfmodel.export.board import BOARD, DROP, KEEP, PlateBox, board_cells, sphere_layer
 from selfmodel.export.bodies import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
                                      pieces_outside_distance)
 from selfmodel.export.carving import Carving, carve
@@ -52,7 +52,7 @@ from selfmodel.export.settings import BodySettings, MarginSettings, PieceSetting
 from selfmodel.export.sources import (board_report, free_model_description, free_model_sessions, less_parent,
                                       link_sources)
 from selfmodel.export.sphere_fit import Contact
-from selfmodel.export.sphere_groups import BOARD, fit_groups, limit_spheres, sphere_target
+from selfmodel.export.sphere_groups import fit_groups, limit_spheres, sphere_target
 from selfmodel.export.spheres import SphereCover
 from selfmodel.export.srdf import CollisionMatrix, LinkTree, collision_matrix, write_srdf
 from selfmodel.export.world import CollisionWorld
@@ -355,9 +355,8 @@ class CollisionExporter:
         covers, sphere_fit = fit_groups(targets, self.spheres.max_spheres, contacts=contacts,
                                         iterations=self.spheres.iterations, seed=self.seed, rng=rng)
         separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
-        sphere_groups = sphere_fit["groups"]
         for name, cover in covers.items():
-            links[name].spheres, links[name].sphere_groups = cover, sphere_groups[name]
+            links[name].spheres, links[name].sphere_groups = cover, ["arm"] * len(cover.radii)
         if board is not None and self.body.board == KEEP:
             # The plate grows by the tip's margin, as the tip's pieces do. Not by the largest any link
             # needed: on the xArm6 the plate grown by that (3.7 mm) met link4's pieces at a recorded
@@ -619,8 +618,8 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
         "margin_mode": export.margin_mode,
         "links": links,
         "spheres_total": int(sum(len(link.spheres.radii) for link in export.links.values())),
-        # The arm's budget is for the arm's links; the board on the tip is its own group, listed under
-        # the tip in the cuRobo files with the rest.
+        # The arm's budget is for the arm's links; a kept board's layer is listed under the tip in the
+        # cuRobo files with the rest, and counted apart.
         "spheres_arm": int(sum(sum(group != BOARD for group in link.sphere_groups) if link.sphere_groups
                                else len(link.spheres.radii) for link in export.links.values())),
         "spheres_board": int(sum(sum(group == BOARD for group in link.sphere_groups) for link in export.links.values())),

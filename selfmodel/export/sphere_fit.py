@@ -110,7 +110,7 @@ def refine_covers(targets, covers: dict, contacts: list[Contact] = (), iteration
                   step: float = 5e-4, shell_points: int = 64, interior_points: int = 3000,
                   rng: np.random.Generator | None = None, coverage_start: float = 30.0,
                   coverage_end: float = 3e4, verbose: bool = False) -> tuple[dict, dict]:
-    """``covers`` (target key -> SphereCover: the link, or ``link#group``) moved and resized jointly; returns the new
+    """``covers`` (link -> SphereCover) moved and resized jointly; returns the new
     covers and what the fit reports (``uncovered``: link -> share of its surface points it could not
     hold next to a touching neighbour).
 
@@ -126,7 +126,7 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
                   cushion: float = 0.001, step: float = 5e-4, shell_points: int = 64, interior_points: int = 3000,
                   rng: np.random.Generator | None = None, coverage_start: float = 30.0, coverage_end: float = 3e4,
                   verbose: bool = False) -> list[tuple[dict, dict]]:
-    """:func:`refine_covers` of several starts (each target key -> SphereCover) at once: one
+    """:func:`refine_covers` of several starts (each link -> SphereCover) at once: one
     ``(covers, report)`` a start, each as its own refinement gives it.
 
     Every start's spheres of every link are one problem of a batch: the loss is the sum of the
@@ -142,7 +142,7 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
 
     rng = rng or np.random.default_rng(0)
     targets = list(targets)
-    keys = [t.key for t in targets]
+    keys = [t.link for t in targets]
     r_min = 1e-3
     # Problems: (start, target) pairs, start after start; spheres flat over all of them.
     problems = [(b, n) for b in range(len(starts)) for n in range(len(targets))]
@@ -279,8 +279,8 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
         # may use all of a gap its neighbour does not need.
         uncovered = {}
         for t in targets:
-            room = _room(result, contacts, t.key)
-            result[t.key], uncovered[t.key] = hold_surface(result[t.key], t, room)
+            room = _room(result, contacts, t.link)
+            result[t.link], uncovered[t.link] = hold_surface(result[t.link], t, room)
         results.append((result, {"uncovered": uncovered, "iterations": iterations}))
     return results
 

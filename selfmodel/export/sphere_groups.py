@@ -1,11 +1,10 @@
-"""Sphere groups: what the export's spheres hold, and which budget each part of the body draws on.
+"""What the export's spheres hold, and the fit of every link's spheres under one budget.
 
-A thin plate on the tool (the calibration board a session declares, ``sensors.board``) cannot be
-held by a few spheres without large protrusion: a 3.5 mm plate under a 20 mm sphere bulges 18 mm
-either side. The arm's budget (``max_spheres``) is for the arm's links; the board is its own group
-in the tip's frame with its own budget, fitted jointly with the arm (it must stay clear of the other
-links where the arm stood) and written under the tip link with the arm's spheres, so a planner
-checks every sphere. The counts of both groups are reported.
+Each link's target is its body grown by the link's margin (:func:`sphere_target`), with candidate
+centres that may not reach a checked neighbour where the arm stood (:func:`limit_spheres`); the arm's
+budget (``max_spheres``) is shared by all links and the covers refined together (:func:`fit_groups`).
+A calibration board the session declares is not fitted here: the export takes it out of the tip's
+body and writes it as the plate it is (:mod:`selfmodel.export.board`).
 
 Shapes: link frames, metres.
 """
@@ -15,15 +14,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
-from rigs.errors import InputError
-from selfmodel.export.board import PlateBox, board_cells
-from selfmodel.export.bodies import LinkBody, link_body
+from selfmodel.export.bodies import LinkBody
 from selfmodel.export.separation import boundary_cells
 from selfmodel.export.sphere_fit import Contact, DistanceField, refine_starts
-from selfmodel.export.spheres import (SphereCover, SphereTarget, area_share, best_of, fit_sphere_covers,
-                                      sphere_candidates)
-
-BOARD = "board"
+from selfmodel.export.spheres import SphereCover, SphereTarget, area_share, best_of, sphere_candidates
 
 
 def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
@@ -72,58 +66,13 @@ def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Gener
                         inner=inner)
 
 
-def split_board(body: LinkBody, plate, grow: float, where: str = "model") -> tuple[LinkBody, LinkBody | None]:
-    """The tip's body apart into the arm's part and the board's: body cells inside the plate's box
-    grown by ``grow`` m (the learned plate is thicker than the real one) belong to the board. The
-    board is None when either part has too few cells to be a body (a learned plate thinner than two
-    cells): then the tip keeps its whole body and budget, and the report counts no board spheres."""
-    in_box = np.zeros(body.solid.shape, dtype=bool)
-    in_box[tuple(board_cells(body, PlateBox.of(plate), grow).T)] = True
-    on_board, arm_cells = body.solid & in_box, body.solid & ~in_box
-    if on_board.sum() < 8 or arm_cells.sum() < 8:
-        return body, None
-
-    def part(mask):
-        def occupancy(points):
-            index = np.rint((np.asarray(points, dtype=float) - body.origin) / body.voxel).astype(int)
-            valid = np.all((index >= 0) & (index < mask.shape), axis=1)
-            out = np.zeros(len(index))
-            out[valid] = mask[tuple(index[valid].T)]
-            return out
-
-        return link_body(body.link, occupancy, body.origin, body.origin + body.voxel * (np.array(mask.shape) - 1),
-                         body.voxel, 0.5, keep_fraction=0.0, where=where)
-
-    try:
-        return part(arm_cells), part(on_board)
-    except InputError:
-        return body, None
-
-
-def group_contacts(contacts: list[Contact], groups: dict[str, list[str]]) -> list[Contact]:
-    """The contacts of links, repeated for every group of a link (a group moves with its link)."""
-    out = list(contacts)
-    for contact in contacts:
-        for key in groups.get(contact.a, []):
-            out.append(Contact(key, contact.b, contact.a_T_b))
-        for key in groups.get(contact.b, []):
-            out.append(Contact(contact.a, key, contact.a_T_b))
-        for key_a in groups.get(contact.a, []):
-            for key_b in groups.get(contact.b, []):
-                out.append(Contact(key_a, key_b, contact.a_T_b))
-    return out
-
-
-def fit_groups(targets: list[SphereTarget], budget: int, board_targets: list[SphereTarget] = (), board_budget: int = 0,
-               contacts: list[Contact] = (), iterations: int = 250, seed: int = 0,
-               rng: np.random.Generator | None = None) -> tuple[dict[str, SphereCover], dict]:
-    """Spheres for every link: ``budget`` shared by the arm's ``targets`` (one a link at least),
-    ``board_budget`` by the ``board_targets`` (groups of a link, ``target.group`` set), placed apart
-    and refined together (:func:`selfmodel.export.sphere_fit.refine_covers`). Returns link -> cover (a
-    group's spheres after its link's own) and a report: ``spheres`` {"arm": n, "board": m},
-    ``groups`` link -> (k,) group name of each sphere ("arm" or the group), ``uncovered``, and
-    ``starts``: each greedy start of the arm's spheres (its bulge) with what its refined cover
-    leaves out and its union's volume, ``bulge_mm`` the one kept.
+def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact] = (), iterations: int = 250,
+               seed: int = 0, rng: np.random.Generator | None = None) -> tuple[dict[str, SphereCover], dict]:
+    """Spheres for every link: ``budget`` shared by the ``targets`` (one a link at least), kept apart
+    where ``contacts`` say the arm stood and refined together (:func:`selfmodel.export.sphere_fit.refine_starts`).
+    Returns link -> cover and a report: ``spheres`` (how many), ``uncovered``, and ``starts``: each
+    greedy start (its bulge) with what its refined cover leaves out and its union's volume,
+    ``bulge_mm`` the one kept.
 
     Every greedy start is refined, and the refined cover kept is the one that holds the most of the
     surface (:func:`selfmodel.export.spheres.best_of`), then has the smallest union: which start the
@@ -134,29 +83,13 @@ def fit_groups(targets: list[SphereTarget], budget: int, board_targets: list[Sph
     """
     rng = rng or np.random.default_rng(seed)
     starts = sphere_candidates(list(targets), budget, rng=rng)
-    board_targets = list(board_targets)
-    board_covers = (fit_sphere_covers(board_targets, max(board_budget, len(board_targets)), rng=rng)
-                    if board_targets else {})
-    groups: dict[str, list[str]] = {}
-    for target in board_targets:
-        groups.setdefault(target.link, []).append(target.key)
-    everything = list(targets) + board_targets
-    grouped = group_contacts(list(contacts), groups)
-    refined_starts = refine_starts(everything, [{**start.covers, **board_covers} for start in starts], grouped,
+    refined_starts = refine_starts(list(targets), [start.covers for start in starts], list(contacts),
                                    iterations=iterations, rng=np.random.default_rng(seed))
-    scores = [(area_share(everything, fit["uncovered"]), sum(cover.union_volume() for cover in refined.values()))
+    scores = [(area_share(targets, fit["uncovered"]), sum(cover.union_volume() for cover in refined.values()))
               for refined, fit in refined_starts]
     kept = best_of(scores)
     refined, fit = refined_starts[kept]
-    merged, names = {}, {}
-    for target in targets:
-        parts = [(None, refined[target.key])] + [(key.split("#", 1)[1], refined[key]) for key in groups.get(target.link, [])]
-        merged[target.link] = SphereCover(np.vstack([cover.centres for _, cover in parts]),
-                                          np.concatenate([cover.radii for _, cover in parts]))
-        names[target.link] = [group or "arm" for group, cover in parts for _ in cover.radii]
-    counts = {"arm": int(sum(len(refined[t.key].radii) for t in targets)),
-              BOARD: int(sum(len(refined[t.key].radii) for t in board_targets))}
     tried = [{"bulge_mm": round(1000.0 * start.bulge, 1), "uncovered": round(score[0], 5),
               "union_volume_cm3": round(1e6 * score[1], 1)} for start, score in zip(starts, scores)]
-    return merged, {"spheres": counts, "groups": names, "uncovered": fit["uncovered"],
-                    "bulge_mm": round(1000.0 * starts[kept].bulge, 1), "starts": tried}
+    return refined, {"spheres": int(sum(len(cover.radii) for cover in refined.values())), "uncovered": fit["uncovered"],
+                     "bulge_mm": round(1000.0 * starts[kept].bulge, 1), "starts": tried}

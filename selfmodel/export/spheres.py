@@ -107,7 +107,6 @@ class SphereTarget:
     field: object = None
     obstacles: np.ndarray | None = None
     inner: np.ndarray | None = None
-    group: str | None = None  # a part of the link with its own spheres (the tip's board), None: the link
     # dataclasses.field: ``field`` in this class is the distance field
     _tree: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
@@ -117,11 +116,6 @@ class SphereTarget:
         if self._tree is None or self._tree[0] is not self.obstacles:
             self._tree = (self.obstacles, cKDTree(self.obstacles))
         return self._tree[1]
-
-    @property
-    def key(self) -> str:
-        """The name its cover goes by: the link, or ``link#group`` for a group of it."""
-        return self.link if self.group is None else f"{self.link}#{self.group}"
 
     def radii(self, bulge: float) -> np.ndarray:
         radii = self.clearance + bulge
@@ -148,12 +142,12 @@ def area_share(targets: list[SphereTarget], shares: dict[str, float]) -> float:
     """The share of all targets' surface area (their points, each worth its target's ``area``) from
     each target's share of its own points (target key -> share)."""
     total = sum(t.area * len(t.surface) for t in targets)
-    return sum(t.area * len(t.surface) * shares[t.key] for t in targets) / total if total > 0 else 0.0
+    return sum(t.area * len(t.surface) * shares[t.link] for t in targets) / total if total > 0 else 0.0
 
 
 def uncovered_share(targets: list[SphereTarget], covers: dict) -> float:
     """The share of all targets' surface area that no sphere of its cover holds."""
-    return area_share(targets, {t.key: float(np.mean(~covers[t.key].contains(t.surface))) for t in targets})
+    return area_share(targets, {t.link: float(np.mean(~covers[t.link].contains(t.surface))) for t in targets})
 
 
 def best_of(scores: list[tuple[float, ...]]) -> int:
@@ -184,8 +178,8 @@ def sphere_candidates(targets: list[SphereTarget], budget: int, bulges: tuple[fl
     candidates = []
     for bulge in bulges:
         chosen = _greedy(targets, distances, bulge, budget)
-        covers = {t.key: tighten(_hold_all(t, d, picks, bulge), t.surface) for t, d, picks in zip(targets, distances, chosen)}
-        protrusion = np.concatenate([_protrusion(covers[t.key], t, rng) for t in targets])
+        covers = {t.link: tighten(_hold_all(t, d, picks, bulge), t.surface) for t, d, picks in zip(targets, distances, chosen)}
+        protrusion = np.concatenate([_protrusion(covers[t.link], t, rng) for t in targets])
         candidates.append(Candidate(bulge, covers, uncovered_share(targets, covers),
                                     float(np.percentile(protrusion, 95)), float(protrusion.mean())))
     return candidates
