@@ -22,6 +22,18 @@ import trimesh
 from scipy import ndimage
 
 
+def cell_distances(mask: np.ndarray) -> np.ndarray:
+    """(X, Y, Z) bool -> (X, Y, Z) float32: each true cell's Euclidean distance, in cells, to the
+    nearest false cell of the array (0 on false cells; the array's border is not false).
+
+    The ``edt`` package's transform gives scipy.ndimage.distance_transform_edt's values (within
+    float32 rounding) about five times faster on one thread: the sphere fit takes two of a padded
+    grid for every link, where scipy's were most of the time it spent before its greedy starts."""
+    import edt  # one extension module, loaded where a grid is measured
+
+    return edt.edt(np.ascontiguousarray(mask, dtype=bool), black_border=False, parallel=1)
+
+
 def _o3d():
     import open3d as o3d  # imported late and before coacd (see selfmodel.export.bodies.import_coacd)
 
@@ -113,8 +125,8 @@ class Solid:
         the grid get at least their distance to its border."""
         if self._signed is None:
             # Surface cells hold the surface (within half a cell): 0 there, cell distances elsewhere.
-            outside = ndimage.distance_transform_edt(~(self.inside_cells | self.surface_cells)) - 0.5
-            inside = ndimage.distance_transform_edt(self.inside_cells) - 0.5
+            outside = cell_distances(~(self.inside_cells | self.surface_cells)) - 0.5
+            inside = cell_distances(self.inside_cells) - 0.5
             signed = np.where(self.inside_cells, -inside, np.where(self.surface_cells, 0.0, outside))
             self._signed = (signed * self.pitch).astype(np.float32).ravel()
         shape = np.array(self.inside_cells.shape)

@@ -20,6 +20,7 @@ from scipy.optimize import linprog
 from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError
 
 from rigs.errors import InputError
+from rigs.solids import cell_distances
 from selfmodel.inspect.meshing import decimated
 
 OccupancyFn = Callable[[np.ndarray], np.ndarray]  # points (N, 3) m -> (N,) probabilities
@@ -112,7 +113,7 @@ def link_body(link: str, occupancy: OccupancyFn, lo: np.ndarray, hi: np.ndarray,
     if mesh.volume < 0:
         mesh.invert()
     inside = origin + voxel * np.argwhere(solid)
-    inscribed = float(ndimage.distance_transform_edt(np.pad(solid, 1)).max()) * voxel
+    inscribed = float(cell_distances(np.pad(solid, 1)).max()) * voxel
     return LinkBody(link, mesh, inside, voxel, touches, dropped, inscribed, solid, origin)
 
 

@@ -353,7 +353,7 @@ class CollisionExporter:
         contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
                                              for (a, b), kind in kinds.items() if kind == "checked"]
         covers, sphere_fit = fit_groups(targets, self.spheres.max_spheres, contacts=contacts,
-                                        iterations=self.spheres.iterations, seed=self.seed, rng=rng)
+                                        iterations=self.spheres.iterations, seed=self.seed)
         separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
         for name, cover in covers.items():
             links[name].spheres, links[name].sphere_groups = cover, ["arm"] * len(cover.radii)

@@ -29,6 +29,7 @@ from scipy import ndimage
 from scipy.spatial import ConvexHull, QhullError
 
 from rigs.errors import InputError, setting
+from rigs.solids import cell_distances
 from selfmodel.export.bodies import ConvexPiece, LinkBody, conservative_hull, polytope
 from selfmodel.export.spheres import SphereCover
 
@@ -92,7 +93,7 @@ def boundary_cells(body: LinkBody) -> np.ndarray:
 
 
 def _edt(body: LinkBody) -> np.ndarray:
-    return ndimage.distance_transform_edt(np.pad(body.solid, 1))[1:-1, 1:-1, 1:-1] * body.voxel
+    return cell_distances(np.pad(body.solid, 1))[1:-1, 1:-1, 1:-1].astype(float) * body.voxel
 
 
 def settle_bodies(bodies: dict[str, LinkBody], poses: dict[str, np.ndarray], kinds: dict[tuple[str, str], str],

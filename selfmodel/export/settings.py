@@ -101,7 +101,7 @@ class SphereSettings:
 
     max_spheres: int = 64
     board_spheres: int = BOARD_SPHERES
-    iterations: int = 250
+    iterations: int = 100
 
     def __post_init__(self):
         if self.max_spheres < 1:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
+from rigs.solids import cell_distances
 from selfmodel.export.spheres import SphereCover
 
 GAP = 5e-4  # m kept between spheres of links that must not touch at a recorded configuration
@@ -50,11 +51,14 @@ class DistanceField:
         The surface is taken half a cell beyond the outermost cell centres (where marching cubes puts
         it)."""
         cells = int(np.ceil(pad / voxel)) + 1
-        padded = np.pad(np.asarray(solid, dtype=bool), cells)
-        outside = ndimage.distance_transform_edt(~padded) * voxel
-        inside = ndimage.distance_transform_edt(padded) * voxel
-        values = np.where(padded, -(inside - voxel / 2), outside - voxel / 2) - grow
-        return cls(values.astype(np.float32), np.asarray(origin, dtype=float) - cells * voxel, float(voxel))
+        solid = np.asarray(solid, dtype=bool)
+        padded = np.pad(solid, cells)
+        values = (cell_distances(~padded) - 0.5) * voxel  # outside
+        # Inside, the nearest empty cell is never beyond one cell of padding: the transform of that
+        # smaller grid gives the same depths.
+        inside = np.pad(cell_distances(np.pad(solid, 1))[1:-1, 1:-1, 1:-1], cells)
+        values[padded] = -(inside[padded] - 0.5) * voxel
+        return cls((values - grow).astype(np.float32), np.asarray(origin, dtype=float) - cells * voxel, float(voxel))
 
     def __call__(self, points: np.ndarray) -> np.ndarray:
         """(N, 3) -> (N,) signed distance, m."""
