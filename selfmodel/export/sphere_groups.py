@@ -80,10 +80,11 @@ def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact]
 
     The greedy starts are ranked by what they hold of the surface, then by their union's volume
     (:func:`selfmodel.export.spheres.best_of`), the best ``refined_starts`` refined, and of those the
-    one kept again holds the most, then has the smallest union. Refining all five starts of an
-    earlier fit for 250 iterations took 5x the time of this one for covers at most 9 % tighter at the
-    95th percentile of protrusion and 2 % in union (xArm6 and Panda true meshes at 64 and 128
-    spheres; scripts/bench_spheres.py --only peer). Where a neighbour the arm stood next to bounds
+    one kept again holds the most, then has the smallest union. On the xArm6 and Panda true meshes
+    at 64 and 128 spheres the one start refined was the one refining all five keeps in three cases of
+    four (in the fourth, its union 0.8 % larger); all five refined for 250 iterations, as the export
+    did before, took five times as long for unions at most 1.5 % smaller and a 95th percentile of
+    protrusion at most 6 % less. Where a neighbour the arm stood next to bounds
     the spheres, the cover that bulges least can leave a link's surface out where no refinement
     finds it again (on the crashed xArm6, 19 % of link4's): it ranks last on what it holds.
     """
