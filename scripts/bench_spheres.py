@@ -125,16 +125,17 @@ def nearest_groups(cover, arm_tip, board) -> dict:
     return {k: ("board" if d_board[k] < d_arm[k] else "arm") for k in range(len(cover.radii))}
 
 
-def fit_before(bodies: dict, margin: float, budget: int, iterations: int, seed: int = 0) -> dict:
-    """Main's fit before the groups: one budget for every link, the board part of the tip."""
+def fit_before(bodies: dict, margin: float, budget: int, iterations: int | None, seed: int = 0) -> dict:
+    """Main's fit before the groups: one budget for every link, the board part of the tip (250
+    iterations, its own, unless ``iterations`` says)."""
     from selfmodel.export.sphere_fit import refine_covers
     from selfmodel.export.sphere_groups import sphere_target
     from selfmodel.export.spheres import fit_sphere_covers
 
     rng = np.random.default_rng(seed)
     targets = [sphere_target(link, body, margin, rng) for link, body in bodies.items()]
-    covers, _ = refine_covers(targets, fit_sphere_covers(targets, budget, rng=rng), [], iterations=iterations,
-                              rng=np.random.default_rng(seed))
+    covers, _ = refine_covers(targets, fit_sphere_covers(targets, budget, rng=rng), [],
+                              iterations=250 if iterations is None else iterations, rng=np.random.default_rng(seed))
     return covers
 
 
@@ -303,8 +304,9 @@ def write_peer(results: dict, args) -> None:
                + "; ".join(f"{rig} {budget}: {'as fast' if fast else 'slower'} (time x{ratio:.2f}), "
                            f"{'as tight or tighter' if tight else 'looser'}" for rig, budget, fast, tight, ratio in verdicts)
                + ").")
-    body = ("Our fitter (selfmodel/export/sphere_groups.py `fit_groups`, the export's sphere fit: three greedy "
-            f"starts, the best refined for {args.iterations} iterations) and MorphIt (morphit-rs {version}, preset {preset}, seed 0, CPU) on "
+    steps = "its default 100" if args.iterations is None else args.iterations
+    body = ("Our fitter (selfmodel/export/sphere_groups.py `fit_groups`, the export's sphere fit: five greedy "
+            f"starts ranked, the best refined for {steps} iterations, as with nothing to keep clear of) and MorphIt (morphit-rs {version}, preset {preset}, seed 0, CPU) on "
             "the true meshes of each rig's arm (the tip without its calibration board; evaluation only), in one run, "
             "both on one thread, measured with the project's metric "
             "(selfmodel.evaluation.export_truth.evaluate_export, first "
@@ -411,7 +413,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=64, help="spheres for the arm")
     parser.add_argument("--board-budgets", type=str, default="64", help="comma list of board sphere budgets")
     parser.add_argument("--iterations", type=int, default=SphereSettings().iterations,
-                        help="steps of the joint sphere fit (default: the export's)")
+                        help="steps of the joint sphere fit (default: fit_groups' own)")
     parser.add_argument("--only", choices=["truth", "learned", "all", "peer"], default="all",
                         help="peer: our fitter against MorphIt on the true meshes of --peer-sessions, in one run")
     parser.add_argument("--peer-sessions", type=str, default="",

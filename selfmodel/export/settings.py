@@ -97,11 +97,12 @@ class SphereSettings:
     arm's links (at least one a link), ``board_spheres`` at most for the layer that holds the
     calibration board the session declares on the tip, when it is kept (listed under the tip; the
     more, the thinner the layer: :func:`selfmodel.export.board.sphere_layer`), ``iterations`` steps of the joint sphere fit
-    (:mod:`selfmodel.export.sphere_fit`; 0: the greedy cover as it is)."""
+    (:mod:`selfmodel.export.sphere_fit`; 0: the greedy cover as it is; None: as many as
+    :func:`selfmodel.export.sphere_groups.fit_groups` takes, more where neighbours bound the spheres)."""
 
     max_spheres: int = 64
     board_spheres: int = BOARD_SPHERES
-    iterations: int = 100
+    iterations: int | None = None
 
     def __post_init__(self):
         if self.max_spheres < 1:
@@ -109,7 +110,7 @@ class SphereSettings:
         if self.board_spheres < 1:
             raise InputError(f"{setting('board_spheres')} {self.board_spheres}: a kept board needs at least one "
                              f"sphere.")
-        if self.iterations < 0:
+        if self.iterations is not None and self.iterations < 0:
             raise InputError(f"{setting('iterations')} {self.iterations}: must be >= 0 (0: the greedy cover).")
 
 

@@ -67,11 +67,11 @@ def sphere_target(link: str, body: LinkBody, margin: float, rng: np.random.Gener
                         interior=body.inside, field=field, inner=inner)
 
 
-REFINED_STARTS = 1  # greedy starts refined: the best by what they hold, then by their union
+UNBOUNDED, BOUNDED = (1, 100), (None, 250)  # (starts refined, None: all; refinement steps) by default
 
 
-def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact] = (), iterations: int = 100,
-               seed: int = 0, refined_starts: int = REFINED_STARTS) -> tuple[dict[str, SphereCover], dict]:
+def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact] = (), iterations: int | None = None,
+               seed: int = 0, refined_starts: int | None = None) -> tuple[dict[str, SphereCover], dict]:
     """Spheres for every link: ``budget`` shared by the ``targets`` (one a link at least), kept apart
     where ``contacts`` say the arm stood and refined together (:func:`selfmodel.export.sphere_fit.refine_starts`).
     Returns link -> cover and a report: ``spheres`` (how many), ``uncovered``, and ``starts``: each
@@ -79,20 +79,36 @@ def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact]
     ``refined`` (else as the greedy left it), ``bulge_mm`` the one kept.
 
     The greedy starts are ranked by what they hold of the surface, then by their union's volume
-    (:func:`selfmodel.export.spheres.best_of`), the best ``refined_starts`` refined, and of those the
-    one kept again holds the most, then has the smallest union. On the xArm6 and Panda true meshes
-    at 64 and 128 spheres the one start refined was the one refining all five keeps in three cases of
-    four (in the fourth, its union 0.8 % larger); all five refined for 250 iterations, as the export
-    did before, took five times as long for unions at most 1.5 % smaller and a 95th percentile of
-    protrusion at most 6 % less. Where a neighbour the arm stood next to bounds
-    the spheres, the cover that bulges least can leave a link's surface out where no refinement
-    finds it again (on the crashed xArm6, 19 % of link4's): it ranks last on what it holds.
+    (:func:`selfmodel.export.spheres.best_of`), the best ``refined_starts`` refined for
+    ``iterations``, and of those the one kept again holds the most, then has the smallest union. By
+    default one start is refined for 100 iterations where nothing bounds the spheres, and every
+    start for 250 where neighbours the arm stood next to do (``contacts``, or a target's ``limit`` or
+    ``obstacles``).
+
+    Unbounded, every start ends holding the whole surface and the greedy's union ranks them: on the
+    xArm6 and Panda true meshes at 64 and 128 spheres the one start refined was the one refining all
+    five keeps in three cases of four (in the fourth, its union 0.8 % larger); all five refined for
+    250 iterations took five times as long for unions at most 1.5 % smaller and a 95th percentile of
+    protrusion at most 6 % less.
+
+    Bounded, what a start holds after refinement cannot be read off the greedy cover, and the
+    contact terms take longer to settle: on the learned 300-step xArm6 the 25 mm start ranked first,
+    holding as much as the 12 mm start (which left 0.14 % of the surface out), and left 0.33 % out
+    after 100 iterations, as every start left 0.3-0.7 %; the spheres then held 99.31 % of the true
+    surface, and 99.71 % after all five were refined for 250. There the cover that bulges least can
+    also leave a link's surface out where no refinement finds it again (on the crashed xArm6, 19 % of
+    link4's).
     """
     starts = sphere_candidates(list(targets), budget)
     # 20 000 samples rank the greedy unions (they differ by a few per cent, the estimate by under 1 %);
     # refined ones, closer, are compared on 200 000 (one alone is reported on 50 000).
     greedy = [(start.uncovered, sum(cover.union_volume(samples=20_000) for cover in start.covers.values()))
               for start in starts]
+    bounded = bool(contacts) or any(target.limit is not None or target.obstacles is not None
+                                    for target in targets)
+    starts_by_default, iterations_by_default = BOUNDED if bounded else UNBOUNDED
+    refined_starts = refined_starts or starts_by_default or len(starts)
+    iterations = iterations_by_default if iterations is None else iterations
     chosen = ranked(greedy)[:max(1, refined_starts)]
     refined = refine_starts(list(targets), [starts[k].covers for k in chosen], list(contacts),
                             iterations=iterations, rng=np.random.default_rng(seed))
