@@ -178,6 +178,24 @@ def test_pieces_left_overlapping_when_the_cuts_run_out_are_named_with_poses_and_
     assert separate_pieces(pieces, {}, apart, kinds, ["p1"], 2, 64, 0.006, "model", Separation(kinds), sweeps=0) == pieces
 
 
+
+def test_pieces_a_pose_cannot_part_are_named_with_their_depth_and_what_would_help(monkeypatch):
+    """When the cuts at one recorded pose run out (here every cut leaves the pieces as they were),
+    the refusal names the pair, the pose and how deep they overlap, and says what would help."""
+    from selfmodel.export import separation
+    from selfmodel.export.bodies import polytope
+
+    cube = polytope(np.vstack([np.eye(3), -np.eye(3)]), np.full(6, 0.05))
+    moved = np.eye(4)
+    moved[:3, 3] = [0.09, 0, 0]  # 10 mm into link1
+    poses = {"link1": np.stack([np.eye(4)]), "link2": np.stack([moved])}
+    kinds = {("link1", "link2"): "checked"}
+    monkeypatch.setattr(separation, "_cut", lambda *args: True)
+    with pytest.raises(InputError, match=r"model: the convex pieces of link1 and link2 still overlap by 10\.0 mm at "
+                                         r"recorded pose p0 after 3 cuts of them there: train longer .*max_pieces"):
+        separation.separate_pieces({"link1": [cube], "link2": [cube]}, {}, poses, kinds, ["p0"], 2, 64, 0.006,
+                                   "model", separation.Separation(kinds), attempts=3)
+
 # -- the real arms: the simulator's rules, the Panda's fingers, open meshes ---------------------------
 
 def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():

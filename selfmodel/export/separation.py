@@ -282,8 +282,12 @@ def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, t
                     shapes[link] = [_convex(piece.vertices) for piece in pieces[link]]
                     balls[link] = [_ball(piece) for piece in pieces[link]]
             else:
-                raise InputError(f"{where}: the convex pieces of {a} and {b} still overlap at recorded pose {pose_ids[c]} "
-                                 f"after {attempts} cuts.")
+                left = piece_overlaps(pieces, {a: pa[None], b: pb[None]}, [(a, b)], [pose_ids[c]])
+                depth = f" by {1000 * left[0][0]:.1f} mm" if left else ""
+                raise InputError(f"{where}: the convex pieces of {a} and {b} still overlap{depth} at recorded pose "
+                                 f"{pose_ids[c]} after {attempts} cuts of them there: train longer (or on more poses "
+                                 f"of these links) so the bodies part cleanly, or raise {setting('max_pieces')} so "
+                                 f"each piece holds less.")
 
 
 def _ball(piece: ConvexPiece) -> tuple[np.ndarray, float]:
