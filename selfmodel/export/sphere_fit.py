@@ -177,16 +177,21 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
         if len(points) > interior_points:
             points = points[rng.choice(len(points), interior_points, replace=False)]
         interior_sets.append(points)
-    # Per link: its problems (one a start), their padded spheres, its surface and interior points.
+    # Per link: its problems (one a start), their padded spheres, and its surface and interior points
+    # as one set, each point with its weight and cushion (one distance matrix a link an iteration:
+    # torch's cost of an operation, not the arithmetic, is most of an iteration's time).
     per_link = []
     for n, t in enumerate(targets):
         slot, valid = padded([b * len(targets) + n for b in range(len(starts))])
-        sets = []
-        for points, cushion_here, weight in ((t.surface, cushion, 1.0), (interior_sets[n], 0.0, 0.2)):
-            if len(points):
-                sets.append((torch.as_tensor(points, dtype=torch.float64), torch.as_tensor(points, dtype=torch.float32),
-                             cushion_here, weight / len(points)))
-        per_link.append((slot, valid, sets))
+        parts = [(np.asarray(points, dtype=float).reshape(-1, 3), cushion_here, weight)
+                 for points, cushion_here, weight in ((t.surface, cushion, 1.0), (interior_sets[n], 0.0, 0.2))
+                 if len(points)]
+        points = np.vstack([part for part, _, _ in parts]) if parts else np.zeros((0, 3))
+        cushions = np.concatenate([np.full(len(part), c) for part, c, _ in parts]) if parts else np.zeros(0)
+        weights = np.concatenate([np.full(len(part), w / len(part)) for part, _, w in parts]) if parts else np.zeros(0)
+        per_link.append((slot, valid, torch.as_tensor(points, dtype=torch.float64),
+                         torch.as_tensor(points, dtype=torch.float32), torch.as_tensor(cushions, dtype=torch.float64),
+                         torch.as_tensor(cushions, dtype=torch.float32), torch.as_tensor(weights, dtype=torch.float64)))
     field = _BatchedField([t.field for t in targets])
     link_t = torch.as_tensor(link_of[owner])  # (S,) each sphere's target
     obstacles = [(n, t.obstacle_tree(), t.obstacles) for n, t in enumerate(targets)
@@ -216,23 +221,24 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
             if placed is None or float(torch.max(torch.linalg.norm(centres.detach() - placed[0], dim=1)
                                                  + torch.abs(r_all.detach() - placed[1]))) > WATCH:
                 placed, watched = (centres.detach().clone(), r_all.detach().clone()), {}
-            for n, (slot, valid, sets) in enumerate(per_link):
+            for n, (slot, valid, points64, points32, cushions64, cushions32, weights) in enumerate(per_link):
+                if not len(points32):
+                    continue
                 c = c32[slot]  # (B, K, 3)
                 r = torch.where(valid, r32[slot], -1e9)[:, :, None]  # a missing sphere holds nothing
-                for m, (points64, points32, cushion_here, weight) in enumerate(sets):
-                    look = watched.get((n, m))
-                    here = points32 if look is None else points32[look]
-                    gaps = torch.cdist(c, here[None].expand(len(c), -1, -1)) - r  # (B, K, N)
-                    least, nearest = gaps.min(dim=1)  # (B, N)
-                    if look is None:
-                        look = torch.nonzero((least > -cushion_here - WATCH - 1e-5).any(dim=0))[:, 0]
-                        watched[(n, m)] = look
-                        least, nearest = least[:, look], nearest[:, look]
-                    start_row, point = torch.nonzero(least > -cushion_here - 1e-5, as_tuple=True)
-                    chosen_points.append(points64[look[point]])
-                    chosen_spheres.append(slot[start_row, nearest[start_row, point]])
-                    chosen_weights.append(torch.full((len(point),), weight, dtype=torch.float64))
-                    chosen_cushions.append(torch.full((len(point),), cushion_here, dtype=torch.float64))
+                look = watched.get(n)
+                here = points32 if look is None else points32[look]
+                gaps = torch.cdist(c, here[None].expand(len(c), -1, -1)) - r  # (B, K, N)
+                least, nearest = gaps.min(dim=1)  # (B, N)
+                if look is None:
+                    look = torch.nonzero((least > -cushions32 - WATCH - 1e-5).any(dim=0))[:, 0]
+                    watched[n] = look
+                    least, nearest = least[:, look], nearest[:, look]
+                start_row, point = torch.nonzero(least > -cushions32[look] - 1e-5, as_tuple=True)
+                chosen_points.append(points64[look[point]])
+                chosen_spheres.append(slot[start_row, nearest[start_row, point]])
+                chosen_weights.append(weights[look[point]])
+                chosen_cushions.append(cushions64[look[point]])
         spheres = torch.cat(chosen_spheres)
         gaps = torch.linalg.norm(torch.cat(chosen_points) - centres[spheres], dim=1) - r_all[spheres]
         coverage = torch.sum(torch.cat(chosen_weights) * torch.relu(gaps + torch.cat(chosen_cushions)) ** 2)
@@ -241,7 +247,7 @@ def refine_starts(targets, starts: list[dict], contacts: list[Contact] = (), ite
         with torch.no_grad():
             all_points = centres.detach()[:, None] + r_all.detach()[:, None, None] * shell  # (S, J, 3)
             outer = torch.zeros(len(all_points), shell_points, dtype=torch.bool)
-            for slot, valid, _ in per_link:
+            for slot, valid, *_ in per_link:
                 c, r = centres.detach()[slot], torch.where(valid, r_all.detach()[slot], -1.0)
                 on_shell = all_points[slot].reshape(len(slot), -1, 3)
                 inside_other = torch.cdist(on_shell, c) < r[:, None] - 1e-6  # (B, K J, K)

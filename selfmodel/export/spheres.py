@@ -174,13 +174,11 @@ def sphere_candidates(targets: list[SphereTarget], budget: int,
     bulges = tuple(sorted(bulges))  # held_levels counts on radii that grow from one bulge to the next
     if budget < len(targets):
         raise ValueError(f"a sphere budget of {budget} cannot give each of {len(targets)} links one")
-    levels = [held_levels(t, bulges) for t in targets]  # a target: (S, C) uint8
-    held = [np.empty(level.shape, dtype=bool) for level in levels]  # one bulge's answer, reused
+    held = [held_levels(t, bulges) for t in targets]  # a target: (S, C) uint8 and (bulges, C) counts
     candidates = []
     for b, bulge in enumerate(bulges):
-        for level, matrix in zip(levels, held):
-            np.greater(level, len(bulges) - 1 - b, out=matrix)
-        chosen = _greedy(targets, held, budget)
+        chosen = _greedy(targets, [levels for levels, _ in held], [counts[b] for _, counts in held],
+                         len(bulges) - 1 - b, budget)
         covers = {t.link: tighten(_hold_all(t, picks, bulge), t.surface) for t, picks in zip(targets, chosen)}
         candidates.append(Candidate(bulge, covers, uncovered_share(targets, covers)))
     return candidates
@@ -214,11 +212,12 @@ def pairwise_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist").numpy()
 
 
-def held_levels(target: SphereTarget, bulges: tuple[float, ...], rows: int = 1024) -> np.ndarray:
+def held_levels(target: SphereTarget, bulges: tuple[float, ...], rows: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """(S, C) uint8: at how many of the ``bulges`` (ascending) surface point s lies within the radius
     candidate c has there. A candidate's radius grows with the bulge, so s lies within it at
     ``bulges[b]`` exactly where the count exceeds ``len(bulges) - 1 - b``: one count holds every
-    bulge's answer, in the memory of one boolean matrix.
+    bulge's answer, in the memory of one boolean matrix. With it, (len(bulges), C) int: how many
+    surface points each candidate holds at each bulge.
 
     The distances are formed a block of rows at a time (float32, torch's cdist from one matrix
     product) and compared while the block is in cache: the (S, C) float32 distance matrix, four
@@ -231,23 +230,27 @@ def held_levels(target: SphereTarget, bulges: tuple[float, ...], rows: int = 102
     # Radii in the distances' float32: a float64 bound would compare every distance in float64.
     bounds = [target.radii(bulge).astype(np.float32)[None] for bulge in bulges]
     levels = np.zeros((len(surface), len(centres)), dtype=np.uint8)
+    held = np.zeros((len(bulges), len(centres)), dtype=np.int64)
     within = np.empty((min(rows, len(surface)), len(centres)), dtype=bool)
     for start in range(0, len(surface), rows):
         block = torch.cdist(surface[start:start + rows], centres, compute_mode="use_mm_for_euclid_dist").numpy()
         answer = within[:len(block)]
-        for bound in bounds:
+        count = levels[start:start + rows]
+        for b, bound in enumerate(bounds):
             np.less_equal(block, bound, out=answer)  # numpy's compare is the faster
-            levels[start:start + rows] += answer
-    return levels
+            np.add(count, answer.view(np.uint8), out=count)  # bytes added as they are, not cast
+            held[b] += _column_counts(answer)
+    return levels, held
 
 
-def _greedy(targets: list[SphereTarget], held_by: list[np.ndarray], budget: int) -> list[list[int]]:
+def _greedy(targets: list[SphereTarget], levels: list[np.ndarray], held: list[np.ndarray], above: int,
+            budget: int) -> list[list[int]]:
     """Candidate indices a target, chosen one at a time over all targets by the surface area they
-    newly hold; ``held_by``: a target's (S, C) bool, point s within candidate c's radius at one
-    bulge (from :func:`held_levels`)."""
+    newly hold at one bulge: point s lies within candidate c's radius where a target's ``levels``
+    (S, C) exceed ``above``, and ``held`` (C,) counts those points (:func:`held_levels`)."""
     # Surface points by rows (S, C): a chosen sphere's newly held points are a few rows, read in one
     # pass, where columns of a (C, S) matrix are strided reads through all of it.
-    gains = [_column_counts(matrix) * t.area for t, matrix in zip(targets, held_by)]  # area each would add now
+    gains = [counts * t.area for t, counts in zip(targets, held)]  # area each would add now
     covered = [np.zeros(len(t.surface), dtype=bool) for t in targets]
     chosen: list[list[int]] = [[] for _ in targets]
     for step in range(budget):
@@ -258,9 +261,9 @@ def _greedy(targets: list[SphereTarget], held_by: list[np.ndarray], budget: int)
         if gains[i][k] <= 0 and step >= len(targets):
             break
         chosen[i].append(k)
-        new = held_by[i][:, k] & ~covered[i]
+        new = (levels[i][:, k] > above) & ~covered[i]
         covered[i] |= new
-        gains[i] = gains[i] - _column_counts(held_by[i][new]) * targets[i].area
+        gains[i] = gains[i] - _column_counts(levels[i][new] > above) * targets[i].area
     return chosen
 
 
