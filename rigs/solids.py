@@ -27,8 +27,8 @@ def cell_distances(mask: np.ndarray) -> np.ndarray:
     nearest false cell of the array (0 on false cells; the array's border is not false).
 
     The ``edt`` package's transform gives scipy.ndimage.distance_transform_edt's values (within
-    float32 rounding) about five times faster on one thread: the sphere fit takes two of a padded
-    grid for every link, where scipy's were most of the time it spent before its greedy starts."""
+    float32 rounding) about five times faster on one thread: the sphere fit takes one of a padded
+    grid for every link, and scipy's were most of the time it spent before its greedy starts."""
     import edt  # one extension module, loaded where a grid is measured
 
     return edt.edt(np.ascontiguousarray(mask, dtype=bool), black_border=False, parallel=1)
