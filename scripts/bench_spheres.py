@@ -23,7 +23,7 @@ of captured sessions, in one run, and writes the ``selfmodel-spheres-peer`` sect
 
     .venv/bin/pip install -e '.[bench]'
     nice -n 5 env OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_spheres.py --only peer --poses 5 \
-        --peer-sessions /tmp/v/bench/xarm,/tmp/v/bench/panda --peer-budgets 64,128
+        --peer-sessions /tmp/v/bench/xarm,/tmp/v/bench/panda --peer-budgets 64,128 --repeats 5
 """
 
 from __future__ import annotations
