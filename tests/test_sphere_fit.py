@@ -152,3 +152,24 @@ def test_the_union_holds_a_point_exactly_when_a_sphere_is_within_reach():
     points = rng.uniform(-0.3, 0.3, (50_000, 3)) + [0.3, -0.4, 0.5]
     # contains reads squared distances from a matrix product; outside_distance takes each difference
     assert np.array_equal(cover.contains(points), cover.outside_distance(points) <= 1e-9)
+
+
+def test_one_count_a_pair_holds_every_bulges_answer():
+    """held_levels' count for a surface point and a candidate exceeds len(bulges) - 1 - b exactly where
+    the point lies within the candidate's radius at bulge b, a radius bound (limit) or not, and its
+    hold counts are those answers' column sums."""
+    from selfmodel.export.spheres import BULGES, SphereTarget, held_levels
+
+    rng = np.random.default_rng(4)
+    surface = rng.uniform(-0.1, 0.1, (2500, 3))  # more rows than one block
+    centres = rng.uniform(-0.05, 0.05, (300, 3))
+    target = SphereTarget("link", surface, 1e-5, centres, rng.uniform(0.0, 0.04, 300))
+    for limit in (None, rng.uniform(0.01, 0.05, 300)):
+        target.limit = limit
+        levels, held = held_levels(target, BULGES, rows=1024)
+        distances = np.linalg.norm(surface[:, None] - centres[None], axis=2).astype(np.float32)
+        for b, bulge in enumerate(BULGES):
+            within = distances <= target.radii(bulge).astype(np.float32)[None]
+            near_edge = np.abs(distances - target.radii(bulge)[None]) < 1e-6  # float32 rounding may go either way
+            assert np.array_equal((levels > len(BULGES) - 1 - b)[~near_edge], within[~near_edge])
+            assert np.abs(held[b] - within.sum(axis=0)).max() <= near_edge.sum(axis=0).max()
