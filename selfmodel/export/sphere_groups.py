@@ -88,7 +88,7 @@ def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact]
     Unbounded, every start ends holding the whole surface and the greedy's union ranks them: on the
     xArm6 and Panda true meshes at 64 and 128 spheres the one start refined was the one refining all
     five keeps in three cases of four (in the fourth, its union 0.8 % larger); all five refined for
-    250 iterations took five times as long for unions at most 1.5 % smaller and a 95th percentile of
+    250 iterations took 3.5-4.6 times as long for unions at most 1.5 % smaller and a 95th percentile of
     protrusion at most 6 % less.
 
     Bounded, what a start holds after refinement cannot be read off the greedy cover, and the
