@@ -801,11 +801,10 @@ def write(results: dict, args) -> None:
                      "surface gap p95 mm", "largest gap mm", "protrusion share %",
                      "protrusion mean mm", "protrusion p95 mm", "volume ratio", "summed sphere volume ratio"], truth_table)
             + "\n\nSpheres for cuRobo (targets: surface coverage >= 99.5 %, p95 protrusion <= 10 mm with <= 64 spheres, "
-              "volume ratio <= 1.8). The export's spheres are fitted as one union (a greedy cover for each of three "
-              "bulges, the one that leaves the least of the surface out, within "
-              f"{100 * UNCOVERED_TIE:g} %, then has the smallest union refined: every link's centres and radii moved "
-              "together on coverage, protrusion and contact at the recorded poses, selfmodel/export/sphere_fit.py), "
-              "the arm's links "
+              "volume ratio <= 1.8). The export's spheres are fitted as one union (a greedy cover for each of five "
+              "bulges, each refined: every link's centres and radii moved together on coverage, protrusion and "
+              "contact at the recorded poses, selfmodel/export/sphere_fit.py; the refined cover kept that leaves the least "
+              f"of the surface out, within {100 * UNCOVERED_TIE:g} %, then has the smallest union), the arm's links "
               "on one budget and the declared board on its own "
               "(selfmodel/export/sphere_groups.py). Protrusion two ways: over the union's outer surface (the stricter) "
               "and over every sphere's whole surface, the parts inside another sphere too (cuRobo's reading; those "
