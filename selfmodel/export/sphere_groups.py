@@ -100,16 +100,19 @@ def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact]
     link4's).
     """
     starts = sphere_candidates(list(targets), budget)
-    # 20 000 samples rank the greedy unions (they differ by a few per cent, the estimate by under 1 %);
-    # refined ones, closer, are compared on 200 000 (one alone is reported on 50 000).
-    greedy = [(start.uncovered, sum(cover.union_volume(samples=20_000) for cover in start.covers.values()))
-              for start in starts]
     bounded = bool(contacts) or any(target.limit is not None or target.obstacles is not None
                                     for target in targets)
     starts_by_default, iterations_by_default = BOUNDED if bounded else UNBOUNDED
-    refined_starts = refined_starts or starts_by_default or len(starts)
+    refined_starts = min(max(1, refined_starts or starts_by_default or len(starts)), len(starts))
     iterations = iterations_by_default if iterations is None else iterations
-    chosen = ranked(greedy)[:max(1, refined_starts)]
+    if refined_starts < len(starts):
+        # 20 000 samples rank the greedy unions (they differ by a few per cent, the estimate by under
+        # 1 %); refined ones, closer, are compared on 200 000 (one alone is reported on 50 000).
+        greedy = [(start.uncovered, sum(cover.union_volume(samples=20_000) for cover in start.covers.values()))
+                  for start in starts]
+        chosen = ranked(greedy)[:refined_starts]
+    else:  # every start is refined: no ranking to read
+        greedy, chosen = [], list(range(len(starts)))
     refined = refine_starts(list(targets), [starts[k].covers for k in chosen], list(contacts),
                             iterations=iterations, rng=np.random.default_rng(seed))
     scores = dict(enumerate(greedy))
