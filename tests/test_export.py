@@ -311,6 +311,51 @@ def test_empty_link_body_is_named():
         CollisionExporter(body=BodySettings(voxel=0.008)).fit(StandInModel(empty_link="link1"))
 
 
+def test_a_held_link_whose_matter_its_rigid_neighbour_learned_has_no_geometry_of_its_own(tmp_path):
+    """A finger held to the arm's last link moves with it at every pose, so which network learns
+    their matter is not determined; a finger left with no body of its own is held by that
+    neighbour: no pieces, no spheres, said in the report, and left out of cuRobo's files. An empty
+    link a moving joint turns is still refused (test_empty_link_body_is_named)."""
+    from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
+
+    urdf = tmp_path / "robot.urdf"
+    urdf.write_text(URDF.read_text().replace("</robot>", """
+  <joint name="finger_joint" type="prismatic">
+    <parent link="link2"/><child link="finger"/><origin xyz="0.35 0 0"/><axis xyz="1 0 0"/>
+    <limit lower="0" upper="0.04" effort="10" velocity="1"/>
+  </joint>
+  <link name="finger">
+    <visual><origin xyz="0.02 0 0"/><geometry><box size="0.04 0.02 0.02"/></geometry></visual>
+  </link>
+</robot>"""))
+
+    class HeldFinger(StandInModel):
+        def __init__(self):
+            SelfModel.__init__(self, JOINTS, *WORKSPACE, urdf, "base", "link2", {"finger_joint": 0.0})
+            self.link_names = [*SHAPES, "finger"]
+            self.empty_link = "finger"
+
+        def link_bounds(self, link: str):
+            if link == "finger":
+                return np.array([-0.01, -0.03, -0.03]), np.array([0.06, 0.03, 0.03])
+            return super().link_bounds(link)
+
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+                                 body=BodySettings(voxel=0.004), srdf_samples=500, seed=0)
+    fitted = exporter.fit(HeldFinger())
+    finger = fitted.links["finger"]
+    assert finger.pieces == [] and len(finger.spheres.radii) == 0 and not finger.body.solid.any()
+    assert fitted.separation.held_by == {"finger": "link2"}
+    assert all(link.pieces and len(link.spheres.radii) for name, link in fitted.links.items() if name != "finger")
+    report = fitted.save(tmp_path / "out", urdf, exporter.srdf_samples)
+    assert report["separation"]["held_by_rigid_neighbour"] == {"finger": "link2"}
+    robot = yaml.safe_load((tmp_path / "out" / "curobo_robot.yml").read_text())["robot_cfg"]["kinematics"]
+    assert "finger" not in robot["collision_link_names"] and "finger" not in robot["collision_spheres"]
+    link = next(e for e in ET.parse(tmp_path / "out" / "robot.urdf").getroot().findall("link") if e.get("name") == "finger")
+    assert link.find("collision") is None
+
+
 def test_margin_that_would_swallow_the_arm_is_refused():
     from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.settings import BodySettings, MarginSettings

@@ -50,7 +50,8 @@ def test_planner_loads_urdf_and_srdf_recorded_poses_are_free_a_folded_pose_is_no
 
     out, report, _ = written
     assert report["recorded_poses_in_collision"] == {
-        "configurations": len(RECORDED), "pieces": {"poses": 0, "pairs": {}}, "spheres": {"poses": 0, "pairs": {}}}
+        "configurations": len(RECORDED), "pieces": {"poses": 0, "pairs": {}, "depth_mm": {}},
+        "spheres": {"poses": 0, "pairs": {}, "depth_mm": {}}}
     box = Box("crate", np.array([0.08, 0.08, 0.08]), make_transform([0.24, 0.165, 0.40]))  # clear of every recorded pose
     world = CollisionWorld(out / "robot.urdf", JOINTS, "base", srdf=out / "robot.srdf", obstacles=[box])
     assert ("base", "link1") not in world.checked_pairs and ("base", "link2") in world.checked_pairs
@@ -60,6 +61,22 @@ def test_planner_loads_urdf_and_srdf_recorded_poses_are_free_a_folded_pose_is_no
     assert world.colliding_pairs(np.array([0.6, 0.0])) == {("link2", "obstacle:crate")}
     # ... and folded down over the base, into the base itself.
     assert ("base", "link2") in world.colliding_pairs(np.array([0.0, 1.75]))
+
+
+def test_an_export_in_collision_where_the_arm_stood_is_refused_with_depth_and_a_fix(written, tmp_path):
+    """The last check before writing: a recorded pose where the written geometry overlaps is named
+    with its pair and how deep, with what would help, and nothing is written."""
+    import dataclasses
+
+    from selfmodel.export.exporter import Recorded
+
+    _, _, fitted = written
+    folded = dataclasses.replace(fitted, recorded=Recorded(["p9999"], np.array([[0.0, 1.75]])))
+    with pytest.raises(InputError, match=r"the exported pieces are in collision at 1 of 1 recorded poses \(base/link2 "
+                                         r"at p9999, by up to \d+\.\d mm\), where the arm really stood; not written: "
+                                         r"give a smaller margin \(mm\), or train longer"):
+        folded.save(tmp_path / "folded", URDF, 500)
+    assert not (tmp_path / "folded").exists()
 
 
 def test_planned_path_around_an_obstacle_stays_clear_of_the_true_shapes(written):
@@ -195,6 +212,39 @@ def test_pieces_a_pose_cannot_part_are_named_with_their_depth_and_what_would_hel
                                          r"recorded pose p0 after 3 cuts of them there: train longer .*max_pieces"):
         separation.separate_pieces({"link1": [cube], "link2": [cube]}, {}, poses, kinds, ["p0"], 2, 64, 0.006,
                                    "model", separation.Separation(kinds), attempts=3)
+
+def test_a_neighbour_is_cut_back_from_a_kept_boards_box_and_the_box_never_moves():
+    """A fixed piece (the kept board's box) takes part in the separation but is never cut: the
+    neighbour's piece that reaches into it at a recorded pose is cut back to the box's face, still
+    holds its body outside the box, and nothing overlaps after."""
+    import trimesh
+
+    from rigs.solids import solid_of
+    from selfmodel.export.bodies import LinkBody, polytope
+    from selfmodel.export.separation import Separation, piece_overlaps, separate_pieces
+
+    voxel = 0.004
+    solid = solid_of(trimesh.creation.box([0.1, 0.1, 0.1]), voxel)
+    cells = solid.inside_cells | solid.surface_cells
+    body = LinkBody("link1", solid.watertight_mesh(), solid.origin + voxel * np.argwhere(cells), voxel, False, 0.0,
+                    0.0, cells, solid.origin)
+    normals = np.vstack([np.eye(3), -np.eye(3)])
+    piece = polytope(normals, np.full(6, 0.052))  # the body grown by a 2 mm margin
+    plate = polytope(normals, np.array([0.002, 0.1, 0.1, 0.002, 0.1, 0.1]))  # 4 mm thick, 200 mm wide
+    moved = np.eye(4)
+    moved[:3, 3] = [0.05, 0, 0]  # the plate's near face 2 mm inside the body, 4 mm inside its piece
+    poses = {"link1": np.stack([np.eye(4)]), "tip": np.stack([moved])}
+    kinds = {("link1", "tip"): "checked"}
+    separation = Separation(kinds)
+    cut = separate_pieces({"link1": [piece]}, {"link1": body}, poses, kinds, ["p0"], 2, 64, 0.006, "model",
+                          separation, fixed={"tip": [plate]})
+    assert cut["tip"] == [] and separation.cuts >= 1 and separation.fixed == set()
+    assert piece_overlaps({"link1": cut["link1"], "tip": [plate]}, poses, [("link1", "tip")], ["p0"]) == []
+    reach = max(float(np.max(part.vertices[:, 0])) for part in cut["link1"])
+    assert reach == pytest.approx(0.048, abs=5e-4)  # cut at the plate's face, not halfway
+    held = body.inside[body.inside[:, 0] < 0.048 - voxel]
+    assert np.all(np.any([part.contains(held) for part in cut["link1"]], axis=0))
+
 
 # -- the real arms: the simulator's rules, the Panda's fingers, open meshes ---------------------------
 

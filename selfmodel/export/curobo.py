@@ -18,6 +18,9 @@ import yaml
 
 
 def spheres_document(spheres: dict[str, "SphereCover"]) -> dict:
+    """cuRobo's ``collision_spheres``: the links that have spheres (a link with no geometry of its
+    own is left out, as it is of ``collision_link_names``)."""
+    spheres = {link: cover for link, cover in spheres.items() if len(cover.radii)}
     return {"collision_spheres": {
         link: [{"center": [round(float(v), 6) for v in centre], "radius": round(float(radius), 6)}
                for centre, radius in zip(cover.centres, cover.radii)]
@@ -31,6 +34,7 @@ def robot_document(folder: Path, urdf_name: str, base_link: str, tip_link: str, 
     ``self_collision_ignore``); ``held``: joints off the chain, locked where they are held;
     ``retract``: (dof,) a configuration the arm really stood at."""
     folder = Path(folder).resolve()
+    spheres = {link: cover for link, cover in spheres.items() if len(cover.radii)}
     links = sorted(spheres)
     ignore: dict[str, list[str]] = {}
     for a, b, _ in disabled:

@@ -81,6 +81,13 @@ class LinkCollision:
         return self.pieces + ([self.board_box.piece()] if self.board_box is not None else [])
 
 
+def empty_body(link: str, voxel: float, origin: np.ndarray, shape: tuple[int, int, int] = (2, 2, 2)) -> LinkBody:
+    """A link with no learned body of its own (its matter held by a rigidly joined neighbour, or all
+    of it a board taken out): no pieces, no spheres; an empty grid of ``shape`` cells at ``origin``."""
+    return LinkBody(link, trimesh.Trimesh(), np.zeros((0, 3)), voxel, False, 0.0, 0.0, np.zeros(shape, dtype=bool),
+                    np.asarray(origin, dtype=float))
+
+
 @dataclass
 class Recorded:
     """The configurations the arm really stood at (the model's training poses)."""
@@ -157,9 +164,13 @@ class CollisionExport:
             for kind in ("pieces", "spheres"):
                 if recorded[kind]["poses"]:
                     pair, poses = max(recorded[kind]["pairs"].items(), key=lambda item: len(item[1]))
+                    depth = recorded[kind]["depth_mm"].get(pair)
                     raise InputError(f"{out}: the exported {kind} are in collision at {recorded[kind]['poses']} of "
                                      f"{recorded['configurations']} recorded poses ({pair} at {', '.join(poses[:5])}"
-                                     f"{', ...' if len(poses) > 5 else ''}), where the arm really stood; not written.")
+                                     f"{', ...' if len(poses) > 5 else ''}"
+                                     f"{f', by up to {depth:.1f} mm' if depth is not None else ''}), where the arm "
+                                     f"really stood; not written: give a smaller {setting('margin')} (mm), or train "
+                                     f"longer (or on more poses of these links) so the bodies part cleanly.")
             atomic_write_text(folder / "curobo_spheres.yml", dump(spheres_document(self.spheres)))
             retract = self.recorded.q[0] if self.recorded is not None else matrix.default_q
             atomic_write_text(folder / "curobo_robot.yml", dump(robot_document(
@@ -246,19 +257,35 @@ class CollisionExporter:
         seconds: dict[str, float] = {"bodies": 0.0, "pieces": 0.0, "spheres": 0.0, "margin": 0.0, "separation": 0.0}
         bodies: dict[str, LinkBody] = {}
         occupancies = {}
+        spec = chain_of(model)
+        group_of = {spec.link_names[index]: [spec.link_names[other] for other in group]
+                    for group in spec.rigid_groups() for index in group}
+        parent_of = {spec.link_names[k + 1]: spec.link_names[joint.parent_index] for k, joint in enumerate(spec.joints)}
+        held_by: dict[str, str] = {}  # a link with no learned body of its own -> the rigidly joined link that holds it
         for source in sources:
             start = time.perf_counter()
             occupancy = source.occupancy
             if source.parent is not None and source.parent in bodies:
                 occupancy = less_parent(source, bodies[source.parent], self.body.free_consistency)
-            bodies[source.link] = link_body(source.link, occupancy, source.lo, source.hi, self.body.voxel, source.level,
-                                            where=where)
             occupancies[source.link] = occupancy
+            try:
+                bodies[source.link] = link_body(source.link, occupancy, source.lo, source.hi, self.body.voxel,
+                                                source.level, where=where)
+            except InputError:
+                # Links joined with no moving joint between them (a hand and its held fingers) look the
+                # same to every camera at every pose, so which network learns their matter is not
+                # determined: one may hold it all. A link left with nothing (or a sliver) is held by
+                # that neighbour and has no geometry of its own; any other empty link is refused.
+                holders = sorted((other for other in group_of.get(source.link, []) if other in bodies),
+                                 key=lambda other: other != parent_of.get(source.link))  # its parent first
+                holder = holders[0] if holders else None
+                if holder is None:
+                    raise
+                held_by[source.link] = holder
             seconds["bodies"] += time.perf_counter() - start
         # A given margin is checked before minutes of decomposition, a measured one after.
         if self.margin.value is not None:
             check_margin(float(self.margin.value), bodies, setting("margin"), where)
-        spec = chain_of(model)
         recorded = recorded_configurations(model)
         kinds = pair_kinds(spec, list(bodies))
         separation = Separation(kinds)
@@ -271,7 +298,7 @@ class CollisionExporter:
         carved, carving = carve(bodies, poses, model.folder if model.kind == "structured" else None,
                                 None if recorded is None else recorded.q, self.body.carve_poses, self.body.carve_sigmas)
         for source in sources:
-            if len(carved[source.link]):
+            if source.link in bodies and len(carved[source.link]):
                 self._remove_cells(source, bodies, occupancies, carved[source.link], where)
         seconds["carving"] = time.perf_counter() - start
         if recorded is not None:
@@ -279,9 +306,14 @@ class CollisionExporter:
             start = time.perf_counter()
             lost = settle_bodies(bodies, poses, kinds, recorded.pose_ids, self.body.overlap_tolerance, where, separation)
             for source in sources:
-                if len(lost[source.link]):
+                if source.link in bodies and len(lost[source.link]):
                     self._remove_cells(source, bodies, occupancies, lost[source.link], where)
             seconds["separation"] += time.perf_counter() - start
+        for source in sources:
+            if source.link in held_by:
+                bodies[source.link] = empty_body(source.link, bodies[held_by[source.link]].voxel, source.lo)
+        bodies = {source.link: bodies[source.link] for source in sources}  # the chain's order
+        separation.held_by = held_by
         return Bodies(sources, bodies, occupancies, spec, recorded, kinds, separation, poses, seconds, rng, carving)
 
     def _remove_cells(self, source, bodies: dict[str, LinkBody], occupancies: dict, cells: np.ndarray,
@@ -359,8 +391,8 @@ class CollisionExporter:
             links[name].spheres, links[name].sphere_groups = cover, ["arm"] * len(cover.radii)
         if board is not None and self.body.board == KEEP:
             # The plate grows by the tip's margin, as the tip's pieces do. Not by the largest any link
-            # needed: on the xArm6 the plate grown by that (3.7 mm) met link4's pieces at a recorded
-            # pose, and a box is not cut apart from a neighbour as learned pieces are.
+            # needed: a neighbour's pieces are cut back from the box where they meet it at a recorded
+            # pose (the box is never cut), so every millimetre it grows is taken from them there.
             tip = links[model.tip_link]
             tip.board_box = board.grown(margins[model.tip_link])
             layer = sphere_layer(board, margins[model.tip_link], self.spheres.board_spheres)
@@ -370,9 +402,12 @@ class CollisionExporter:
         seconds["spheres"] += time.perf_counter() - start
         if poses is not None:
             start = time.perf_counter()
+            # A kept board's box is the plate the arm really carried: the neighbours' pieces are cut
+            # back from it where they meet it at a recorded pose, the box itself never.
             cut = separate_pieces({name: link.pieces for name, link in links.items()}, bodies, poses, kinds,
                                   recorded.pose_ids, self.pieces.max_pieces, self.pieces.max_vertices, self.body.voxel,
-                                  where, separation)
+                                  where, separation, fixed={name: [link.board_box.piece()] for name, link in links.items()
+                                                            if link.board_box is not None})
             shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation)
             for name, link in links.items():
                 link.pieces, link.spheres = cut[name], shrunk[name]
@@ -404,8 +439,7 @@ class CollisionExporter:
             # Nothing, or a sliver thinner than two cells, is left: the tip's learned body was all
             # board (a flange that turns about the last joint looks still from the link before it,
             # whose body may hold it). The tip then has no body of its own, and the report says so.
-            staged.bodies[tip] = LinkBody(tip, trimesh.Trimesh(), np.zeros((0, 3)), body.voxel, False, 0.0, 0.0,
-                                          np.zeros_like(body.solid), body.origin)
+            staged.bodies[tip] = empty_body(tip, body.voxel, body.origin, body.solid.shape)
         return board, body
 
     def _board_report(self, model, board: PlateBox | None, with_board: LinkBody | None, bodies: dict[str, LinkBody],
@@ -556,8 +590,10 @@ def robot_name(urdf_path: Path) -> str:
 
 def recorded_collisions(fitted: CollisionExport, urdf_path: Path, srdf_path: Path) -> dict:
     """The written URDF and SRDF loaded as a planner loads them (Pinocchio and coal), and the exported
-    spheres as cuRobo checks them (pairs not ignored), at every recorded configuration."""
-    result = {"configurations": 0, "pieces": {"poses": 0, "pairs": {}}, "spheres": {"poses": 0, "pairs": {}}}
+    spheres as cuRobo checks them (pairs not ignored), at every recorded configuration: per kind, the
+    poses in collision, each pair's poses and (``depth_mm``) how deep it overlaps at the deepest."""
+    result = {"configurations": 0, "pieces": {"poses": 0, "pairs": {}, "depth_mm": {}},
+              "spheres": {"poses": 0, "pairs": {}, "depth_mm": {}}}
     if fitted.recorded is None:
         return result
     world = CollisionWorld(urdf_path, fitted.joint_names, fitted.base_link, srdf=srdf_path, held=fitted.held)
@@ -567,8 +603,12 @@ def recorded_collisions(fitted: CollisionExport, urdf_path: Path, srdf_path: Pat
         pairs = world.colliding_pairs(q)
         if pairs:
             result["pieces"]["poses"] += 1
+            depths = world.overlap_depths(q)
             for pair in pairs:
-                result["pieces"]["pairs"].setdefault("/".join(pair), []).append(pose)
+                key = "/".join(pair)
+                result["pieces"]["pairs"].setdefault(key, []).append(pose)
+                result["pieces"]["depth_mm"][key] = max(result["pieces"]["depth_mm"].get(key, 0.0),
+                                                        1000.0 * depths.get(pair, 0.0))
     names = sorted(fitted.spheres)
     for pose, q in zip(fitted.recorded.pose_ids, fitted.recorded.q):
         found = []
@@ -580,9 +620,14 @@ def recorded_collisions(fitted: CollisionExport, urdf_path: Path, srdf_path: Pat
             for b in names[i + 1:]:
                 if (a, b) in disabled or (b, a) in disabled:
                     continue
+                if not len(fitted.spheres[a].radii) or not len(fitted.spheres[b].radii):
+                    continue  # a link with no geometry of its own (held by a neighbour, or all board)
                 reach = fitted.spheres[a].radii[:, None] + fitted.spheres[b].radii[None]
-                if np.any(np.linalg.norm(centres[a][:, None] - centres[b][None], axis=2) < reach):
+                overlap = float(np.max(reach - np.linalg.norm(centres[a][:, None] - centres[b][None], axis=2)))
+                if overlap > 0:
                     found.append(f"{a}/{b}")
+                    depth = result["spheres"]["depth_mm"]
+                    depth[f"{a}/{b}"] = max(depth.get(f"{a}/{b}", 0.0), 1000.0 * overlap)
         if found:
             result["spheres"]["poses"] += 1
             for pair in found:

@@ -15,8 +15,10 @@ at a recorded configuration: by the plane halfway between the two bodies' parts 
 hold (coal's nearest points between their hulls), each piece keeping its side. Where those parts
 cannot be split by a plane (one link's part wraps around the other's), the piece is split in two
 first; where no piece may be split any more, the plane (among the two pieces' face normals) that
-leaves the least of either body outside cuts them, and what it leaves out is reported. Spheres
-that overlap shrink, the larger one more.
+leaves the least of either body outside cuts them, and what it leaves out is reported. A fixed
+piece (a kept board's box: declared geometry, not learned) is never cut: the neighbour's piece
+alone is cut back to the plane that parts it from the box. Spheres that overlap shrink, the larger
+one more.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Separation:
     cells_settled: dict[str, int] = field(default_factory=dict)  # grid cells a body gave up to a neighbour
     reach_mm: float = 0.0  # how far from a touching neighbour a cut piece may leave its body uncovered
     forced_cuts: int = 0  # cuts by the best plane where no plane parts the two bodies' parts
+    fixed: set = field(default_factory=set)  # ids of the pieces being separated that are never cut (a kept board's box)
+    held_by: dict[str, str] = field(default_factory=dict)  # a link with no learned body -> the rigid neighbour holding it
     spheres_uncovered: dict[str, float] = field(default_factory=dict)  # share of a link's surface the spheres leave
                                                                         # to keep clear of a touching neighbour
 
@@ -58,6 +62,7 @@ class Separation:
                 "uncovered_near_contact_mm": self.reach_mm,
                 "sphere_shrinks": self.sphere_shrinks, "spheres_uncovered_near_contact": self.spheres_uncovered,
                 "pairs": {kind: sum(1 for k in self.kinds.values() if k == kind) for kind in ("adjacent", "rigid", "checked")},
+                "held_by_rigid_neighbour": self.held_by,
                 "deepest_body_overlap_mm": {f"{a}/{b}": round(depth, 2) for (a, b), depth in
                                             sorted(self.body_overlap_mm.items(), key=lambda item: -item[1])[:5] if depth > 0}}
 
@@ -199,13 +204,28 @@ def _hull_points(points: np.ndarray) -> np.ndarray:
 def separate_pieces(pieces: dict[str, list[ConvexPiece]], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
                     kinds: dict[tuple[str, str], str], pose_ids: list[str], max_pieces: int, max_vertices: int,
                     tolerance: float, where: str, separation: Separation,
-                    attempts: int = 40, sweeps: int = 6) -> dict[str, list[ConvexPiece]]:
+                    attempts: int = 40, sweeps: int = 6,
+                    fixed: dict[str, list[ConvexPiece]] | None = None) -> dict[str, list[ConvexPiece]]:
     """Cut (and where needed split) pieces until no checked pair overlaps at any recorded pose. A cut
     piece with too many vertices is simplified to a polytope that may reach a little beyond where
     it was cut elsewhere, so the sweep over all pairs and poses repeats until one finds nothing.
     When the sweeps run out, what still overlaps is measured and named: the links, the poses and
-    how deep."""
-    pieces = {link: list(items) for link, items in pieces.items()}
+    how deep. ``fixed``: link -> pieces that count in the checks but are never cut (a kept board's
+    box); they are not in what is returned."""
+    fixed = fixed or {}
+    pieces = {link: list(pieces.get(link, [])) + list(fixed.get(link, [])) for link in {**pieces, **fixed}}
+    ids = {id(piece) for items in fixed.values() for piece in items}
+    separation.fixed = ids
+    try:
+        separated = _separated(pieces, bodies, poses, kinds, pose_ids, max_pieces, max_vertices, tolerance, where,
+                               separation, attempts, sweeps)
+    finally:
+        separation.fixed = set()
+    return {link: [piece for piece in items if id(piece) not in ids] for link, items in separated.items()}
+
+
+def _separated(pieces, bodies, poses, kinds, pose_ids, max_pieces, max_vertices, tolerance, where, separation, attempts,
+               sweeps) -> dict[str, list[ConvexPiece]]:
     checked = [pair for pair, kind in kinds.items() if kind == "checked" and pair[0] in pieces and pair[1] in pieces]
     for _ in range(sweeps):
         before = separation.cuts + separation.splits + separation.forced_cuts
@@ -305,6 +325,10 @@ def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance
     """Cut piece i of a and piece j of b (posed by pa, pb) apart, or split one; False when impossible."""
     import coal  # coal loads only where a planner's view of the URDF is built
 
+    if id(pieces[a][i]) in separation.fixed:
+        return _cut_from_fixed(pieces, bodies, b, j, pieces[a][i], pb, pa, max_pieces, max_vertices, tolerance, separation)
+    if id(pieces[b][j]) in separation.fixed:
+        return _cut_from_fixed(pieces, bodies, a, i, pieces[b][j], pa, pb, max_pieces, max_vertices, tolerance, separation)
     held_a = _held_points(pieces[a][i], bodies[a]) @ pa[:3, :3].T + pa[:3, 3]
     held_b = _held_points(pieces[b][j], bodies[b]) @ pb[:3, :3].T + pb[:3, 3]
     for link, k, held in ((a, i, held_a), (b, j, held_b)):
@@ -360,6 +384,66 @@ def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance
         middle = float(normal @ (near_a + near_b) / 2)
     pieces[a][i] = _clipped(pieces[a][i], pa, normal, middle - GAP, max_vertices)
     pieces[b][j] = _clipped(pieces[b][j], pb, -normal, -(middle + GAP), max_vertices)
+    separation.cuts += 1
+    return True
+
+
+def _cut_from_fixed(pieces, bodies, link, k, fixed: ConvexPiece, pose: np.ndarray, pose_fixed: np.ndarray,
+                    max_pieces: int, max_vertices: int, tolerance: float, separation: Separation) -> bool:
+    """Piece k of ``link`` (posed by ``pose``) cut back from a ``fixed`` piece (posed by ``pose_fixed``)
+    that is never cut: to the plane through the fixed piece's point nearest to what piece k holds
+    outside it (those parts within ``tolerance`` of it need not stay inside), else, where the held
+    parts wrap round it, split, else to the best of the fixed piece's face planes. The box is the
+    declared plate the arm carried; learned matter inside it at a recorded pose is the plate's."""
+    import coal  # coal loads only where a planner's view of the URDF is built
+
+    held = _held_points(pieces[link][k], bodies[link]) @ pose[:3, :3].T + pose[:3, 3]
+    if not len(held):
+        if len(pieces[link]) > 1:  # a piece holding none of its body is only margin
+            pieces[link].pop(k)
+            return True
+        return False
+    corners = fixed.vertices @ pose_fixed[:3, :3].T + pose_fixed[:3, 3]
+    normals = fixed.normals @ pose_fixed[:3, :3].T
+    offsets = fixed.offsets + normals @ pose_fixed[:3, 3]
+
+    def outside(reach: float) -> np.ndarray:
+        """The held points farther than ``reach`` outside the fixed piece (or all, if none is)."""
+        beyond = np.max(held @ normals.T - offsets, axis=1) > reach
+        return held[beyond] if beyond.any() else held
+
+    request, result = coal.DistanceRequest(), coal.DistanceResult()
+    identity = coal.Transform3s.Identity()
+    gap, voxel = 0.0, bodies[link].voxel
+    for reach in np.arange(0.0, tolerance + 1e-9, voxel):
+        kept = outside(reach)
+        result.clear()
+        try:
+            gap = coal.distance(_convex(corners), identity, _convex(_hull_points(kept)), identity, request, result)
+        except ValueError:  # fewer than four points, or all in a plane: no hull to part
+            gap = 0.0
+        if gap > 2 * GAP:
+            separation.reach_mm = max(separation.reach_mm, 1000.0 * reach)
+            break
+    if gap > 2 * GAP:
+        near_fixed, near_piece = np.asarray(result.getNearestPoint1()), np.asarray(result.getNearestPoint2())
+        normal = (near_piece - near_fixed) / np.linalg.norm(near_piece - near_fixed)
+        offset = float(normal @ near_fixed)
+    else:
+        if len(pieces[link]) < 2 * max_pieces and len(held) >= 8:
+            halves = _split(held, pieces[link][k], pose, max_vertices)
+            if halves is not None:
+                pieces[link][k:k + 1] = halves
+                separation.splits += 1
+                return True
+        # Of the fixed piece's face planes, the one that leaves the least of the held parts behind it.
+        kept = outside(tolerance)
+        lost = np.max(offsets[None] - kept @ normals.T, axis=0)
+        best = int(np.argmin(lost))
+        normal, offset = normals[best], float(offsets[best])
+        separation.forced_cuts += 1
+        separation.reach_mm = max(separation.reach_mm, 1000.0 * max(float(offset - (held @ normal).min()), 0.0))
+    pieces[link][k] = _clipped(pieces[link][k], pose, -normal, -(offset + GAP), max_vertices)
     separation.cuts += 1
     return True
 

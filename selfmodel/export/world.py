@@ -143,6 +143,17 @@ class CollisionWorld:
                 found.add(tuple(sorted((self.link_of[pair.first], self.link_of[pair.second]))))
         return found
 
+    def overlap_depths(self, q: np.ndarray) -> dict[tuple[str, str], float]:
+        """Link pairs (sorted) whose geometry overlaps at ``q`` -> how deep, m (coal's penetration of
+        the deepest pair of their shapes)."""
+        pin.computeDistances(self.model, self.data, self.geometry, self.geometry_data, self.full(q))
+        found: dict[tuple[str, str], float] = {}
+        for pair, result in zip(self.geometry.collisionPairs, self.geometry_data.distanceResults):
+            if result.min_distance < 0:
+                key = tuple(sorted((self.link_of[pair.first], self.link_of[pair.second])))
+                found[key] = max(found.get(key, 0.0), -float(result.min_distance))
+        return found
+
     def link_pose(self, link: str, q: np.ndarray) -> np.ndarray:
         """(4, 4) pose of ``link`` in the base link frame at ``q``."""
         return self.link_poses([link], q)[0]
