@@ -246,6 +246,32 @@ def test_a_neighbour_is_cut_back_from_a_kept_boards_box_and_the_box_never_moves(
     assert np.all(np.any([part.contains(held) for part in cut["link1"]], axis=0))
 
 
+def test_a_kept_boards_layer_gives_way_first_where_spheres_meet_at_a_recorded_pose():
+    """Spheres that overlap where the arm stood shrink apart; a board-layer sphere gives way first,
+    down to the floor (the plate's half-thickness with the margin), and only what is left is shared
+    by radius, so the arm sphere keeps its link's surface."""
+    from selfmodel.export.separation import Separation, separate_spheres
+    from selfmodel.export.spheres import SphereCover
+
+    kinds = {("link4", "tip"): "checked"}
+
+    def shrunk(gap: float):
+        moved = np.eye(4)
+        moved[:3, 3] = [0.03 + 0.012 - gap, 0, 0]  # the two spheres' surfaces ``gap`` m into each other
+        covers = {"link4": SphereCover(np.zeros((1, 3)), np.array([0.03])),
+                  "tip": SphereCover(np.zeros((1, 3)), np.array([0.012]))}
+        poses = {"link4": np.stack([np.eye(4)]), "tip": np.stack([moved])}
+        out = separate_spheres(covers, poses, kinds, Separation(kinds), first={"tip": np.array([True])}, floor=0.005)
+        return out["link4"].radii[0], out["tip"].radii[0]
+
+    arm, board = shrunk(0.003)
+    assert arm == pytest.approx(0.03) and board == pytest.approx(0.012 - 0.003 - 1e-4, abs=1e-6)
+    arm, board = shrunk(0.010)  # more than the layer sphere can give: it stops at the floor, the rest is shared
+    assert board < 0.005 and arm < 0.03
+    assert (0.03 - arm) / (0.005 - board) == pytest.approx(0.03 / 0.005, rel=1e-6)
+    assert 0.03 + 0.012 - 0.010 >= arm + board  # apart after
+
+
 # -- the real arms: the simulator's rules, the Panda's fingers, open meshes ---------------------------
 
 def test_panda_chain_holds_its_fingers_and_folds_link8_into_its_carrier():

@@ -408,7 +408,11 @@ class CollisionExporter:
                                   recorded.pose_ids, self.pieces.max_pieces, self.pieces.max_vertices, self.body.voxel,
                                   where, separation, fixed={name: [link.board_box.piece()] for name, link in links.items()
                                                             if link.board_box is not None})
-            shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation)
+            # A kept board's layer gives way first, down to the plate's half-thickness with the margin.
+            boxes = [link.board_box for link in links.values() if link.board_box is not None]
+            shrunk = separate_spheres({name: link.spheres for name, link in links.items()}, poses, kinds, separation,
+                                      first={name: np.asarray(link.sphere_groups) == BOARD for name, link in links.items()},
+                                      floor=min(box.extents.min() / 2 for box in boxes) if boxes else 0.0)
             for name, link in links.items():
                 link.pieces, link.spheres = cut[name], shrunk[name]
             seconds["separation"] += time.perf_counter() - start

@@ -493,10 +493,16 @@ def _split(held_base: np.ndarray, piece: ConvexPiece, pose: np.ndarray,
 
 
 def separate_spheres(covers: dict[str, SphereCover], poses: dict[str, np.ndarray], kinds: dict[tuple[str, str], str],
-                     separation: Separation, rounds: int = 20) -> dict[str, SphereCover]:
+                     separation: Separation, rounds: int = 20, first: dict[str, np.ndarray] | None = None,
+                     floor: float = 0.0) -> dict[str, SphereCover]:
     """Shrink spheres of checked pairs that overlap at a recorded pose, each by its share of the
-    overlap in proportion to its radius."""
+    overlap in proportion to its radius. ``first``: link -> (k,) bool, spheres that give way first,
+    down to ``floor`` m, before the other sphere gives anything (a kept board's layer: its spheres
+    stand out of the thin plate far more than an arm sphere out of its link, and an arm sphere shrunk
+    leaves the link's own surface out at every pose)."""
     covers = {link: SphereCover(cover.centres.copy(), cover.radii.copy()) for link, cover in covers.items()}
+    first = {link: np.asarray(first.get(link, np.zeros(len(cover.radii), dtype=bool)), dtype=bool)
+             for link, cover in covers.items()} if first else {}
     checked = [pair for pair, kind in kinds.items() if kind == "checked" and pair[0] in covers and pair[1] in covers]
     for _ in range(rounds):
         changed = False
@@ -508,12 +514,21 @@ def separate_spheres(covers: dict[str, SphereCover], poses: dict[str, np.ndarray
             worst = overlap.max(axis=0)
             hit = np.argwhere(worst > 0)
             for i, j in hit:
-                # The larger sphere gives up more: it bulges more beyond its body.
-                share = covers[a].radii[i] / (covers[a].radii[i] + covers[b].radii[j])
-                covers[a].radii[i] = max(covers[a].radii[i] - worst[i, j] * share, 1e-4)
-                covers[b].radii[j] = max(covers[b].radii[j] - worst[i, j] * (1 - share), 1e-4)
+                need = worst[i, j]
                 separation.sphere_shrinks += 1
                 changed = True
+                yields_a, yields_b = (bool(first[a][i]), bool(first[b][j])) if first else (False, False)
+                if yields_a != yields_b:
+                    link, k = (a, i) if yields_a else (b, j)
+                    given = min(need, max(covers[link].radii[k] - floor, 0.0))
+                    covers[link].radii[k] -= given
+                    need -= given
+                    if need <= 0:
+                        continue
+                # The larger sphere gives up more: it bulges more beyond its body.
+                share = covers[a].radii[i] / (covers[a].radii[i] + covers[b].radii[j])
+                covers[a].radii[i] = max(covers[a].radii[i] - need * share, 1e-4)
+                covers[b].radii[j] = max(covers[b].radii[j] - need * (1 - share), 1e-4)
         if not changed:
             break
     return covers
