@@ -24,6 +24,15 @@ those cameras, the joint placements held, as a user with the board on the flange
     nice -n 10 .venv/bin/python scripts/bench_export.py [--steps 6000] [--configurations 100000] [--kinematics calibrated]
         [--queries 100] [--plan-checks 3000] [--workdir /tmp/bench-export] [--mplib-python /tmp/mplib/bin/python]
 
+With ``--views N`` the run measures the capture loop beside that export (section
+selfmodel-views-export): per rig, a model of 300 - N random poses, N poses added for it (planned by
+``selfcal plan --views`` to show what it has not seen, and with ``--added planned,random`` also N
+random ones, the control), relearned on all of them with ``selfmodel train --previous``; the first
+training and the relearning together take ``--steps``. The all-random export is measured as above
+and shared with a run without ``--views`` on the same workdir.
+
+    nice -n 5 .venv/bin/python scripts/bench_export.py --steps 6000 --views 60 --views-steps 1000 --added planned,random
+
 Stages are cached as files under --workdir (sessions, models, exports, JSON rows), so a rerun
 measures only what is missing.
 """
@@ -34,7 +43,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +56,13 @@ TRAIN_POSES, HELDOUT_POSES, TRUTH_POSES = 300, 30, 20
 SCENES, BOXES = 10, 3
 WORLDS = ("export", "true meshes", "URDF collision meshes")
 SLUG = {"export": "export", "true meshes": "true", "URDF collision meshes": "urdf"}
+
+
+def slug(name: str, tag: str = "") -> str:
+    """A world's name in its cached rows' file names; ``tag`` tells one export of a rig from another
+    (the true meshes' and the URDF's rows are shared by every export of the rig)."""
+    return SLUG[name] + (tag if name == "export" else "")
+VIEWS_SEED = 1000  # the added capture's pose sequence and noise (the training sessions' are seeds 1 and 101)
 TARGETS = {"surface_coverage": 0.995, "sphere_p95_mm": 10.0, "spheres": 64, "sphere_volume": 1.8, "planning_points": 5.0}
 
 
@@ -103,7 +118,7 @@ def captured(workdir: Path, rig: str, poses: int, seed: int) -> Path:
     return out
 
 
-def calibrated(workdir: Path, rig: str, session: Path) -> Path | None:
+def calibrated(workdir: Path, rig: str, session: Path, name: str | None = None) -> Path | None:
     """The training session's calibration from its board images (cameras and kinematics), as a user
     with the board on the flange runs it before training; None for a session that declares no board.
     Rigid (``--deflection none``): the self-model reads robot.urdf, which is rigid either way."""
@@ -111,7 +126,7 @@ def calibrated(workdir: Path, rig: str, session: Path) -> Path | None:
 
     if not (load_session(session).manifest.get("sensors") or {}).get("board"):
         return None
-    out = workdir / f"cal-{rig}"
+    out = workdir / (name or f"cal-{rig}")
     if not (out / "calibration.yaml").is_file():
         print(f"calibrating {rig} from its board images ...", flush=True)
         subprocess.run([sys.executable, "-m", "selfcal.cli", "calibrate", str(session), "--out", str(out),
@@ -119,20 +134,48 @@ def calibrated(workdir: Path, rig: str, session: Path) -> Path | None:
     return out
 
 
-def trained(workdir: Path, rig: str, session: Path, steps: int, calibration: Path | None) -> Path:
+def trained(workdir: Path, rig: str, session: Path, steps: int, calibration: Path | None, name: str | None = None,
+            previous: Path | None = None, more: tuple[Path, ...] = ()) -> Path:
     """The self-model: on the calibration's URDF and cameras where there is one (its placements held,
-    `selfmodel train --placements auto`), else on the session's description (placements fitted)."""
-    out = workdir / f"model-{rig}-{steps}" if calibration is None else workdir / f"model-{rig}-{steps}-calibrated"
+    `selfmodel train --placements auto`), else on the session's description (placements fitted).
+    ``previous``: relearned from that model on ``session`` and the ``more`` sessions, as a user does
+    after a planned capture (`selfmodel train --previous`), the placements as the first training had
+    them (held on a calibration, fitted from depth on a description)."""
+    out = workdir / (name or (f"model-{rig}-{steps}" if calibration is None else f"model-{rig}-{steps}-calibrated"))
     if not (out / "config.json").is_file():
-        print(f"training {rig} for {steps} steps ...", flush=True)
+        print(f"training {out.name} for {steps} steps ...", flush=True)
         extra = [] if calibration is None else ["--urdf", str(calibration / "robot.urdf"), "--cameras", str(calibration)]
-        subprocess.run([sys.executable, "-m", "selfcal.cli", "selfmodel", "train", str(session), "--out", str(out),
-                        "--steps", str(steps), "--seed", "0", "--threads", "1", *extra], check=True)
+        if previous is not None:
+            extra += ["--previous", str(previous), "--placements", "fit" if calibration is None else "hold"]
+        subprocess.run([sys.executable, "-m", "selfcal.cli", "selfmodel", "train", str(session), *map(str, more),
+                        "--out", str(out), "--steps", str(steps), "--seed", "0", "--threads", "1", *extra], check=True)
     return out
 
 
-def exported(workdir: Path, rig: str, model: Path, heldout: Path) -> tuple[Path, dict]:
-    out = workdir / f"export-{rig}"
+def added_capture(workdir: Path, rig: str, model: Path, poses: int, kind: str) -> Path:
+    """``poses`` more poses captured for ``model``: planned with `selfcal plan --views` (the poses that
+    show its unseen space to the rig's cameras), or as many random valid poses (the control)."""
+    out = workdir / f"{rig}-{kind}-{poses}-for-{model.name}"
+    if out.exists():
+        return out
+    if kind == "random":
+        print(f"capturing {out.name} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "selfcal.cli", "capture", "--rig", rig, "--out", str(out), "--poses",
+                        str(poses), "--seed", str(VIEWS_SEED)], check=True, stdout=subprocess.DEVNULL)
+        return out
+    plan = workdir / f"{out.name}.csv"
+    if not plan.is_file():
+        print(f"planning {poses} views for {model.name} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "selfcal.cli", "plan", "--views", "--rig", rig, "--model", str(model),
+                        "--poses", str(poses), "--out", str(plan), "--seed", "0"], check=True)
+    print(f"capturing {out.name} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "selfcal.cli", "capture", "--rig", rig, "--out", str(out), "--plan", str(plan),
+                    "--seed", str(VIEWS_SEED)], check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def exported(workdir: Path, rig: str, model: Path, heldout: Path, tag: str = "") -> tuple[Path, dict]:
+    out = workdir / f"export-{rig}{tag}"
     if not (out / "export_report.json").is_file():
         print(f"exporting {rig} ...", flush=True)
         subprocess.run([sys.executable, "-m", "selfcal.cli", "selfmodel", "export", str(model), "--out", str(out),
@@ -174,16 +217,27 @@ def worlds(export: Path, session: Path, baseline: Path, obstacles=()):
     }
 
 
-def recorded_rows(export: Path, session: Path, baseline: Path, mplib_python: str | None, cache: Path) -> dict:
-    """Recorded poses in self-collision per world. The export's pieces (coal, and mplib), the
-    spheres (the export's own cuRobo check, read from its report each run) and the URDF's meshes
-    are cached apart, each against the files it reads."""
+def recorded_rows(export: Path, sessions: list[Path], baseline: Path, mplib_python: str | None, cache: Path,
+                  tag: str = "") -> dict:
+    """Recorded poses in self-collision per world: the poses of all ``sessions`` (those the model
+    trained on). The export's pieces (coal, and mplib), the spheres (the export's own cuRobo check,
+    read from its report each run) and the URDF's meshes are cached apart, each against the files it
+    reads."""
+    from types import SimpleNamespace
+
     from capture.session import load_session
     from selfmodel.export.world import CollisionWorld
 
-    loaded = load_session(session)
+    first = load_session(sessions[0])
+    loaded = SimpleNamespace(q=np.vstack([load_session(path).q for path in sessions]), joint_names=first.joint_names,
+                             base_link=first.base_link, tip_link=first.tip_link, held_joints=first.held_joints,
+                             urdf_path=first.urdf_path)
     report = json.loads((export / "export_report.json").read_text())
     held = report.get("held_joints") or loaded.held_joints
+    recorded = {}
+    for k, path in enumerate(sessions):
+        recorded.update({key if k == 0 else f"{key}#{k}": value
+                         for key, value in session_inputs(path, "description").items()})
 
     def pieces() -> dict:
         world = CollisionWorld(export / "robot.urdf", loaded.joint_names, loaded.base_link, srdf=export / "robot.srdf",
@@ -202,10 +256,9 @@ def recorded_rows(export: Path, session: Path, baseline: Path, mplib_python: str
 
     found = {}
     mplib = {"mplib": str(bool(mplib_python))}
-    found.update(cached(cache / "recorded-export.json", pieces,
-                        {**export_inputs(export, "pieces"), **session_inputs(session, "description"), **mplib}))
-    found.update(cached(cache / "recorded-urdf.json", description,
-                        {**session_inputs(session, "description"), **file_digests(baseline.parent, [baseline.name], "baseline")}))
+    found.update(cached(cache / f"recorded-export{tag}.json", pieces, {**export_inputs(export, "pieces"), **recorded, **mplib}))
+    found.update(cached(cache / f"recorded-urdf{tag}.json", description,
+                        {**recorded, **file_digests(baseline.parent, [baseline.name], "baseline")}))
     found.pop("seconds", None)
     found.pop("inputs", None)
     found["spheres (cuRobo's check)"] = report["recorded_poses_in_collision"]["spheres"]["poses"]
@@ -235,7 +288,7 @@ def _mplib(python: str, urdf: Path, srdf: Path, tip: str, q: np.ndarray, joints:
     return int(output.strip().splitlines()[-1])
 
 
-def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
+def truth_rows(export: Path, heldout: Path, session: Path, cache: Path, tag: str = "") -> dict:
     """The export's pieces, its spheres and the URDF's collision meshes against the true meshes at the
     held-out poses; each cached against the files it reads (new spheres recompute only theirs)."""
     from capture.session import load_session
@@ -253,18 +306,11 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
         return truth_at["truth"]
 
     def pieces() -> dict:
-        import trimesh
-        from scipy.spatial import ConvexHull
-
+        # As a planner reads robot.urdf: each collision mesh a hull, a kept board's <box> a box.
         from rigs import urdf as urdf_io
-        from selfmodel.export.bodies import polytope
 
-        found = {}
-        for link in urdf_io.parse_urdf(export / "robot.urdf").getroot().findall("link"):
-            for collision in link.findall("collision"):
-                mesh = trimesh.load(export / collision.find("geometry/mesh").get("filename"), force="mesh")
-                hull = ConvexHull(mesh.vertices)
-                found.setdefault(link.get("name"), []).append(polytope(hull.equations[:, :3], -hull.equations[:, 3]))
+        links = [link.get("name") for link in urdf_io.parse_urdf(export / "robot.urdf").getroot().findall("link")]
+        found = description_pieces(export / "robot.urdf", links)
         return evaluate_export(PosedExport(export / "robot.urdf", base, found, {}, held), truth(),
                                np.random.default_rng(5), volume_samples=50_000, kinds=("pieces",))
 
@@ -302,13 +348,13 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path) -> dict:
         return {part: parts[part] for part in ("whole", "arm", "board") if part in parts}
 
     held_out = {**session_inputs(heldout, "truth", "heldout"), **metric_inputs()}
-    export_pieces = cached(cache / "truth-export-pieces.json", pieces, {**export_inputs(export, "pieces"), **held_out})
-    export_spheres = cached(cache / "truth-export-spheres.json", spheres, {**export_inputs(export, "spheres"), **held_out})
+    export_pieces = cached(cache / f"truth-export{tag}-pieces.json", pieces, {**export_inputs(export, "pieces"), **held_out})
+    export_spheres = cached(cache / f"truth-export{tag}-spheres.json", spheres, {**export_inputs(export, "spheres"), **held_out})
     urdf = cached(cache / "truth-urdf.json", description, held_out)
     found = {"export": {"pieces": export_pieces["pieces"], "spheres": export_spheres["spheres"]},
              "URDF collision meshes": {kind: urdf[kind] for kind in ("pieces", "spheres") if kind in urdf}}
     if report.get("spheres_board"):
-        found["sphere parts"] = cached(cache / "truth-export-sphere-parts.json", sphere_parts,
+        found["sphere parts"] = cached(cache / f"truth-export{tag}-sphere-parts.json", sphere_parts,
                                        {**export_inputs(export, "spheres"), **held_out,
                                         "export/spheres_board": str(report["spheres_board"])})
     return found
@@ -342,6 +388,31 @@ def floor_rows(heldout: Path, budgets=(64, 128)) -> dict:
         figures = evaluate_export(PosedExport(heldout / "truth" / "robot.urdf", truth.link_names[0], {}, covers), truth,
                                   np.random.default_rng(5), volume_samples=50_000, kinds=("spheres",))
         rows[str(budget)] = {**figures["spheres"], "per_link": {link: len(cover.radii) for link, cover in covers.items()}}
+    return rows
+
+
+def arm_floor_rows(heldout: Path, budgets=(64, 128)) -> dict:
+    """The export's own sphere fit (:func:`selfmodel.export.sphere_groups.fit_groups`, no margin) on
+    the true meshes of the arm without its board, measured against that arm: what the fitter reaches
+    with no model error, the reference the export's arm spheres are held to at the same budget.
+    Evaluation only (reads truth/)."""
+    from bench_spheres import body_of_mesh, measure, sub_truth, true_parts
+
+    from selfmodel.export.sphere_groups import fit_groups, sphere_target
+
+    truth, tip, arm_tip, board = true_parts(heldout, TRUTH_POSES)
+    meshes = dict(truth.meshes)
+    if board is not None:
+        meshes[tip] = arm_tip
+    arm_truth = sub_truth(truth, meshes, truth.link_names)
+    bodies = {link: body_of_mesh(link, meshes[link]) for link in truth.link_names}
+    rows = {}
+    for budget in budgets:
+        rng = np.random.default_rng(0)
+        targets = [sphere_target(link, body, 0.0, rng) for link, body in bodies.items()]
+        covers, _ = fit_groups(targets, budget, seed=0)
+        rows[str(budget)] = measure(heldout / "truth" / "robot.urdf", truth.link_names[0], covers, arm_truth, tip, arm_tip,
+                                    None, {})["whole"]
     return rows
 
 
@@ -393,8 +464,9 @@ def metric_inputs() -> dict:
     return file_digests(Path(__file__).resolve().parent.parent / "selfmodel" / "evaluation", ["export_truth.py"], "code")
 
 
-def fitter_inputs() -> dict:
-    """The sphere fitter's own code, hashed: the floor rows measure the fitter, not an export."""
+def fitter_inputs(groups: bool = False) -> dict:
+    """The sphere fitter's own code, hashed: the floor rows measure the fitter, not an export
+    (``groups``: and the grouped fit the export runs)."""
     import hashlib
     import inspect
 
@@ -402,11 +474,13 @@ def fitter_inputs() -> dict:
 
     root = Path(__file__).resolve().parent.parent
     found = file_digests(root / "selfmodel" / "export", ["spheres.py", "sphere_fit.py"], "code")
+    if groups:
+        found.update(file_digests(root / "selfmodel" / "export", ["sphere_groups.py"], "code"))
     found["code/export.sphere_target"] = hashlib.sha256(inspect.getsource(export.sphere_target).encode()).hexdigest()
     return found
 
 
-def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, cache: Path) -> dict:
+def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, cache: Path, tag: str = "") -> dict:
     """Each scene's configurations flagged by each world are cached on their own
     (``cache``/scene-S-N-WORLD.json, against the files that world reads): a run stopped part way
     resumes where it stood, and a new export recomputes only its own flags."""
@@ -428,7 +502,7 @@ def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, 
             qs = np.random.default_rng([11, index]).uniform(lower, upper, (per, len(lower)))
             return {"configurations": per, "flagged": [k for k, q in enumerate(qs) if built[name].collides(q)]}
 
-        found = {name: set(cached(cache / f"scene-{index}-{per}-{SLUG[name]}.json", lambda: flags(name), inputs[name],
+        found = {name: set(cached(cache / f"scene-{index}-{per}-{slug(name, tag)}.json", lambda: flags(name), inputs[name],
                                   quiet=True)["flagged"]) for name in WORLDS}
         truth = found["true meshes"]
         counts["configurations"] += per
@@ -460,7 +534,7 @@ def query_ends(world: dict, k: int, lower: np.ndarray, upper: np.ndarray) -> lis
 
 
 def planning_rows(export: Path, session: Path, baseline: Path, queries: int, checks: int, cache: Path,
-                  seconds: float = 60.0) -> dict:
+                  seconds: float = 60.0, tag: str = "") -> dict:
     """Query k (of scene k mod 10) draws its ends from its own seed; each world's outcome is cached on
     its own (``cache``/query-K-Cchecks-WORLD.json, against the files that world reads), so a run
     stopped part way resumes, a longer run reuses the first queries, and a new export replans only
@@ -488,7 +562,7 @@ def planning_rows(export: Path, session: Path, baseline: Path, queries: int, che
     order = sorted(range(queries), key=lambda k: (k % len(all_scenes), k))
     for done, k in enumerate(order, 1):
         for name in WORLDS:
-            row = cached(cache / f"query-{k}-{checks}checks-{SLUG[name]}.json", lambda: one(k, name), inputs[name],
+            row = cached(cache / f"query-{k}-{checks}checks-{slug(name, tag)}.json", lambda: one(k, name), inputs[name],
                          quiet=True)
             result[name]["seconds"] += row["seconds"]
             if not row["solved"]:
@@ -502,7 +576,8 @@ def planning_rows(export: Path, session: Path, baseline: Path, queries: int, che
     return result
 
 
-def rejected_ends(export: Path, session: Path, baseline: Path, cache: Path, queries: int, checks: int) -> dict:
+def rejected_ends(export: Path, session: Path, baseline: Path, cache: Path, queries: int, checks: int,
+                  tag: str = "") -> dict:
     """The planning ends free for the true arm that the export refuses: what the export says they
     touch, and how far the true arm's meshes are from it there (coal distance), m."""
     import pinocchio as pin
@@ -511,7 +586,7 @@ def rejected_ends(export: Path, session: Path, baseline: Path, cache: Path, quer
     all_scenes = scenes(np.random.default_rng(23), reach_of(session))
     refused = {}
     for k in range(queries):
-        row = json.loads((cache / f"query-{k}-{checks}checks-export.json").read_text())
+        row = json.loads((cache / f"query-{k}-{checks}checks-{slug('export', tag)}.json").read_text())
         if row["reason"] in ("start in collision", "goal in collision"):
             refused[k] = row["reason"]
     found = []
@@ -551,39 +626,172 @@ def main() -> None:
                         help="a workdir of an earlier run on the same models: its export's figures beside this one's, "
                              "on the same queries and configurations (read from its cached rows)")
     parser.add_argument("--before-note", default="", help="what differs in the --before run, for the table's caption")
+    parser.add_argument("--views", type=int, default=0,
+                        help="the capture loop: N of the training poses planned for a model of the others "
+                             "(`selfcal plan --views`), beside this run's all-random export; section selfmodel-views-export")
+    parser.add_argument("--views-steps", type=int, default=1000,
+                        help="with --views: of --steps, the relearning steps after the added capture (`selfmodel train "
+                             "--previous`); the first model trains the rest, so both exports cost the same steps")
+    parser.add_argument("--added", default="planned",
+                        help="with --views: planned, random or planned,random: the added poses planned, or random "
+                             "(the control: the same loop without the planner), or both loops")
+    parser.add_argument("--control-rigs", default=None,
+                        help="with --added planned,random: the rigs that get the random control (default: every rig)")
     args = parser.parse_args()
+    if args.views and not (0 < args.views < TRAIN_POSES and 0 < args.views_steps < args.steps):
+        parser.error(f"--views must be within 1-{TRAIN_POSES - 1} and --views-steps below --steps")
+    args.added = [kind for kind in args.added.split(",") if kind]
+    if not args.added or set(args.added) - {"planned", "random"}:
+        parser.error("--added takes planned, random or planned,random")
     workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     results = {}
     for rig in args.rigs.split(","):
         session = captured(workdir, rig, TRAIN_POSES, TRAIN_SEED)
         heldout = captured(workdir, rig, HELDOUT_POSES, HELDOUT_SEED)
+        baseline = baseline_srdf(workdir, rig, session)
+        # The loops first: the all-random export after them is then most often measured already.
+        loops = {}
+        controlled = args.control_rigs is None or rig in args.control_rigs.split(",")
+        for kind in [kind for kind in args.added if kind != "random" or controlled] if args.views else ():
+            model, calibration, sessions = views_loop(workdir, rig, args, kind)
+            tag = f"-{kind}{args.views}"
+            export, _ = exported(workdir, rig, model, heldout, tag)
+            loops[kind] = measured_export(workdir, rig, args, export, model, calibration, sessions, session, heldout,
+                                          baseline, tag)
         calibration = calibrated(workdir, rig, session) if args.kinematics == "calibrated" else None
         model = trained(workdir, rig, session, args.steps, calibration)
-        export, report = exported(workdir, rig, model, heldout)
-        baseline = baseline_srdf(workdir, rig, session)
-        rows = workdir / "rows" / rig
-        from capture.session import load_session
+        export, _ = exported(workdir, rig, model, heldout)
+        results[rig] = measured_export(workdir, rig, args, export, model, calibration, [session], session, heldout, baseline)
+        if loops:
+            results[rig] = {"all random": results[rig], **loops}
+    if args.views:
+        write_views(results, args)
+    else:
+        write(results, args)
 
-        results[rig] = {
-            "report": report,
-            "model": model.name,
-            "kinematics": ("board calibration, placements held" if calibration is not None
-                           else "description, placements fitted from depth"),
-            "mount_plane_z": load_session(session).mount_plane_z,
-            "placements": placement_error(model, heldout),
-            "recorded": recorded_rows(export, session, baseline, args.mplib_python, rows),
-            "truth": truth_rows(export, heldout, session, rows),
-            "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout),
-                            {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs(), **metric_inputs()}),
-            "misses": miss_rows(export, session, baseline, args.configurations, rows / "misses"),
-            "planning": planning_rows(export, session, baseline, args.queries, args.plan_checks, rows / "planning"),
-        }
-        results[rig]["refused_ends"] = cached(rows / f"refused-ends-{args.queries}.json", lambda: rejected_ends(
-            export, session, baseline, rows / "planning", args.queries, args.plan_checks),
-            {**export_inputs(export, "pieces"), **session_inputs(session, "truth"),
-             "queries": str(args.queries), "checks": str(args.plan_checks)})
-    write(results, args)
+
+def views_loop(workdir: Path, rig: str, args, kind: str) -> tuple[Path, Path | None, list[Path]]:
+    """The capture loop at the same pose count and training steps: a model of TRAIN_POSES - N random
+    poses trained ``steps - views_steps`` steps, N poses added (planned for it, or random), and the
+    model relearned from it on all of them for ``views_steps`` steps. The first session is calibrated
+    on its own, as a user calibrates what they have. Returns the relearned model, the calibration and
+    the training sessions."""
+    first = captured(workdir, rig, TRAIN_POSES - args.views, TRAIN_SEED)
+    calibration = (calibrated(workdir, rig, first, f"cal-{rig}-{TRAIN_POSES - args.views}")
+                   if args.kinematics == "calibrated" else None)
+    steps = args.steps - args.views_steps
+    model = trained(workdir, rig, first, steps, calibration, f"model-{rig}-{TRAIN_POSES - args.views}-{steps}")
+    added = added_capture(workdir, rig, model, args.views, kind)
+    relearned = trained(workdir, rig, first, args.views_steps, calibration,
+                        f"model-{rig}-{TRAIN_POSES - args.views}-{steps}+{kind}{args.views}-{args.views_steps}",
+                        previous=model, more=(added,))
+    return relearned, calibration, [first, added]
+
+
+def measured_export(workdir: Path, rig: str, args, export: Path, model: Path, calibration: Path | None,
+                    sessions: list[Path], session: Path, heldout: Path, baseline: Path, tag: str = "") -> dict:
+    """Every figure of one export: ``sessions`` are the model's training sessions (its recorded
+    poses); ``session`` the rig's 300-pose session, whose reach and limits place the obstacles and
+    queries, the same for every export of the rig."""
+    from capture.session import load_session
+
+    rows = workdir / "rows" / rig
+    report = json.loads((export / "export_report.json").read_text())
+    result = {
+        "report": report,
+        "model": model.name,
+        "kinematics": ("board calibration, placements held" if calibration is not None
+                       else "description, placements fitted from depth"),
+        "mount_plane_z": load_session(session).mount_plane_z,
+        "placements": placement_error(model, heldout),
+        "recorded": recorded_rows(export, sessions, baseline, args.mplib_python, rows, tag),
+        "truth": truth_rows(export, heldout, session, rows, tag),
+        "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout),
+                        {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs(), **metric_inputs()}),
+        "misses": miss_rows(export, session, baseline, args.configurations, rows / "misses", tag),
+        "planning": planning_rows(export, session, baseline, args.queries, args.plan_checks, rows / "planning", tag=tag),
+    }
+    if args.views:
+        result["arm floor"] = cached(rows / "sphere-floor-arm.json", lambda: arm_floor_rows(heldout),
+                                     {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs(groups=True),
+                                      **metric_inputs()})
+    result["refused_ends"] = cached(rows / f"refused-ends{tag}-{args.queries}.json", lambda: rejected_ends(
+        export, session, baseline, rows / "planning", args.queries, args.plan_checks, tag),
+        {**export_inputs(export, "pieces"), **session_inputs(session, "truth"),
+         "queries": str(args.queries), "checks": str(args.plan_checks)})
+    return result
+
+
+def arm_spheres(result: dict) -> dict:
+    """The export's arm spheres against the true arm: apart from a kept board's layer where the rig
+    carries one, else the whole cover."""
+    return (result["truth"].get("sphere parts") or {}).get("arm") or result["truth"]["export"]["spheres"]
+
+
+def write_views(results: dict, args) -> None:
+    """Section selfmodel-views-export: per rig, the all-random export beside the capture loop's."""
+    rows, unseen_rows, verdicts = [], [], []
+    first = TRAIN_POSES - args.views
+    words = {"all random": f"{TRAIN_POSES} random, {args.steps} steps",
+             "planned": f"{first} random + {args.views} planned, {args.steps - args.views_steps} + {args.views_steps} steps",
+             "random": f"{first} random + {args.views} random, {args.steps - args.views_steps} + {args.views_steps} steps"}
+    for rig, arms in results.items():
+        floor = next(iter(arms.values()))["arm floor"]
+        for name, result in arms.items():
+            report, truth = result["report"], result["truth"]["export"]
+            arm, misses, planning = arm_spheres(result), result["misses"], result["planning"]
+            queries = planning["queries"]
+            unseen = (report.get("carving") or {}).get("unseen_cm3") or {}
+            success = 100 * planning["export"]["solved"] / queries
+            ideal = 100 * planning["true meshes"]["solved"] / queries
+            alarms = 100 * misses["export"]["false_alarms"] / misses["configurations"]
+            p95_ratio = arm["every_sphere_protrusion_p95_mm"] / floor["64"]["every_sphere_protrusion_p95_mm"]
+            volume_ratio = arm["volume_ratio"] / floor["64"]["volume_ratio"]
+            rows.append([rig, words[name], f"{sum(unseen.values()):.0f}", f"{truth['pieces']['volume_ratio']:.2f}",
+                         f"{100 * truth['pieces']['surface_coverage']:.2f}", arm["count"],
+                         f"{100 * arm['surface_coverage']:.2f}",
+                         f"{arm['every_sphere_protrusion_p95_mm']:.1f} (x{p95_ratio:.2f})",
+                         f"{arm['volume_ratio']:.2f} (x{volume_ratio:.2f})",
+                         f"{misses['export']['missed']} of {misses['true collisions']}", f"{alarms:.1f}",
+                         f"{success:.0f} vs {ideal:.0f} ({success - ideal:+.0f})", planning["export"]["colliding_paths"],
+                         f"{report['seconds']['export_total']:.0f}"])
+            unseen_rows.append([rig, words[name], ", ".join(f"{link} {unseen.get(link, 0.0):.0f}" for link in report["links"])])
+            met = {"pieces volume <= 1.15": truth["pieces"]["volume_ratio"] <= 1.15,
+                   "arm spheres <= 1.25x the true-mesh fit": p95_ratio <= 1.25 and volume_ratio <= 1.25
+                   and arm["surface_coverage"] >= TARGETS["surface_coverage"],
+                   "planning within 3 points": success >= ideal - 3, "0 colliding paths": planning["export"]["colliding_paths"] == 0,
+                   "0 missed": misses["export"]["missed"] == 0, "false alarms <= 1 %": alarms <= 1.0}
+            verdicts.append(f"- **{rig}, {words[name]}**: "
+                            + ", ".join(f"{what} {'met' if ok else 'NOT met'}" for what, ok in met.items()) + ".")
+        for budget in ("64", "128"):
+            f = floor[budget]
+            rows.append([rig, f"the same fit on the true meshes, {budget} spheres (reference)", "", "", "", f["count"],
+                         f"{100 * f['surface_coverage']:.2f}", f"{f['every_sphere_protrusion_p95_mm']:.1f}",
+                         f"{f['volume_ratio']:.2f}", "", "", "", "", ""])
+    body = (f"The capture loop at the same pose count and training steps, per rig: {words['all random']} (section "
+            f"selfmodel-export's self-model), against a model of {first} random poses trained "
+            f"{args.steps - args.views_steps} steps, {args.views} poses added for it"
+            " (`selfcal plan --views --rig RIG --model MODEL`: planned to show the cameras what the model has not seen; "
+            "or random valid poses, the control), captured by the simulator and relearned on all of them for "
+            f"{args.views_steps} steps (`selfmodel train FIRST ADDED --previous MODEL`). Each is exported with the "
+            "defaults (the board kept) and measured as in section selfmodel-export: the same held-out poses, "
+            f"{args.configurations} configurations among box obstacles, {args.queries} planning queries. Kinematics as "
+            "there: where the rig carries the board, the first session's board calibration, placements held.\n\n"
+            "Targets: pieces volume ratio <= 1.15; the arm's spheres (without the board's layer) within 1.25x of the "
+            "same fitter on the arm's true meshes at the same budget (64), by p95 protrusion over every sphere's "
+            "surface and by union volume ratio, at >= 99.5 % surface coverage; planning within 3 points of the true "
+            "meshes, 0 colliding paths, 0 missed collisions, false alarms <= 1 %.\n\n"
+            + "\n".join(verdicts) + "\n\n"
+            + table(["rig", "training", "unseen cm3", "pieces volume ratio", "pieces surface coverage %", "arm spheres",
+                     "arm spheres surface coverage %", "arm spheres p95 mm, every sphere (x the true-mesh fit at 64)",
+                     "arm spheres union volume ratio (x the true-mesh fit at 64)", "missed collisions", "false alarms %",
+                     "planning success % vs true meshes", "colliding paths", "export s"], rows)
+            + "\n\nUnseen volume per link (cm3, the export's report: the carved body's outer layer no camera saw "
+              "through or met at >= 3 recorded poses; matter only because unknown):\n\n"
+            + table(["rig", "training", "unseen cm3 per link"], unseen_rows))
+    command = "scripts/bench_export.py " + " ".join(sys.argv[1:])
+    write_section("selfmodel-views-export", "Collision models after a view-planned capture", body, command.strip())
 
 
 def placement_error(model_path: Path, heldout: Path) -> dict:
