@@ -26,6 +26,10 @@ from selfmodel.inspect.meshing import decimated
 OccupancyFn = Callable[[np.ndarray], np.ndarray]  # points (N, 3) m -> (N,) probabilities
 
 
+class EmptyBody(InputError):
+    """A link's learned body is empty or thinner than two grid cells."""
+
+
 @dataclass
 class LinkBody:
     """A link's body in its own frame.
@@ -89,7 +93,7 @@ def link_body(link: str, occupancy: OccupancyFn, lo: np.ndarray, hi: np.ndarray,
     values, origin = occupancy_grid(occupancy, lo, hi, voxel)
     occupied = values >= level
     if not occupied.any():
-        raise InputError(f"{where}: link {link!r} has an empty body: no point of its bounds has occupancy >= {level}.")
+        raise EmptyBody(f"{where}: link {link!r} has an empty body: no point of its bounds has occupancy >= {level}.")
     labels, count = ndimage.label(occupied)
     sizes = ndimage.sum_labels(occupied, labels, index=np.arange(1, count + 1))
     keep = np.flatnonzero(sizes >= keep_fraction * sizes.max()) + 1
@@ -97,7 +101,7 @@ def link_body(link: str, occupancy: OccupancyFn, lo: np.ndarray, hi: np.ndarray,
     dropped = 1.0 - float(sizes[keep - 1].sum()) / float(sizes.sum())
     extent = np.ptp(np.argwhere(solid), axis=0) + 1
     if solid.sum() < 8 or extent.min() < 2:
-        raise InputError(f"{where}: link {link!r} has a degenerate body ({int(solid.sum())} grid cells, "
+        raise EmptyBody(f"{where}: link {link!r} has a degenerate body ({int(solid.sum())} grid cells, "
                          f"{extent.min()} cell(s) thick at {voxel * 1000:.1f} mm); it cannot enclose any volume.")
     touches = bool(solid[[0, -1]].any() or solid[:, [0, -1]].any() or solid[:, :, [0, -1]].any())
     # Cells outside the kept body must read as free, else marching cubes draws the dropped blobs.

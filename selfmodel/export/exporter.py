@@ -39,7 +39,7 @@ from rigs import urdf as urdf_io
 from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
 from selfmodel.export.board import BOARD, DROP, KEEP, PlateBox, board_cells, sphere_layer
-from selfmodel.export.bodies import (ConvexPiece, LinkBody, conservative_hull, convex_pieces, link_body,
+from selfmodel.export.bodies import (ConvexPiece, EmptyBody, LinkBody, conservative_hull, convex_pieces, link_body,
                                      pieces_outside_distance)
 from selfmodel.export.carving import Carving, carve
 from selfmodel.export.curobo import dump, robot_document, spheres_document
@@ -280,7 +280,7 @@ class CollisionExporter:
             try:
                 bodies[source.link] = link_body(source.link, occupancy, source.lo, source.hi, self.body.voxel,
                                                 source.level, where=where)
-            except InputError:
+            except EmptyBody:
                 # Links joined with no moving joint between them (a hand and its held fingers) look the
                 # same to every camera at every pose, so which network learns their matter is not
                 # determined: one may hold it all. A link left with nothing (or a sliver) is held by
