@@ -62,6 +62,8 @@ def slug(name: str, tag: str = "") -> str:
     """A world's name in its cached rows' file names; ``tag`` tells one export of a rig from another
     (the true meshes' and the URDF's rows are shared by every export of the rig)."""
     return SLUG[name] + (tag if name == "export" else "")
+
+
 VIEWS_SEED = 1000  # the added capture's pose sequence and noise (the training sessions' are seeds 1 and 101)
 TARGETS = {"surface_coverage": 0.995, "sphere_p95_mm": 10.0, "spheres": 64, "sphere_volume": 1.8, "planning_points": 5.0}
 
@@ -223,15 +225,11 @@ def recorded_rows(export: Path, sessions: list[Path], baseline: Path, mplib_pyth
     trained on). The export's pieces (coal, and mplib), the spheres (the export's own cuRobo check,
     read from its report each run) and the URDF's meshes are cached apart, each against the files it
     reads."""
-    from types import SimpleNamespace
-
     from capture.session import load_session
     from selfmodel.export.world import CollisionWorld
 
-    first = load_session(sessions[0])
-    loaded = SimpleNamespace(q=np.vstack([load_session(path).q for path in sessions]), joint_names=first.joint_names,
-                             base_link=first.base_link, tip_link=first.tip_link, held_joints=first.held_joints,
-                             urdf_path=first.urdf_path)
+    loaded = load_session(sessions[0])  # the description, joints and held joints: every session's the same
+    qs = np.vstack([load_session(path).q for path in sessions])
     report = json.loads((export / "export_report.json").read_text())
     held = report.get("held_joints") or loaded.held_joints
     recorded = {}
@@ -242,17 +240,17 @@ def recorded_rows(export: Path, sessions: list[Path], baseline: Path, mplib_pyth
     def pieces() -> dict:
         world = CollisionWorld(export / "robot.urdf", loaded.joint_names, loaded.base_link, srdf=export / "robot.srdf",
                                held=held)
-        found = {"export": int(sum(bool(world.colliding_pairs(q)) for q in loaded.q))}
+        found = {"export": int(sum(bool(world.colliding_pairs(q)) for q in qs))}
         if mplib_python:
             found["export in mplib 0.2.1"] = _mplib(mplib_python, export / "robot.urdf", export / "robot.srdf",
-                                                    loaded.tip_link, loaded.q, loaded.joint_names,
+                                                    loaded.tip_link, qs, loaded.joint_names,
                                                     report.get("held_joints") or {})
         return found
 
     def description() -> dict:
         world = CollisionWorld(loaded.urdf_path, loaded.joint_names, loaded.base_link, srdf=baseline,
                                held=loaded.held_joints, convex=False)
-        return {"URDF collision meshes": int(sum(bool(world.colliding_pairs(q)) for q in loaded.q))}
+        return {"URDF collision meshes": int(sum(bool(world.colliding_pairs(q)) for q in qs))}
 
     found = {}
     mplib = {"mplib": str(bool(mplib_python))}
@@ -262,7 +260,7 @@ def recorded_rows(export: Path, sessions: list[Path], baseline: Path, mplib_pyth
     found.pop("seconds", None)
     found.pop("inputs", None)
     found["spheres (cuRobo's check)"] = report["recorded_poses_in_collision"]["spheres"]["poses"]
-    found["poses"] = len(loaded.q)
+    found["poses"] = len(qs)
     return found
 
 

@@ -238,7 +238,7 @@ def test_a_neighbour_is_cut_back_from_a_kept_boards_box_and_the_box_never_moves(
     separation = Separation(kinds)
     cut = separate_pieces({"link1": [piece]}, {"link1": body}, poses, kinds, ["p0"], 2, 64, 0.006, "model",
                           separation, fixed={"tip": [plate]})
-    assert cut["tip"] == [] and separation.cuts >= 1 and separation.fixed == set()
+    assert cut["tip"] == [] and separation.cuts >= 1
     assert piece_overlaps({"link1": cut["link1"], "tip": [plate]}, poses, [("link1", "tip")], ["p0"]) == []
     reach = max(float(np.max(part.vertices[:, 0])) for part in cut["link1"])
     assert reach == pytest.approx(0.048, abs=5e-4)  # cut at the plate's face, not halfway

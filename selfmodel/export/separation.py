@@ -51,7 +51,6 @@ class Separation:
     cells_settled: dict[str, int] = field(default_factory=dict)  # grid cells a body gave up to a neighbour
     reach_mm: float = 0.0  # how far from a touching neighbour a cut piece may leave its body uncovered
     forced_cuts: int = 0  # cuts by the best plane where no plane parts the two bodies' parts
-    fixed: set = field(default_factory=set)  # ids of the pieces being separated that are never cut (a kept board's box)
     held_by: dict[str, str] = field(default_factory=dict)  # a link with no learned body -> the rigid neighbour holding it
     spheres_uncovered: dict[str, float] = field(default_factory=dict)  # share of a link's surface the spheres leave
                                                                         # to keep clear of a touching neighbour
@@ -215,22 +214,18 @@ def separate_pieces(pieces: dict[str, list[ConvexPiece]], bodies: dict[str, Link
     fixed = fixed or {}
     pieces = {link: list(pieces.get(link, [])) + list(fixed.get(link, [])) for link in {**pieces, **fixed}}
     ids = {id(piece) for items in fixed.values() for piece in items}
-    separation.fixed = ids
-    try:
-        separated = _separated(pieces, bodies, poses, kinds, pose_ids, max_pieces, max_vertices, tolerance, where,
-                               separation, attempts, sweeps)
-    finally:
-        separation.fixed = set()
+    separated = _separated(pieces, bodies, poses, kinds, pose_ids, max_pieces, max_vertices, tolerance, where,
+                           separation, attempts, sweeps, ids)
     return {link: [piece for piece in items if id(piece) not in ids] for link, items in separated.items()}
 
 
 def _separated(pieces, bodies, poses, kinds, pose_ids, max_pieces, max_vertices, tolerance, where, separation, attempts,
-               sweeps) -> dict[str, list[ConvexPiece]]:
+               sweeps, fixed: set[int]) -> dict[str, list[ConvexPiece]]:
     checked = [pair for pair, kind in kinds.items() if kind == "checked" and pair[0] in pieces and pair[1] in pieces]
     for _ in range(sweeps):
         before = separation.cuts + separation.splits + separation.forced_cuts
         _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, tolerance, where,
-               separation, attempts)
+               separation, attempts, fixed)
         if separation.cuts + separation.splits + separation.forced_cuts == before:
             return pieces
     left = piece_overlaps(pieces, poses, checked, pose_ids)
@@ -272,7 +267,7 @@ def piece_overlaps(pieces: dict[str, list[ConvexPiece]], poses: dict[str, np.nda
 
 
 def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, tolerance, where, separation,
-           attempts) -> None:
+           attempts, fixed: set[int]) -> None:
     import coal  # coal loads only where a planner's view of the URDF is built
 
     request, result = coal.CollisionRequest(), coal.CollisionResult()
@@ -293,7 +288,8 @@ def _sweep(pieces, bodies, poses, checked, pose_ids, max_pieces, max_vertices, t
                         break
                 if hit is None:
                     break
-                if not _cut(pieces, bodies, a, hit[0], b, hit[1], pa, pb, max_pieces, max_vertices, tolerance, separation):
+                if not _cut(pieces, bodies, a, hit[0], b, hit[1], pa, pb, max_pieces, max_vertices, tolerance, separation,
+                            fixed):
                     raise InputError(f"{where}: at recorded pose {pose_ids[c]} the convex pieces of {a} and {b} overlap "
                                      f"and the parts of the two bodies they hold cannot be told apart by a plane, even "
                                      f"with {2 * max_pieces} pieces a link; raise {setting('max_pieces')} or train "
@@ -321,13 +317,15 @@ def _held_points(piece: ConvexPiece, body: LinkBody) -> np.ndarray:
     return points[piece.contains(points, tolerance=1e-7)]
 
 
-def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance, separation) -> bool:
-    """Cut piece i of a and piece j of b (posed by pa, pb) apart, or split one; False when impossible."""
+def _cut(pieces, bodies, a, i, b, j, pa, pb, max_pieces, max_vertices, tolerance, separation,
+         fixed: set[int] = frozenset()) -> bool:
+    """Cut piece i of a and piece j of b (posed by pa, pb) apart, or split one; False when impossible.
+    ``fixed``: ids of pieces never cut (only the other piece of the pair is)."""
     import coal  # coal loads only where a planner's view of the URDF is built
 
-    if id(pieces[a][i]) in separation.fixed:
+    if id(pieces[a][i]) in fixed:
         return _cut_from_fixed(pieces, bodies, b, j, pieces[a][i], pb, pa, max_pieces, max_vertices, tolerance, separation)
-    if id(pieces[b][j]) in separation.fixed:
+    if id(pieces[b][j]) in fixed:
         return _cut_from_fixed(pieces, bodies, a, i, pieces[b][j], pa, pb, max_pieces, max_vertices, tolerance, separation)
     held_a = _held_points(pieces[a][i], bodies[a]) @ pa[:3, :3].T + pa[:3, 3]
     held_b = _held_points(pieces[b][j], bodies[b]) @ pb[:3, :3].T + pb[:3, 3]
