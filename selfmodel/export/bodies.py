@@ -293,13 +293,19 @@ def pieces_contain(pieces: list[ConvexPiece], points: np.ndarray) -> np.ndarray:
     return inside
 
 
-def pieces_outside_distance(pieces: list[ConvexPiece], points: np.ndarray) -> np.ndarray:
-    """(N, 3) -> (N,) m: the smallest plane shift that puts each point inside some piece (0 inside).
+def piece_shifts(pieces: list[ConvexPiece], points: np.ndarray) -> np.ndarray:
+    """(N, 3) -> (N, P) m: the smallest plane shift that puts each point inside each piece (0 inside).
 
-    Exactly the margin a point needs (``inflated`` shifts the planes); it never exceeds the
-    point's true distance from the pieces and equals it where the nearest boundary is a face.
+    Exactly the margin a point needs of that piece (``inflated`` shifts the planes); it never
+    exceeds the point's true distance from the piece and equals it where the nearest boundary is a face.
     """
-    outside = np.full(len(points), np.inf)
-    for piece in pieces:
-        outside = np.minimum(outside, np.maximum((points @ piece.normals.T - piece.offsets).max(axis=1), 0.0))
-    return outside
+    return np.stack([np.maximum((np.asarray(points) @ piece.normals.T - piece.offsets).max(axis=1), 0.0)
+                     for piece in pieces], axis=1) if pieces else np.full((len(points), 0), np.inf)
+
+
+def pieces_outside_distance(pieces: list[ConvexPiece], points: np.ndarray) -> np.ndarray:
+    """(N, 3) -> (N,) m: the smallest plane shift that puts each point inside some piece (0 inside):
+    the least of :func:`piece_shifts` over the pieces."""
+    if not pieces:
+        return np.full(len(points), np.inf)
+    return piece_shifts(pieces, points).min(axis=1)

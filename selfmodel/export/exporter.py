@@ -40,7 +40,7 @@ from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
 from selfmodel.export.board import BOARD, DROP, KEEP, PlateBox, board_cells, sphere_layer
 from selfmodel.export.bodies import (ConvexPiece, EmptyBody, LinkBody, conservative_hull, convex_pieces, link_body,
-                                     pieces_outside_distance)
+                                     piece_shifts, pieces_outside_distance)
 from selfmodel.export.carving import Carving, carve
 from selfmodel.export.curobo import dump, robot_document, spheres_document
 from selfmodel.export.page import write_export_page
@@ -56,7 +56,7 @@ from selfmodel.export.sphere_groups import fit_groups, limit_spheres, sphere_tar
 from selfmodel.export.spheres import SphereCover
 from selfmodel.export.srdf import CollisionMatrix, LinkTree, collision_matrix, write_srdf
 from selfmodel.export.world import CollisionWorld
-from selfmodel.labels.description import board_mesh
+from selfmodel.labels.description import board_mesh, board_mount
 from selfmodel.model.chain import ArmLinks, link_poses_numpy
 from selfmodel.model.folder import training_session_paths
 from selfmodel.model.models import FreeSelfModel, SelfModel, StructuredSelfModel
@@ -72,6 +72,8 @@ class LinkCollision:
     spheres: SphereCover  # margin applied
     margin_needed: float  # m, what this link's level-set samples needed outside its pieces
     surface_samples: int
+    piece_needs: list[float] = field(default_factory=list)  # m, of those the samples nearest each piece needed
+    piece_margins: list[float] = field(default_factory=list)  # m, what each piece grew by
     sphere_groups: list[str] = field(default_factory=list)  # (k,) "arm" or the group (the tip's board) of each sphere
     board_box: PlateBox | None = None  # the kept board's plate, grown by the margin: a box of its own in the URDF
 
@@ -121,6 +123,7 @@ class Bodies:
     seconds: dict[str, float]
     rng: np.random.Generator
     carving: Carving | None = None
+    board_held: dict[str, float] = field(default_factory=dict)  # link -> cm3 of the board's cells it held, taken out
 
 
 @dataclass
@@ -348,7 +351,7 @@ class CollisionExporter:
         links: dict[str, LinkCollision] = {}
         for done, source in enumerate(sources):
             body, occupancy = bodies[source.link], occupancies[source.link]
-            pieces, need, samples = [], 0.0, 0  # a tip that was all board has no body of its own
+            pieces, need, samples, piece_needs = [], 0.0, 0, []  # a tip that was all board has no body of its own
             if body.solid.any():
                 start = time.perf_counter()
                 try:
@@ -357,14 +360,15 @@ class CollisionExporter:
                     raise InputError(f"{where}: link {source.link!r}: {error.marked}") from None
                 seconds["pieces"] += time.perf_counter() - start
                 start = time.perf_counter()
-                need, samples = self._margin_needed(source, body, occupancy, pieces, rng)
+                need, samples, piece_needs = self._margin_needed(source, body, occupancy, pieces, rng)
                 seconds["margin"] += time.perf_counter() - start
             links[source.link] = LinkCollision(source.link, body, pieces, SphereCover(np.zeros((0, 3)), np.zeros(0)),
-                                               need, samples)
+                                               need, samples, piece_needs)
             if progress is not None:
                 progress(done + 1, len(sources))
         if self.margin.value is None:
-            # Each link grows by what its own level set needs outside its pieces, rounded up to 0.1 mm,
+            # Each link grows by what its own level set needs outside its pieces (at least the floor),
+            # rounded up to 0.1 mm,
             # not by the largest any link needs: a link that needs 1.4 mm then does not stand out by
             # the 3.4 mm the xArm6's base needs where a planner checks it against its neighbours.
             # What the largest gave beyond that was slack for placement error; with placements
@@ -372,17 +376,28 @@ class CollisionExporter:
             # 0.04 % of the true surface out, by 2.1 mm at the most, and no collision of 10^5 missed.
             # A free model's links all take the largest (LinkSource.own_surface): on the free
             # stand-in of the tests, the base grown by its own need held 71 % of its true surface.
-            needs = {name: math.ceil(link.margin_needed * 1e4) / 1e4 for name, link in links.items()}
+            floor = self.margin.floor
+            needs = {name: max(_rounded(link.margin_needed), floor) for name, link in links.items()}
             margin, mode = max(needs.values()), "auto"
             own = {source.link: source.own_surface for source in sources}
             margins = {name: needs[name] if own[name] else margin for name in links}
             check_margin(margin, bodies, "the measured margin", where)
+            # Within a link, each piece grows by what the samples nearest it need, at least the floor:
+            # one corner of the xArm6's base foot needed 4.5 mm, and the base's eight pieces all grown
+            # by it held 1.46 times the true base's volume. Every sample stays inside the piece it is
+            # nearest, so the link's level set is held as before.
+            for name, link in links.items():
+                link.piece_margins = ([max(_rounded(need), floor) for need in link.piece_needs] if own[name]
+                                      else [margins[name]] * len(link.pieces))
         else:
             margin, mode = float(self.margin.value), "given"
             margins = dict.fromkeys(links, margin)
+            for link in links.values():
+                link.piece_margins = [margin] * len(link.pieces)
+        box_margin = None if board is None else self._box_margin(model, margins[model.tip_link])
         start = time.perf_counter()
         for name, link in links.items():
-            link.pieces = [_inflate(piece, margins[name], self.pieces.max_vertices) for piece in link.pieces]
+            link.pieces = [_inflate(piece, grow, self.pieces.max_vertices) for piece, grow in zip(link.pieces, link.piece_margins)]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
         targets = [sphere_target(link, body, margins[link], rng) for link, body in bodies.items() if body.solid.any()]
@@ -393,7 +408,7 @@ class CollisionExporter:
             # 6000-step xArm6 model), a dropped one is not.
             clear_of = dict(bodies)
             if board is not None and self.body.board == KEEP:
-                clear_of[model.tip_link] = with_box(bodies[model.tip_link], board.grown(margins[model.tip_link]))
+                clear_of[model.tip_link] = with_box(bodies[model.tip_link], board.grown(box_margin))
             limit_spheres(targets, clear_of, poses, kinds)
         contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
                                              for (a, b), kind in kinds.items() if kind == "checked"]
@@ -403,12 +418,12 @@ class CollisionExporter:
         for name, cover in covers.items():
             links[name].spheres, links[name].sphere_groups = cover, ["arm"] * len(cover.radii)
         if board is not None and self.body.board == KEEP:
-            # The plate grows by the tip's margin, as the tip's pieces do. Not by the largest any link
-            # needed: a neighbour's pieces are cut back from the box where they meet it at a recorded
-            # pose (the box is never cut), so every millimetre it grows is taken from them there.
+            # The plate grows by the box margin (_box_margin), not by the largest any link needed: a
+            # neighbour's pieces are cut back from the box where they meet it at a recorded pose (the
+            # box is never cut), so every millimetre it grows is taken from them there.
             tip = links[model.tip_link]
-            tip.board_box = board.grown(margins[model.tip_link])
-            layer = sphere_layer(board, margins[model.tip_link], self.spheres.board_spheres)
+            tip.board_box = board.grown(box_margin)
+            layer = sphere_layer(board, box_margin, self.spheres.board_spheres)
             tip.spheres = SphereCover(np.vstack([tip.spheres.centres, layer.centres]),
                                       np.concatenate([tip.spheres.radii, layer.radii]))
             tip.sphere_groups = list(tip.sphere_groups) + [BOARD] * len(layer.radii)
@@ -430,7 +445,7 @@ class CollisionExporter:
                 link.pieces, link.spheres = cut[name], shrunk[name]
             seconds["separation"] += time.perf_counter() - start
         origins = model.corrected_joint_origins() if isinstance(model, StructuredSelfModel) else {}
-        report = self._board_report(model, board, with_board, bodies, links, margins[model.tip_link])
+        report = self._board_report(model, board, with_board, bodies, links, box_margin, staged.board_held)
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
                                margins, report, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
@@ -446,6 +461,7 @@ class CollisionExporter:
         if plate is None or tip not in staged.bodies:
             return None, None
         board, body = PlateBox.of(plate), staged.bodies[tip]
+        staged.board_held = self._take_board_from_others(staged, tip, board, where)
         cells = board_cells(body, board, 2 * self.body.voxel)
         if not len(cells):
             return board, body
@@ -459,10 +475,53 @@ class CollisionExporter:
             staged.bodies[tip] = empty_body(tip, body.voxel, body.origin, body.solid.shape)
         return board, body
 
+    def _box_margin(self, model, tip_margin: float) -> float:
+        """m a kept board's box (and its layer of spheres) grows by. The plate is as declared, not
+        learned: at a mount a board calibration fitted, what it needs is the placement error, the
+        floor every piece grows by; at the nominal mount it grows as the tip does. A given margin
+        is every part's."""
+        if self.margin.value is not None:
+            return float(self.margin.value)
+        return self.margin.floor if board_mount(model.board)[1] else tip_margin
+
+    def _take_board_from_others(self, staged: "Bodies", tip: str, board: PlateBox, where: str) -> dict[str, float]:
+        """The board's learned cells out of the other links' bodies; link -> cm3 taken. A cell that
+        lies in the plate's box (grown by two cells, as the tip's are taken) at half the recorded
+        poses or more moves with the board, and no link stands where the board is. A plate that
+        turns about the last joint sweeps the same disk in the frame of the link before it at every
+        pose, so that link's network explains the plate's middle as well as the tip's does: on the
+        6000-step xArm6 model link5 held 143 cm3 of the board's back that depth readings only ever
+        met, and its spheres stood out 57 mm at the 95th percentile where the other links' stood out
+        16-30 mm. Without recorded poses nothing is known to move with the board, and nothing is taken."""
+        poses = staged.poses
+        if poses is None or tip not in poses:
+            return {}
+        grown = board.grown(2 * self.body.voxel)
+        tip_T_base = np.linalg.inv(poses[tip])  # (C, 4, 4)
+        taken = {}
+        for source in staged.sources:
+            link = source.link
+            body = staged.bodies.get(link)
+            if link == tip or link not in poses or body is None or not body.solid.any():
+                continue
+            cells = np.argwhere(body.solid)
+            centres = body.origin + body.voxel * cells
+            tip_T_link = tip_T_base @ poses[link]
+            inside = np.zeros(len(cells), dtype=int)
+            for transform in tip_T_link:
+                inside += grown.contains(centres @ transform[:3, :3].T + transform[:3, 3])
+            board_cells_here = cells[2 * inside >= len(tip_T_link)]
+            if not len(board_cells_here):
+                continue
+            self._remove_cells(source, staged.bodies, staged.occupancies, board_cells_here, where)
+            taken[link] = round(float(len(board_cells_here)) * body.voxel ** 3 * 1e6, 2)
+        return taken
+
     def _board_report(self, model, board: PlateBox | None, with_board: LinkBody | None, bodies: dict[str, LinkBody],
-                      links: dict[str, LinkCollision], margin: float) -> dict | None:
-        """What became of the declared board (its plate grown by ``margin`` m, the tip's), for
-        export_report.json; None without a board: then ``board`` keep or drop changed nothing."""
+                      links: dict[str, LinkCollision], margin: float, held: dict[str, float]) -> dict | None:
+        """What became of the declared board (its plate grown by ``margin`` m, the box's), for
+        export_report.json; None without a board: then ``board`` keep or drop changed nothing.
+        ``held``: link -> cm3 of the board's cells another link's body held (taken out)."""
         if board is None:
             return None
         tip = model.tip_link
@@ -470,7 +529,8 @@ class CollisionExporter:
         report = {**board_report(model.board), "treatment": self.body.board,
                   "plate_mm": [round(1000.0 * float(x), 2) for x in np.sort(board.extents)[::-1]],
                   "tip_body_volume_with_board_cm3": round(1e6 * with_board.volume, 2),
-                  "tip_body_volume_cm3": round(1e6 * bodies[tip].volume, 2), "tip_all_board": all_board}
+                  "tip_body_volume_cm3": round(1e6 * bodies[tip].volume, 2), "tip_all_board": all_board,
+                  "held_by_other_links_cm3": held}
         if self.body.board == DROP:
             alone = (f"; the tip's learned body was all board, so {tip} has no geometry of its own (its flange is held "
                      f"only where the link before it holds it)" if all_board else "")
@@ -482,6 +542,7 @@ class CollisionExporter:
         ratio = layer.union_volume() / board.volume
         thinnest = board.thickness + 2 * margin
         return {**report, "box_mm": [round(1000.0 * float(x), 2) for x in np.sort(link.board_box.extents)[::-1]],
+                "box_margin_mm": round(1000.0 * margin, 2),
                 "spheres": len(layer.radii), "sphere_radius_mm": round(1000.0 * float(layer.radii.max()), 2),
                 # Shrunk apart from a neighbour's spheres where the arm stood: there the layer no longer
                 # holds the whole grown plate, as the arm's spheres next to a neighbour do not.
@@ -493,8 +554,9 @@ class CollisionExporter:
                         f"arm that no longer carries it"}
 
     def _margin_needed(self, source, body: LinkBody, occupancy, pieces: list[ConvexPiece],
-                       rng: np.random.Generator) -> tuple[float, int]:
-        """m the model's own level set reaches outside the pieces, and how many samples said so."""
+                       rng: np.random.Generator) -> tuple[float, int, list[float]]:
+        """m the model's own level set reaches outside the pieces, how many samples said so, and per
+        piece (m) the farthest outside of the samples nearest it (the plane shift that holds them)."""
         # The body's own occupancy, shifted so that its level set sits at 0.5, and nothing outside
         # the bounds the body was cut from (a body cut off by them ends there).
         own = own_level_set(occupancy, source, body)
@@ -504,18 +566,20 @@ class CollisionExporter:
                               2.0 * self.body.voxel, rng)
             for level_set in level_sets])
         if not len(samples):
-            return 0.0, 0
+            return 0.0, 0, [0.0] * len(pieces)
 
         def outside(x):
             return pieces_outside_distance(pieces, x)
 
         distance = outside(samples)
-        need = float(distance.max())
+        held = samples
         if source.climb:
             worst = samples[np.argsort(distance)[-min(self.margin.climbs, len(samples)):]]
-            climbed = climb_outward(own, worst, outside, self.body.voxel, rng)
-            need = max(need, float(outside(climbed).max()))
-        return need, len(samples)
+            held = np.vstack([samples, climb_outward(own, worst, outside, self.body.voxel, rng)])
+        shifts = piece_shifts(pieces, held)  # (M, P)
+        nearest = np.argmin(shifts, axis=1)
+        needs = [float(shifts[nearest == k, k].max()) if np.any(nearest == k) else 0.0 for k in range(len(pieces))]
+        return max(needs), len(samples), needs
 
     @staticmethod
     def _recorded_poses(model, spec, recorded: Recorded, links: list[str]) -> dict[str, np.ndarray]:
@@ -545,6 +609,11 @@ def near_body(level_set: Callable[[np.ndarray], np.ndarray], body: LinkBody) -> 
         return values
 
     return restricted
+
+
+def _rounded(need: float) -> float:
+    """m, rounded up to 0.1 mm: what a piece or a link grows by."""
+    return math.ceil(need * 1e4) / 1e4
 
 
 def _inflate(piece: ConvexPiece, margin: float, max_vertices: int) -> ConvexPiece:
@@ -671,6 +740,7 @@ def export_report(export: CollisionExport, matrix: CollisionMatrix, recorded: di
             "spheres_summed_volume_m3": link.spheres.summed_volume,
             "margin_needed_mm": 1000.0 * link.margin_needed,
             "margin_mm": 1000.0 * export.margins.get(name, export.margin),
+            "piece_margins_mm": [round(1000.0 * grow, 1) for grow in link.piece_margins],
             "surface_samples": link.surface_samples,
             "touches_bounds": link.body.touches_bounds,
             "dropped_blob_fraction": link.body.dropped_fraction,
