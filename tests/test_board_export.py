@@ -267,3 +267,20 @@ def test_the_board_held_by_the_link_before_the_tip_leaves_that_links_body_too():
     assert set(taken) == {"link1"} and taken["link1"] > 0.5 * 1e6 * _plate().volume, taken
     assert np.mean(fitted.links["link1"].spheres.contains(own)) > 0.99
     assert np.mean(fitted.links["link1"].body.contains(own, 1)) > 0.99
+
+
+def test_a_kept_boards_box_grows_by_the_floor_at_a_fitted_mount_and_as_the_tip_at_the_nominal():
+    """The plate is as declared: at a mount a board calibration fitted, its box needs only the
+    placement error (the margin's floor); at the nominal mount it grows as the tip does; a given
+    margin is every part's."""
+    from selfmodel.export.exporter import CollisionExporter
+    from selfmodel.export.settings import MarginSettings
+
+    nominal, fitted = RecordedStandIn(), RecordedStandIn()
+    nominal.board = dict(BOARD)
+    fitted.board = {**BOARD, "tip_T_board_fitted": BOARD["tip_T_board_nominal"]}
+    auto = _exporter("keep")
+    assert auto._box_margin(fitted, 0.0032) == MarginSettings().floor == 0.001
+    assert auto._box_margin(nominal, 0.0032) == 0.0032
+    given = CollisionExporter(margin=MarginSettings(0.002))
+    assert given._box_margin(fitted, 0.0032) == given._box_margin(nominal, 0.0032) == 0.002

@@ -165,12 +165,20 @@ def test_pieces_contain_every_true_surface_point_and_spheres_all_but_a_sliver(ex
 
 
 def test_every_link_grows_by_its_own_measured_margin(exported):
-    """Each link grows by what its own level set needs outside its pieces (rounded up to 0.1 mm); the
-    report's margin is the largest."""
+    """Each piece grows by what the level-set samples nearest it need outside it (rounded up to 0.1
+    mm, at least the floor); a link's margin is the largest of its pieces', the report's the largest
+    of all."""
+    from selfmodel.export.settings import MarginSettings
+
     _, report, fitted = exported
+    floor_mm = 1000.0 * MarginSettings().floor
     for link, row in report["links"].items():
-        assert row["margin_needed_mm"] <= row["margin_mm"] <= row["margin_needed_mm"] + 0.1 + 1e-6, link
+        expected = max(row["margin_needed_mm"], floor_mm)
+        assert expected <= row["margin_mm"] <= expected + 0.1 + 1e-6, link
         assert fitted.margins[link] == pytest.approx(row["margin_mm"] / 1000.0), link
+        grown = row["piece_margins_mm"]
+        assert len(grown) == row["pieces"] and min(grown) >= floor_mm and max(grown) == pytest.approx(row["margin_mm"])
+
     assert report["margin_mm"] == pytest.approx(max(row["margin_mm"] for row in report["links"].values()))
     assert fitted.margin == pytest.approx(max(fitted.margins.values()))
     # The stand-in's boxes need more than its cylinder (the grid cuts their corners off), so this
@@ -183,6 +191,27 @@ def test_every_link_grows_by_its_own_measured_margin(exported):
     given = CollisionExporter(spheres=SphereSettings(max_spheres=36, iterations=0), pieces=PieceSettings(max_pieces=4),
                               body=BodySettings(voxel=0.004), margin=MarginSettings(0.002), seed=0).fit(StandInModel())
     assert given.margin_mode == "given" and set(given.margins.values()) == {0.002}
+
+
+def test_each_piece_grows_by_what_the_points_nearest_it_need():
+    """Two boxes side by side, points standing 3 mm out of the first and 0.5 mm out of the second:
+    the first needs 3 mm, the second 0.5, and each grown by its own need holds every point."""
+    import trimesh
+
+    from selfmodel.export.bodies import conservative_hull, piece_needs
+
+    a = conservative_hull(trimesh.creation.box([0.1, 0.1, 0.1]).vertices)
+    b = conservative_hull(trimesh.creation.box([0.1, 0.1, 0.1]).vertices + [0.1, 0.0, 0.0])
+    rng = np.random.default_rng(0)
+    top_a = np.column_stack([rng.uniform(-0.04, 0.04, 200), rng.uniform(-0.04, 0.04, 200), np.full(200, 0.053)])
+    top_b = np.column_stack([rng.uniform(0.06, 0.14, 200), rng.uniform(-0.04, 0.04, 200), np.full(200, 0.0505)])
+    points = np.vstack([top_a, top_b])
+    needs = piece_needs([a, b], points)
+    assert needs == pytest.approx([0.003, 0.0005], abs=1e-9)
+    grown = [a.inflated(needs[0] + 1e-9), b.inflated(needs[1] + 1e-9)]
+    assert np.all(grown[0].contains(points) | grown[1].contains(points))
+    assert not np.all(grown[0].contains(points)) and not np.all(b.inflated(0.0).contains(top_b))
+    assert piece_needs([a, b], np.zeros((0, 3))) == [0.0, 0.0]
 
 
 def test_the_cover_stays_close_to_the_body(exported):

@@ -303,6 +303,16 @@ def piece_shifts(pieces: list[ConvexPiece], points: np.ndarray) -> np.ndarray:
                      for piece in pieces], axis=1) if pieces else np.full((len(points), 0), np.inf)
 
 
+def piece_needs(pieces: list[ConvexPiece], points: np.ndarray) -> list[float]:
+    """(N, 3) -> per piece (m): the farthest outside it (:func:`piece_shifts`) of the points nearest
+    it, 0 for a piece no point is nearest. Each piece grown by its own need holds every point."""
+    if not len(points):
+        return [0.0] * len(pieces)
+    shifts = piece_shifts(pieces, points)
+    nearest = np.argmin(shifts, axis=1)
+    return [float(shifts[nearest == k, k].max()) if np.any(nearest == k) else 0.0 for k in range(len(pieces))]
+
+
 def pieces_outside_distance(pieces: list[ConvexPiece], points: np.ndarray) -> np.ndarray:
     """(N, 3) -> (N,) m: the smallest plane shift that puts each point inside some piece (0 inside):
     the least of :func:`piece_shifts` over the pieces."""

@@ -40,7 +40,7 @@ from rigs.errors import InputError, setting
 from rigs.files import atomic_write_json, atomic_write_text, check_new_output, output_folder
 from selfmodel.export.board import BOARD, DROP, KEEP, PlateBox, board_cells, sphere_layer
 from selfmodel.export.bodies import (ConvexPiece, EmptyBody, LinkBody, conservative_hull, convex_pieces, link_body,
-                                     piece_shifts, pieces_outside_distance)
+                                     piece_needs, pieces_outside_distance)
 from selfmodel.export.carving import Carving, carve
 from selfmodel.export.curobo import dump, robot_document, spheres_document
 from selfmodel.export.page import write_export_page
@@ -576,9 +576,7 @@ class CollisionExporter:
         if source.climb:
             worst = samples[np.argsort(distance)[-min(self.margin.climbs, len(samples)):]]
             held = np.vstack([samples, climb_outward(own, worst, outside, self.body.voxel, rng)])
-        shifts = piece_shifts(pieces, held)  # (M, P)
-        nearest = np.argmin(shifts, axis=1)
-        needs = [float(shifts[nearest == k, k].max()) if np.any(nearest == k) else 0.0 for k in range(len(pieces))]
+        needs = piece_needs(pieces, held)
         return max(needs), len(samples), needs
 
     @staticmethod
