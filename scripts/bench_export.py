@@ -797,10 +797,12 @@ def write_views(results: dict, args) -> None:
                          f"{report['seconds']['export_total']:.0f}"])
             unseen_rows.append([rig, words[name], ", ".join(f"{link} {unseen.get(link, 0.0):.0f}" for link in report["links"])])
             excess = {link: row for link, row in result["met only"].items() if link not in ("seconds", "inputs")}
+            held = (report.get("board") or {}).get("held_by_other_links_cm3") or {}
             met_rows.append([rig, words[name], *(f"{sum(row[key] for row in excess.values()):.0f}" for key in
                                                  ("outside_cm3", "seen_through_cm3", "met_only_cm3", "unseen_cm3")),
                              ", ".join(f"{link} {row['met_only_cm3']:.0f}" for link, row in excess.items()
-                                       if row["met_only_cm3"] >= 1)])
+                                       if row["met_only_cm3"] >= 1),
+                             ", ".join(f"{link} {cm3:.0f}" for link, cm3 in held.items()) or "none"])
             met = {"pieces volume <= 1.15": truth["pieces"]["volume_ratio"] <= 1.15,
                    "arm spheres <= 1.25x the true-mesh fit": p95_ratio <= 1.25 and volume_ratio <= 1.25
                    and arm["surface_coverage"] >= TARGETS["surface_coverage"],
@@ -838,9 +840,12 @@ def write_views(results: dict, args) -> None:
               "more than 10 mm outside the true link (the board counts as the tip's), cm3, by what the training "
               "cameras said at >= 3 recorded poses: seen through (the export carves it), only met (a reading "
               "ended there, never went through: counted as seen, so the view planner has nothing to show and "
-              "the carving keeps it), unseen. Evaluation only (reads truth/):\n\n"
-            + table(["rig", "training", "outside cm3", "seen through", "only met", "unseen", "only met per link"],
-                    met_rows))
+              "the carving keeps it), unseen; and what the export took out of links other than the tip as the "
+              "board's plate (cells in the plate's box at half the recorded poses or more: a plate that turns about "
+              "the last joint sweeps one disc in the frame of the link before it, whose network learns it; the "
+              "export report's board.held_by_other_links_cm3, 3 mm cells). Evaluation only (reads truth/):\n\n"
+            + table(["rig", "training", "outside cm3", "seen through", "only met", "unseen", "only met per link",
+                     "taken out by the export as the board, cm3"], met_rows))
     command = "scripts/bench_export.py " + " ".join(sys.argv[1:])
     write_section("selfmodel-views-export", "Collision models after a view-planned capture", body, command.strip())
 
