@@ -44,14 +44,17 @@ def view(
         if port is not None and live.server.get_port() != port:  # viser moves on to the next free port
             live.stop()
             raise InputError(f"--port {port}: already in use on {host}; choose another, or leave --port out for a free one.")
-    if json_output:
-        print_json({"url": live.url, "host": host, "port": live.server.get_port(), "kind": scene.kind,
-                    "title": scene.title})
-    else:
-        typer.echo(f"{scene.title}: {live.url}  (Ctrl-C stops)")
-        if host not in LOCAL_HOSTS:
-            err_console.print(f"serving on {host}: other machines that reach it can see this view.", highlight=False)
-    sys.stdout.flush()  # a script reading the address gets it before the server blocks
-    if not no_browser:
-        webbrowser.open(live.url)
-    wait_until_interrupted(live)
+
+    def announce() -> None:
+        if json_output:
+            print_json({"url": live.url, "host": host, "port": live.server.get_port(), "kind": scene.kind,
+                        "title": scene.title})
+        else:
+            typer.echo(f"{scene.title}: {live.url}  (Ctrl-C stops)")
+            if host not in LOCAL_HOSTS:
+                err_console.print(f"serving on {host}: other machines that reach it can see this view.", highlight=False)
+        sys.stdout.flush()  # a script reading the address gets it before the server blocks
+        if not no_browser:
+            webbrowser.open(live.url)
+
+    wait_until_interrupted(live, announce)

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -189,9 +190,13 @@ def _apply_later(view: LiveView) -> None:
     view.finished.set()
 
 
-def wait_until_interrupted(view: LiveView) -> None:
-    """Serve until Ctrl-C, then stop the server (the port is free again when this returns)."""
+def wait_until_interrupted(view: LiveView, announce: Callable[[], None] | None = None) -> None:
+    """``announce()`` (say the address), then serve until Ctrl-C, then stop the server (the port is
+    free again when this returns). The announcement is inside: a Ctrl-C sent as soon as a script has
+    read the address, before the wait began, left viser's threads serving and the process running."""
     try:
+        if announce is not None:
+            announce()
         while True:
             time.sleep(0.5)
     except KeyboardInterrupt:
