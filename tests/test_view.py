@@ -137,8 +137,11 @@ def test_the_command_prints_its_address_as_json_serves_and_stops_on_ctrl_c():
         taken = runner.invoke(app, ["view", str(EXPORT), "--no-browser", "--port", str(address["port"])])
         assert taken.exit_code == 2 and "already in use" in taken.output
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
-        assert process.stdout.read() == ""  # nothing after the address: a script can read it as JSON
+        # communicate, not wait: it drains both pipes, so a child that writes to stderr while it
+        # stops cannot block on a full pipe (wait with PIPEs can deadlock).
+        rest, errors = process.communicate(timeout=60)
+        assert process.returncode == 0, errors
+        assert rest == ""  # nothing after the address: a script can read it as JSON
     finally:
         if process.poll() is None:
             process.kill()
