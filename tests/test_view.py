@@ -120,8 +120,11 @@ def test_a_calibration_shows_both_arms_the_tracker_points_and_every_link_in_the_
 
 
 def test_the_command_prints_its_address_as_json_serves_and_stops_on_ctrl_c():
+    # The child's Ctrl-C as a user's shell leaves it: a worker process that ignores SIGINT (as one
+    # that ran Ray may) passes the ignore on, and Python then installs no KeyboardInterrupt.
     process = subprocess.Popen([sys.executable, "-m", "selfcal.cli", "view", str(EXPORT), "--no-browser", "--json"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         text = ""
         while not text.rstrip().endswith("}"):
