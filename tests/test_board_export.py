@@ -215,8 +215,9 @@ class _BoardOnLink1(RecordedStandIn):
         from selfmodel.model.chain import ArmLinks, link_poses_numpy
 
         super().__init__(recorded=[[a, self.Q2] for a in (-2.5, -1.0, 0.0, 1.2, 2.6)])
-        poses = link_poses_numpy(ArmLinks.from_urdf(URDF, "base", "link2"), np.array([[0.0, self.Q2]]))[0]
-        names = ArmLinks.from_urdf(URDF, "base", "link2").link_names
+        chain = ArmLinks.from_urdf(URDF, "base", "link2")
+        poses = link_poses_numpy(chain, np.array([[0.0, self.Q2]]))[0]
+        names = chain.link_names
         self.link1_T_tip = np.linalg.inv(poses[names.index("link1")]) @ poses[names.index("link2")]
         corners = np.vstack([trimesh.creation.box(_plate().extents, _plate().tip_T_box).vertices,
                              np.vstack(super().link_bounds("link2"))])
@@ -284,3 +285,24 @@ def test_a_kept_boards_box_grows_by_the_floor_at_a_fitted_mount_and_as_the_tip_a
     assert auto._box_margin(nominal, 0.0032) == 0.0032
     given = CollisionExporter(margin=MarginSettings(0.002))
     assert given._box_margin(fitted, 0.0032) == given._box_margin(nominal, 0.0032) == 0.002
+
+
+def test_a_link_whose_learned_body_is_all_board_is_refused_with_a_sentence():
+    """A link the board leaves empty learned the board, not itself: one sentence naming the link,
+    not a fit of a link with no geometry."""
+    from rigs.errors import InputError
+
+    class AllBoard(_BoardOnLink1):
+        def link_occupancy(self, link: str, points: np.ndarray) -> np.ndarray:
+            if link != "link1":
+                return super().link_occupancy(link, points)
+            tip_T_link1 = np.linalg.inv(self.link1_T_tip)
+            local = _plate().local(np.asarray(points) @ tip_T_link1[:3, :3].T + tip_T_link1[:3, 3])
+            outside = np.abs(local) - 0.5 * _plate().extents - 0.002  # the plate as depth learns it, thicker
+            distance = np.linalg.norm(np.maximum(outside, 0), axis=1) + np.minimum(outside.max(axis=1), 0)
+            return 1.0 / (1.0 + np.exp(np.clip(distance / 0.001, -50, 50)))
+
+    model = AllBoard()
+    model.board = dict(BOARD)
+    with pytest.raises(InputError, match="link 'link1': all its learned body lies in the declared board's plate"):
+        _exporter("drop", voxel=0.003, iterations=0).fit(model)

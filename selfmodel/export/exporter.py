@@ -368,8 +368,7 @@ class CollisionExporter:
                 progress(done + 1, len(sources))
         if self.margin.value is None:
             # Each link grows by what its own level set needs outside its pieces (at least the floor),
-            # rounded up to 0.1 mm,
-            # not by the largest any link needs: a link that needs 1.4 mm then does not stand out by
+            # rounded up to 0.1 mm, not by the largest any link needs: a link that needs 1.4 mm then does not stand out by
             # the 3.4 mm the xArm6's base needs where a planner checks it against its neighbours.
             # What the largest gave beyond that was slack for placement error; with placements
             # calibrated (0.5-0.6 mm) or fitted (the Panda's, 1.1 mm) the own need leaves at most
@@ -513,7 +512,12 @@ class CollisionExporter:
             board_cells_here = cells[2 * inside >= len(tip_T_link)]
             if not len(board_cells_here):
                 continue
-            self._remove_cells(source, staged.bodies, staged.occupancies, board_cells_here, where)
+            try:
+                self._remove_cells(source, staged.bodies, staged.occupancies, board_cells_here, where)
+            except EmptyBody:
+                raise InputError(f"{where}: link {link!r}: all its learned body lies in the declared board's plate at "
+                                 f"half the recorded poses or more, so the model learned the board there, not the "
+                                 f"link; train longer, or on poses that turn the board about the last joint.") from None
             taken[link] = round(float(len(board_cells_here)) * body.voxel ** 3 * 1e6, 2)
         return taken
 
