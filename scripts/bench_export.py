@@ -21,6 +21,10 @@ those cameras, the joint placements held, as a user with the board on the flange
   box obstacles near the arm, on the export, on the true meshes (the ideal) and on the URDF's
   collision meshes; every planned path replayed on the true arm at 0.25 degree steps.
 
+Beside every figure of the export stands the same figure of the export's own piece pipeline run on
+the true link meshes (``true_pieces``: nothing learned, the same pieces, the same margin floor): what
+pieces of this kind allow, so a bar below it asks for another kind of piece, not better learning.
+
     nice -n 10 .venv/bin/python scripts/bench_export.py [--steps 6000] [--configurations 100000] [--kinematics calibrated]
         [--queries 100] [--plan-checks 3000] [--workdir /tmp/bench-export] [--mplib-python /tmp/mplib/bin/python]
 
@@ -54,8 +58,8 @@ RIGS = ("xarm6-cameras", "xarm6-cameras-crashed", "panda-cameras")
 TRAIN_SEED, HELDOUT_SEED = 1, 101
 TRAIN_POSES, HELDOUT_POSES, TRUTH_POSES = 300, 30, 20
 SCENES, BOXES = 10, 3
-WORLDS = ("export", "true meshes", "URDF collision meshes")
-SLUG = {"export": "export", "true meshes": "true", "URDF collision meshes": "urdf"}
+WORLDS = ("export", "true meshes", "URDF collision meshes", "true meshes as pieces")
+SLUG = {"export": "export", "true meshes": "true", "URDF collision meshes": "urdf", "true meshes as pieces": "truepieces"}
 
 
 def slug(name: str, tag: str = "") -> str:
@@ -200,8 +204,64 @@ def baseline_srdf(workdir: Path, rig: str, session: Path) -> Path:
     return path
 
 
+def true_pieces(baseline: Path, session: Path) -> Path:
+    """The reference for the pieces: the export's own piece pipeline (``convex_pieces`` with the
+    export's defaults, each piece grown by the margin floor) run on the true link meshes, the true
+    board as the export writes a kept one (its plate as a box grown by the floor), in the true
+    URDF, with an SRDF made by the same rules as the export's. What that pipeline gives on the
+    truth is as tight as pieces of that kind get, whatever was learned. Beside ``baseline``
+    (``truepieces-RIG/``); evaluation only (reads truth/)."""
+    from types import SimpleNamespace
+
+    from capture.session import load_session
+    from capture.truth_files import truth_parameters
+    from rigs.link_meshes import link_meshes
+    from selfmodel.evaluation.export_truth import load_truth
+    from selfmodel.evaluation.metrics import true_board_mesh
+    from selfmodel.export.board import PlateBox
+    from selfmodel.export.bodies import convex_pieces
+    from selfmodel.export.exporter import _inflate, write_collision_urdf
+    from selfmodel.export.settings import MarginSettings, PieceSettings
+    from selfmodel.export.srdf import LinkTree, collision_matrix, write_srdf
+
+    out = baseline.with_name(baseline.stem.replace("baseline-", "truepieces-", 1))
+    if (out / "robot.srdf").is_file():
+        return out
+    print(f"the export's pieces on the true meshes of {session.name} ...", flush=True)
+    loaded = load_session(session)
+    true_urdf = session / "truth" / "robot.urdf"
+    floor, settings = MarginSettings().floor, PieceSettings()
+    # The links the truth is measured on, each its own mesh (the board apart, as the export holds it).
+    meshes = link_meshes(true_urdf, load_truth(session, loaded.pose_ids[:1]).link_names)
+    links = {}
+    for link, mesh in meshes.items():
+        pieces = convex_pieces(mesh, settings.max_pieces, settings.max_vertices)
+        links[link] = SimpleNamespace(pieces=[_inflate(piece, floor, settings.max_vertices) for piece in pieces],
+                                      board_box=None)
+    board = true_board_mesh(truth_parameters(session), loaded.manifest)
+    if board is not None:
+        links[loaded.tip_link].board_box = PlateBox.of(board).grown(floor)
+    work = out.with_name(out.name + ".partial")
+    work.mkdir(parents=True, exist_ok=True)
+    urdf = write_collision_urdf(true_urdf, SimpleNamespace(links=links, joint_origins={}), work)
+    matrix = collision_matrix(urdf, loaded.joint_names, loaded.base_link, 10_000, np.random.default_rng(0),
+                              loaded.held_joints, description=true_urdf)
+    write_srdf(work / "robot.srdf", "robot", matrix, loaded.base_link, loaded.tip_link, LinkTree(urdf).root,
+               loaded.joint_names)
+    work.rename(out)
+    return out
+
+
+def reference_inputs(baseline: Path, session: Path) -> dict:
+    """What the rows of the true meshes as pieces read: its URDF, SRDF and pieces."""
+    reference = true_pieces(baseline, session)
+    meshes = sorted(str(path.relative_to(reference)) for path in (reference / "meshes" / "collision").glob("*.stl"))
+    return file_digests(reference, ["robot.urdf", "robot.srdf", *meshes], "truepieces")
+
+
 def worlds(export: Path, session: Path, baseline: Path, obstacles=()):
-    """The three worlds a planner could use: the export, the true meshes, the URDF's collision meshes."""
+    """The four worlds a planner could use: the export, the true meshes, the URDF's collision meshes
+    and the export's pieces made on the true meshes (:func:`true_pieces`)."""
     from capture.session import load_session
     from selfmodel.evaluation.export_truth import TrueWorld
     from selfmodel.export.world import CollisionWorld
@@ -209,6 +269,7 @@ def worlds(export: Path, session: Path, baseline: Path, obstacles=()):
     loaded = load_session(session)
     report = json.loads((export / "export_report.json").read_text())
     held = report.get("held_joints") or loaded.held_joints
+    reference = true_pieces(baseline, session)
     return {
         "export": CollisionWorld(export / "robot.urdf", loaded.joint_names, loaded.base_link, srdf=export / "robot.srdf",
                                  held=held, obstacles=list(obstacles)),
@@ -216,6 +277,9 @@ def worlds(export: Path, session: Path, baseline: Path, obstacles=()):
         # As MoveIt and mplib read a mesh by default: a triangle soup (V-HACD files hold several parts).
         "URDF collision meshes": CollisionWorld(loaded.urdf_path, loaded.joint_names, loaded.base_link, srdf=baseline,
                                                 held=loaded.held_joints, obstacles=list(obstacles), convex=False),
+        "true meshes as pieces": CollisionWorld(reference / "robot.urdf", loaded.joint_names, loaded.base_link,
+                                                srdf=reference / "robot.srdf", held=loaded.held_joints,
+                                                obstacles=list(obstacles)),
     }
 
 
@@ -286,7 +350,7 @@ def _mplib(python: str, urdf: Path, srdf: Path, tip: str, q: np.ndarray, joints:
     return int(output.strip().splitlines()[-1])
 
 
-def truth_rows(export: Path, heldout: Path, session: Path, cache: Path, tag: str = "") -> dict:
+def truth_rows(export: Path, heldout: Path, session: Path, baseline: Path, cache: Path, tag: str = "") -> dict:
     """The export's pieces, its spheres and the URDF's collision meshes against the true meshes at the
     held-out poses; each cached against the files it reads (new spheres recompute only theirs)."""
     from capture.session import load_session
@@ -303,13 +367,13 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path, tag: str
             truth_at["truth"] = load_truth(heldout, load_session(heldout).pose_ids[:TRUTH_POSES])
         return truth_at["truth"]
 
-    def pieces() -> dict:
+    def pieces(folder: Path = export, held: dict = held) -> dict:
         # As a planner reads robot.urdf: each collision mesh a hull, a kept board's <box> a box.
         from rigs import urdf as urdf_io
 
-        links = [link.get("name") for link in urdf_io.parse_urdf(export / "robot.urdf").getroot().findall("link")]
-        found = description_pieces(export / "robot.urdf", links)
-        return evaluate_export(PosedExport(export / "robot.urdf", base, found, {}, held), truth(),
+        links = [link.get("name") for link in urdf_io.parse_urdf(folder / "robot.urdf").getroot().findall("link")]
+        found = description_pieces(folder / "robot.urdf", links)
+        return evaluate_export(PosedExport(folder / "robot.urdf", base, found, {}, held), truth(),
                                np.random.default_rng(5), volume_samples=50_000, kinds=("pieces",))
 
     def spheres() -> dict:
@@ -349,8 +413,12 @@ def truth_rows(export: Path, heldout: Path, session: Path, cache: Path, tag: str
     export_pieces = cached(cache / f"truth-export{tag}-pieces.json", pieces, {**export_inputs(export, "pieces"), **held_out})
     export_spheres = cached(cache / f"truth-export{tag}-spheres.json", spheres, {**export_inputs(export, "spheres"), **held_out})
     urdf = cached(cache / "truth-urdf.json", description, held_out)
+    reference = true_pieces(baseline, session)
+    as_pieces = cached(cache / "truth-truepieces.json", lambda: pieces(reference, load_session(session).held_joints),
+                       {**held_out, **reference_inputs(baseline, session)})
     found = {"export": {"pieces": export_pieces["pieces"], "spheres": export_spheres["spheres"]},
-             "URDF collision meshes": {kind: urdf[kind] for kind in ("pieces", "spheres") if kind in urdf}}
+             "URDF collision meshes": {kind: urdf[kind] for kind in ("pieces", "spheres") if kind in urdf},
+             "true meshes as pieces": {"pieces": as_pieces["pieces"]}}
     if report.get("spheres_board"):
         found["sphere parts"] = cached(cache / f"truth-export{tag}-sphere-parts.json", sphere_parts,
                                        {**export_inputs(export, "spheres"), **held_out,
@@ -524,11 +592,13 @@ def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, 
     all_scenes = scenes(np.random.default_rng(11), reach_of(session))
     per = configurations // len(all_scenes)
     counts = {"configurations": 0, "true collisions": 0, "export": {"missed": 0, "false_alarms": 0, "flagged": 0},
-              "URDF collision meshes": {"missed": 0, "false_alarms": 0, "flagged": 0}}
+              "URDF collision meshes": {"missed": 0, "false_alarms": 0, "flagged": 0},
+              "true meshes as pieces": {"missed": 0, "false_alarms": 0, "flagged": 0}}
     inputs = {"true meshes": session_inputs(session, "truth"),
               "export": {**export_inputs(export, "pieces"), **session_inputs(session, "description")},
               "URDF collision meshes": {**session_inputs(session, "description"),
-                                        **file_digests(baseline.parent, [baseline.name], "baseline")}}
+                                        **file_digests(baseline.parent, [baseline.name], "baseline")},
+              "true meshes as pieces": {**session_inputs(session, "truth"), **reference_inputs(baseline, session)}}
     for index, boxes in enumerate(all_scenes):
         built = {}
 
@@ -543,7 +613,7 @@ def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, 
         truth = found["true meshes"]
         counts["configurations"] += per
         counts["true collisions"] += len(truth)
-        for name in ("export", "URDF collision meshes"):
+        for name in ("export", "URDF collision meshes", "true meshes as pieces"):
             counts[name]["flagged"] += len(found[name])
             counts[name]["missed"] += len(truth - found[name])
             counts[name]["false_alarms"] += len(found[name] - truth)
@@ -556,7 +626,8 @@ def planning_inputs(export: Path, session: Path, baseline: Path) -> dict:
     true arm and is replayed on it, so each also reads the session's truth."""
     truth = session_inputs(session, "truth")
     return {"true meshes": truth, "export": {**export_inputs(export, "pieces"), **truth},
-            "URDF collision meshes": {**truth, **file_digests(baseline.parent, [baseline.name], "baseline")}}
+            "URDF collision meshes": {**truth, **file_digests(baseline.parent, [baseline.name], "baseline")},
+            "true meshes as pieces": {**truth, **reference_inputs(baseline, session)}}
 
 
 def query_ends(world: dict, k: int, lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
@@ -742,7 +813,7 @@ def measured_export(workdir: Path, rig: str, args, export: Path, model: Path, ca
         "mount_plane_z": load_session(session).mount_plane_z,
         "placements": placement_error(model, heldout),
         "recorded": recorded_rows(export, sessions, baseline, args.mplib_python, rows, tag),
-        "truth": truth_rows(export, heldout, session, rows, tag),
+        "truth": truth_rows(export, heldout, session, baseline, rows, tag),
         "floor": cached(rows / "sphere-floor.json", lambda: floor_rows(heldout),
                         {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs(), **metric_inputs()}),
         "misses": miss_rows(export, session, baseline, args.configurations, rows / "misses", tag),
@@ -827,7 +898,7 @@ def write_views(results: dict, args) -> None:
             "Targets: pieces volume ratio <= 1.15; the arm's spheres (without the board's layer) within 1.25x of the "
             "same fitter on the arm's true meshes at the same budget (64), by p95 protrusion over every sphere's "
             "surface and by union volume ratio, at >= 99.5 % surface coverage; planning within 3 points of the true "
-            "meshes, 0 colliding paths, 0 missed collisions, false alarms <= 1 %.\n\n"
+            "meshes, 0 colliding paths, 0 missed collisions, false alarms <= 1 %.\n\n\n\n"
             + "\n".join(verdicts) + "\n\n"
             + table(["rig", "training", "unseen cm3", "pieces volume ratio", "pieces surface coverage %", "arm spheres",
                      "arm spheres surface coverage %", "arm spheres p95 mm, every sphere (x the true-mesh fit at 64)",
@@ -971,11 +1042,14 @@ def write(results: dict, args) -> None:
         miss_table.append([rig, misses["configurations"], misses["true collisions"], misses["export"]["missed"],
                            misses["URDF collision meshes"]["missed"],
                            f"{100 * misses['export']['false_alarms'] / misses['configurations']:.1f}",
-                           f"{100 * misses['URDF collision meshes']['false_alarms'] / misses['configurations']:.1f}"])
+                           f"{100 * misses['URDF collision meshes']['false_alarms'] / misses['configurations']:.1f}",
+                           misses["true meshes as pieces"]["missed"],
+                           f"{100 * misses['true meshes as pieces']['false_alarms'] / misses['configurations']:.1f}"])
         planning = result["planning"]
         queries = planning["queries"]
         plan_table.append([rig, queries] + [f"{100 * planning[name]['solved'] / queries:.0f} ({planning[name]['colliding_paths']})"
-                                            for name in ("export", "true meshes", "URDF collision meshes")])
+                                            for name in ("export", "true meshes", "URDF collision meshes",
+                                                         "true meshes as pieces")])
         report = result["report"]
         srdf = report["srdf"]
         margins = {link: row.get("margin_mm", report["margin_mm"]) for link, row in report["links"].items()}
@@ -990,7 +1064,7 @@ def write(results: dict, args) -> None:
                      f"of {srdf['checked_pairs']} pairs; {srdf['kept_enabled']} kept enabled because the description's meshes "
                      f"can touch; separation: {report['separation']}; {starts_words(report.get('sphere_starts'))}"
                      "planning failures: "
-                     + "; ".join(f"{name} {planning[name]['failures']}" for name in ("export", "true meshes", "URDF collision meshes")))
+                     + "; ".join(f"{name} {planning[name]['failures']}" for name in WORLDS))
         refused = result["refused_ends"]["rows"]
         if refused:
             def is_box(row):
@@ -1041,7 +1115,13 @@ def write(results: dict, args) -> None:
             + ("" if "sphere parts" not in result["truth"] else
                f"; the arm's spheres alone, against the arm without its board: volume ratio "
                f"{result['truth']['sphere parts']['arm']['volume_ratio']:.2f} union, p95 protrusion "
-               f"{result['truth']['sphere parts']['arm']['protrusion_p95_mm']:.1f} mm") + ".")
+               f"{result['truth']['sphere parts']['arm']['protrusion_p95_mm']:.1f} mm")
+            + f"; beside the export's pieces made on the true meshes: pieces volume ratio "
+              f"{result['truth']['export']['pieces']['volume_ratio']:.3f} vs "
+              f"{result['truth']['true meshes as pieces']['pieces']['volume_ratio']:.3f}, false alarms "
+              f"{100 * misses['export']['false_alarms'] / misses['configurations']:.2f} % vs "
+              f"{100 * misses['true meshes as pieces']['false_alarms'] / misses['configurations']:.2f} %, planning "
+              f"{export_rate:.0f} % vs {100 * planning['true meshes as pieces']['solved'] / queries:.0f} %.")
     body = ("Each rig: 300 training poses (seed 1) captured by the simulator, which now refuses poses where the true "
             f"meshes pass through each other; a structured self-model trained {args.steps} steps (seed 0, 1 thread; the "
             "machine was shared with other jobs, so no wall-clock figure here is comparable), on kinematics named per rig: "
@@ -1051,7 +1131,11 @@ def write(results: dict, args) -> None:
             "`selfcal selfmodel export` "
             "with its defaults (automatic margins, each link its own, 8 pieces a link, 64 spheres for the arm's links, the "
             "declared calibration board kept: one box in the URDF and a layer of at most 256 spheres listed under the tip, "
-            "SRDF over 10,000 samples, bodies carved where the training cameras saw through). The URDF baseline is the description's own collision meshes with an SRDF made by the same rules.\n\n"
+            "SRDF over 10,000 samples, bodies carved where the training cameras saw through). The URDF baseline is the description's own collision meshes with an SRDF made by the same rules. "
+            "The reference 'the export's pieces on the true meshes' is the export's own piece pipeline run on the true "
+            "link meshes (the default 8 pieces of at most 64 vertices a link, each grown by the 1 mm margin floor, the "
+            "true plate as a box grown by the floor, an SRDF by the same rules, no cuts between neighbours; "
+            "evaluation only): what pieces of this kind give when nothing is learned.\n\n"
             + "\n".join(verdicts)
             + "\n\nRecorded poses in self-collision (the arm really stood at all of them):\n\n"
             + table(["rig", "poses", "export URDF + SRDF (Pinocchio/coal)", "export in mplib 0.2.1", "spheres (cuRobo's check)",
@@ -1085,12 +1169,14 @@ def write(results: dict, args) -> None:
               "(5-20 cm, 0.3-0.75 of the reach from the base axis); the true arm collides when its meshes touch a box or "
               "two of its links joined by two or more moving joints touch:\n\n"
             + table(["rig", "configurations", "true collisions", "missed by the export", "missed by the URDF meshes",
-                     "export false alarms %", "URDF false alarms %"], miss_table)
+                     "export false alarms %", "URDF false alarms %", "missed by the export's pieces on the true meshes",
+                     "their false alarms %"], miss_table)
             + f"\n\nPlanning: OMPL 2.0.1 RRT-Connect (a budget of {args.plan_checks} collision checks a query for every "
               "world, so a slower checker is not a worse planner; motions checked every 0.5 degree of joint-space "
               "distance, then simplified for up to 1 s) between random configurations free for the true arm, among boxes "
               "placed as above; success % (paths that touch the true arm when replayed at 0.25 degree steps):\n\n"
-            + table(["rig", "queries", "export", "true meshes (ideal)", "URDF collision meshes"], plan_table)
+            + table(["rig", "queries", "export", "true meshes (ideal)", "URDF collision meshes",
+                     "the export's pieces on the true meshes"], plan_table)
             + "\n\n" + "\n".join(f"- {note}" for note in notes))
     compare = []
     for rig, result in results.items():

@@ -107,3 +107,15 @@ def test_session_inputs_ignore_the_manifest_beyond_the_robot_and_board(tmp_path,
     assert (bench_export.session_inputs(session, kind) == before) == (kind == "description")
     (session / "joints.csv").write_text("other")
     assert bench_export.session_inputs(session, kind) != before
+
+
+def test_the_true_pieces_rows_are_keyed_by_the_reference_files_they_read(tmp_path):
+    # A reference folder that is there (its SRDF written last) is read, not rebuilt: no session needed.
+    reference = _export(tmp_path / "truepieces-r")
+    baseline = tmp_path / "baseline-r.srdf"
+    assert bench_export.true_pieces(baseline, tmp_path / "no-session") == reference
+    inputs = bench_export.reference_inputs(baseline, tmp_path / "no-session")
+    assert {"truepieces/robot.urdf", "truepieces/robot.srdf", "truepieces/meshes/collision/a_0.stl",
+            "truepieces/meshes/collision/b_0.stl"} <= set(inputs)
+    (reference / "meshes" / "collision" / "b_0.stl").write_bytes(b"solid b2\nendsolid b2\n")
+    assert bench_export.reference_inputs(baseline, tmp_path / "no-session") != inputs
