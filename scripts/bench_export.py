@@ -220,7 +220,7 @@ def true_pieces(baseline: Path, session: Path) -> Path:
     from selfmodel.evaluation.metrics import true_board_mesh
     from selfmodel.export.board import PlateBox
     from selfmodel.export.bodies import convex_pieces
-    from selfmodel.export.exporter import _inflate, write_collision_urdf
+    from selfmodel.export.exporter import inflate_piece, write_collision_urdf
     from selfmodel.export.settings import MarginSettings, PieceSettings
     from selfmodel.export.srdf import LinkTree, collision_matrix, write_srdf
 
@@ -236,7 +236,7 @@ def true_pieces(baseline: Path, session: Path) -> Path:
     links = {}
     for link, mesh in meshes.items():
         pieces = convex_pieces(mesh, settings.max_pieces, settings.max_vertices)
-        links[link] = SimpleNamespace(pieces=[_inflate(piece, floor, settings.max_vertices) for piece in pieces],
+        links[link] = SimpleNamespace(pieces=[inflate_piece(piece, floor, settings.max_vertices) for piece in pieces],
                                       board_box=None)
     board = true_board_mesh(truth_parameters(session), loaded.manifest)
     if board is not None:

@@ -396,7 +396,7 @@ class CollisionExporter:
         box_margin = None if board is None else self._box_margin(model, margins[model.tip_link])
         start = time.perf_counter()
         for name, link in links.items():
-            link.pieces = [_inflate(piece, grow, self.pieces.max_vertices) for piece, grow in zip(link.pieces, link.piece_margins)]
+            link.pieces = [inflate_piece(piece, grow, self.pieces.max_vertices) for piece, grow in zip(link.pieces, link.piece_margins)]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
         targets = [sphere_target(link, body, margins[link], rng) for link, body in bodies.items() if body.solid.any()]
@@ -618,7 +618,7 @@ def _rounded(need: float) -> float:
     return math.ceil(need * 1e4) / 1e4
 
 
-def _inflate(piece: ConvexPiece, margin: float, max_vertices: int) -> ConvexPiece:
+def inflate_piece(piece: ConvexPiece, margin: float, max_vertices: int) -> ConvexPiece:
     """Planes moved out by ``margin``; when a vertex where many planes met splits and the count
     passes the limit, a conservative hull of the inflated piece brings it back."""
     if margin <= 0:
