@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -242,7 +243,8 @@ def true_pieces(baseline: Path, session: Path) -> Path:
     if board is not None:
         links[loaded.tip_link].board_box = PlateBox.of(board).grown(floor)
     work = out.with_name(out.name + ".partial")
-    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # this function's own, left by a run stopped part way
+    work.mkdir(parents=True)
     urdf = write_collision_urdf(true_urdf, SimpleNamespace(links=links, joint_origins={}), work)
     matrix = collision_matrix(urdf, loaded.joint_names, loaded.base_link, 10_000, np.random.default_rng(0),
                               loaded.held_joints, description=true_urdf)

@@ -368,8 +368,9 @@ class CollisionExporter:
                 progress(done + 1, len(sources))
         if self.margin.value is None:
             # Each link grows by what its own level set needs outside its pieces (at least the floor),
-            # rounded up to 0.1 mm, not by the largest any link needs: a link that needs 1.4 mm then does not stand out by
-            # the 3.4 mm the xArm6's base needs where a planner checks it against its neighbours.
+            # rounded up to 0.1 mm, not by the largest any link needs: a link that needs 1.4 mm then does
+            # not stand out by the 3.4 mm the xArm6's base needs where a planner checks it against its
+            # neighbours.
             # What the largest gave beyond that was slack for placement error; with placements
             # calibrated (0.5-0.6 mm) or fitted (the Panda's, 1.1 mm) the own need leaves at most
             # 0.04 % of the true surface out, by 2.1 mm at the most, and no collision of 10^5 missed.
@@ -396,7 +397,8 @@ class CollisionExporter:
         box_margin = None if board is None else self._box_margin(model, margins[model.tip_link])
         start = time.perf_counter()
         for name, link in links.items():
-            link.pieces = [inflate_piece(piece, grow, self.pieces.max_vertices) for piece, grow in zip(link.pieces, link.piece_margins)]
+            link.pieces = [inflate_piece(piece, grow, self.pieces.max_vertices)
+                           for piece, grow in zip(link.pieces, link.piece_margins)]
         seconds["pieces"] += time.perf_counter() - start
         start = time.perf_counter()
         targets = [sphere_target(link, body, margins[link], rng) for link, body in bodies.items() if body.solid.any()]
