@@ -566,8 +566,11 @@ def sphere_row(rig: str, name: str, figures: dict) -> list:
 
 def metric_inputs() -> dict:
     """The truth metrics' own code, hashed: a row measured against the true arm is recomputed when
-    what it measures changes (selfmodel/evaluation/export_truth.py)."""
-    return file_digests(Path(__file__).resolve().parent.parent / "selfmodel" / "evaluation", ["export_truth.py"], "code")
+    what it measures changes (selfmodel/evaluation/export_truth.py, and rigs/solids.py: what the true
+    meshes enclose)."""
+    root = Path(__file__).resolve().parent.parent
+    return {**file_digests(root / "selfmodel" / "evaluation", ["export_truth.py"], "code"),
+            **file_digests(root / "rigs", ["solids.py"], "code/rigs")}
 
 
 def fitter_inputs(groups: bool = False) -> dict:
