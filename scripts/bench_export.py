@@ -210,7 +210,8 @@ def true_pieces(baseline: Path, session: Path) -> Path:
     export's defaults, each piece grown by the margin floor) run on the true link meshes, the true
     board as the export writes a kept one (its plate as a box grown by the floor), in the true
     URDF, with an SRDF made by the same rules as the export's. What that pipeline gives on the
-    truth is as tight as pieces of that kind get, whatever was learned. Beside ``baseline``
+    truth is as tight as pieces of that kind get for the arm, whatever was learned (not for every
+    link: the decomposition sees each true mesh as it is, shells and all). Beside ``baseline``
     (``truepieces-RIG/``); evaluation only (reads truth/)."""
     from types import SimpleNamespace
 
@@ -1004,8 +1005,10 @@ def starts_words(starts: dict | None) -> str:
     if not starts:
         return ""
     each = " / ".join(f"{start['bulge_mm']:g} mm{' (refined)' if start.get('refined', True) else ''}: "
-                      f"{100 * start['uncovered']:.2f} % of the surface left out, union "
-                      f"{start['union_volume_cm3']:.0f} cm3" for start in starts["starts"])
+                      f"{100 * start['uncovered']:.2f} % of the surface left out, "
+                      + (f"p95 {start['stands_out_p95_mm']:.1f} mm beyond the body, "
+                         if start.get("stands_out_p95_mm") is not None else "")
+                      + f"union {start['union_volume_cm3']:.0f} cm3" for start in starts["starts"])
     return f"sphere fit, greedy starts: {each}; the {starts['bulge_mm']:g} mm start kept; "
 
 
@@ -1157,7 +1160,8 @@ def write(results: dict, args) -> None:
               "volume ratio <= 1.8). The export's spheres are fitted as one union (a greedy cover for each of five "
               "bulges, each refined: every link's centres and radii moved together on coverage, protrusion and "
               "contact at the recorded poses, selfmodel/export/sphere_fit.py; the refined cover kept that leaves the least "
-              f"of the surface out, within {100 * UNCOVERED_TIE:g} %, then has the smallest union), the arm's links "
+              f"of the surface out, within {100 * UNCOVERED_TIE:g} %, then stands out least: the 95th percentile "
+              "over every sphere's surface beyond the body it is fitted to, then has the smallest union), the arm's links "
               "on one budget and the declared board on its own "
               "(selfmodel/export/sphere_groups.py). Protrusion two ways: over the union's outer surface (the stricter) "
               "and over every sphere's whole surface, the parts inside another sphere too (cuRobo's reading; those "

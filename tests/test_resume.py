@@ -5,6 +5,7 @@ leaves nothing that blocks the next valid run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -77,10 +78,14 @@ def test_a_capture_killed_at_any_moment_comes_back_identical(tmp_path):
     moments = sorted({1, 5, 40, total // 4, total // 2, *(int(f * total) for f in (0.7, 0.8, 0.85, 0.9, 0.95, 0.98)),
                       total - 3})
     resumed = 0
+    # A killed child cleans nothing up, its scratch copy of the true URDF included: keep that here, not in /tmp.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     for moment in moments:
         out = tmp_path / f"killed-at-{moment}"
         killed = subprocess.run([sys.executable, "-c", KILLED_CAPTURE, str(BOX_RIG), str(out), str(moment), str(ROOT)],
-                                capture_output=True, text=True, cwd=ROOT, timeout=300)
+                                capture_output=True, text=True, cwd=ROOT, timeout=300,
+                                env={**os.environ, "TMPDIR": str(scratch)})
         assert killed.returncode == 9, (moment, killed.stderr)
         steps = recover_as_told(out)
         resumed += "resume" in steps

@@ -120,9 +120,59 @@ def test_a_link_bounded_by_its_neighbour_keeps_the_start_that_holds_its_surface(
     assert kept <= min(starts.values()) + UNCOVERED_TIE
     # Measured: refined, the 4 mm start leaves 5.5 % out, the 25 mm start kept 4.6 %.
     assert starts[4.0] > kept + 2 * UNCOVERED_TIE, starts
+    # Of the starts that hold as much, the kept one stands out least.
+    out = {start["bulge_mm"]: start["stands_out_p95_mm"] for start in report["starts"]}
+    tied = [bulge for bulge, share in starts.items() if share <= min(starts.values()) + UNCOVERED_TIE]
+    assert out[report["bulge_mm"]] == min(out[bulge] for bulge in tied), (out, tied)
     target.limit = target.obstacles = None
     _, unbounded = fit_groups([target], 8, iterations=60, seed=0)
     assert [start["refined"] for start in unbounded["starts"]].count(True) == 1
+
+
+def test_how_far_spheres_stand_out_is_read_over_every_spheres_surface():
+    """stand_out: a ball of 40 mm around a body that is a ball of 30 mm stands out 10 mm everywhere;
+    a second, smaller sphere inside the first changes nothing the first's surface says, and one
+    reaching 25 mm beyond the body sets the 95th percentile when it is most of the area."""
+    from selfmodel.export.bodies import link_body
+    from selfmodel.export.exporter import sphere_target
+    from selfmodel.export.sphere_groups import stand_out
+    from selfmodel.export.spheres import SphereCover
+
+    body = link_body("ball", lambda p: 1.0 / (1.0 + np.exp(np.clip((np.linalg.norm(p, axis=1) - 0.03) / 0.001, -50, 50))),
+                     -np.full(3, 0.05), np.full(3, 0.05), 0.002)
+    target = sphere_target("ball", body, 0.0, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    one = SphereCover(np.zeros((1, 3)), np.array([0.04]))
+    assert stand_out([target], {"ball": one}, rng) == pytest.approx(0.010, abs=0.0015)
+    inner = SphereCover(np.array([[0.0, 0.0, 0.0], [0.005, 0.0, 0.0]]), np.array([0.04, 0.02]))
+    assert stand_out([target], {"ball": inner}, rng) == pytest.approx(0.010, abs=0.0015)
+    far = SphereCover(np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]), np.array([0.04, 0.055]))
+    assert stand_out([target], {"ball": far}, rng) == pytest.approx(0.025, abs=0.0015)
+
+
+def test_of_starts_that_hold_as_much_the_one_standing_out_least_is_kept(monkeypatch):
+    """Two refined starts hold the whole ball: one sphere of 45 mm (15 mm beyond, the larger union)
+    and one of 35 mm with a small sphere reaching 32 mm beyond (the smaller union). The first is kept."""
+    from selfmodel.export import sphere_groups
+    from selfmodel.export.bodies import link_body
+    from selfmodel.export.exporter import sphere_target
+    from selfmodel.export.spheres import Candidate, SphereCover
+
+    body = link_body("ball", lambda p: 1.0 / (1.0 + np.exp(np.clip((np.linalg.norm(p, axis=1) - 0.03) / 0.001, -50, 50))),
+                     -np.full(3, 0.05), np.full(3, 0.05), 0.002)
+    target = sphere_target("ball", body, 0.0, np.random.default_rng(0))
+    target.limit = np.full(len(target.centres), 1.0)  # bounded: every start is refined
+    round_one = {"ball": SphereCover(np.zeros((1, 3)), np.array([0.045]))}
+    with_spike = {"ball": SphereCover(np.array([[0.0, 0.0, 0.0], [0.05, 0.0, 0.0]]), np.array([0.035, 0.012]))}
+    assert with_spike["ball"].union_volume() < 0.6 * round_one["ball"].union_volume()
+    monkeypatch.setattr(sphere_groups, "sphere_candidates", lambda targets, budget: [
+        Candidate(0.012, with_spike, 0.0), Candidate(0.018, round_one, 0.0)])
+    monkeypatch.setattr(sphere_groups, "refine_starts", lambda targets, starts, contacts, **_: [
+        (covers, {"uncovered": {"ball": 0.0}}) for covers in starts])
+    covers, report = sphere_groups.fit_groups([target], 4)
+    assert report["bulge_mm"] == 18.0 and covers is round_one, report
+    out = {start["bulge_mm"]: start["stands_out_p95_mm"] for start in report["starts"]}
+    assert out[18.0] == pytest.approx(15.0, abs=1.5) and out[12.0] > 20.0, out
 
 
 def test_starts_refined_together_come_out_as_each_alone():
