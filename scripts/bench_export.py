@@ -1161,7 +1161,7 @@ def write(results: dict, args) -> None:
               "bulges, each refined: every link's centres and radii moved together on coverage, protrusion and "
               "contact at the recorded poses, selfmodel/export/sphere_fit.py; the refined cover kept that leaves the least "
               f"of the surface out, within {100 * UNCOVERED_TIE:g} %, then stands out least: the 95th percentile "
-              "over every sphere's surface beyond the body it is fitted to, then has the smallest union), the arm's links "
+              "over every sphere's surface beyond the body it is fitted to, within 0.5 mm, then has the smallest union), the arm's links "
               "on one budget and the declared board on its own "
               "(selfmodel/export/sphere_groups.py). Protrusion two ways: over the union's outer surface (the stricter) "
               "and over every sphere's whole surface, the parts inside another sphere too (cuRobo's reading; those "

@@ -150,6 +150,18 @@ def test_how_far_spheres_stand_out_is_read_over_every_spheres_surface():
     assert stand_out([target], {"ball": far}, rng) == pytest.approx(0.025, abs=0.0015)
 
 
+def test_what_is_held_comes_first_then_how_far_it_stands_out_then_the_union():
+    from selfmodel.export.sphere_groups import STAND_OUT_TIE, least_standing_out
+    from selfmodel.export.spheres import UNCOVERED_TIE
+
+    # (uncovered share, stands out m, union m^3)
+    scores = {0: (0.5 * UNCOVERED_TIE, 0.021, 100.0), 1: (0.5 * UNCOVERED_TIE, 0.021 + 0.5 * STAND_OUT_TIE, 90.0),
+              2: (0.0, 0.030, 50.0), 3: (3 * UNCOVERED_TIE, 0.001, 10.0)}
+    assert least_standing_out(scores) == 1  # 3 leaves more out; 2 stands out; 0 and 1 tie, 1 the smaller union
+    scores[1] = (0.5 * UNCOVERED_TIE, 0.021 + 2 * STAND_OUT_TIE, 90.0)
+    assert least_standing_out(scores) == 0
+
+
 def test_of_starts_that_hold_as_much_the_one_standing_out_least_is_kept(monkeypatch):
     """Two refined starts hold the whole ball: one sphere of 45 mm (15 mm beyond, the larger union)
     and one of 35 mm with a small sphere reaching 32 mm beyond (the smaller union). The first is kept."""

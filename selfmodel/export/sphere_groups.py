@@ -16,7 +16,11 @@ import numpy as np
 from selfmodel.export.bodies import LinkBody
 from selfmodel.export.separation import boundary_cells
 from selfmodel.export.sphere_fit import Contact, DistanceField, refine_starts
-from selfmodel.export.spheres import SphereCover, SphereTarget, area_share, best_of, sphere_candidates
+from selfmodel.export.spheres import UNCOVERED_TIE, SphereCover, SphereTarget, area_share, best_of, sphere_candidates
+
+# m: refined starts whose spheres stand out within this of the least stand out as far, and the smaller
+# union decides: a sixth of the body's 3 mm cells, finer than they place the surface.
+STAND_OUT_TIE = 0.0005
 
 
 def limit_spheres(targets: list[SphereTarget], bodies: dict[str, LinkBody], poses: dict[str, np.ndarray],
@@ -81,7 +85,8 @@ def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact]
     The greedy starts are ranked by what they hold of the surface, then by their union's volume
     (:func:`selfmodel.export.spheres.best_of`), the best ``refined_starts`` refined for
     ``iterations``, and of those the one kept again holds the most, then stands out least
-    (:func:`stand_out`), then has the smallest union. By
+    (:func:`stand_out`, within ``STAND_OUT_TIE``), then has the smallest union
+    (:func:`least_standing_out`). By
     default one start is refined for 100 iterations where nothing bounds the spheres, and every
     start for 250 where neighbours the arm stood next to do (``contacts``, or a target's ``limit`` or
     ``obstacles``).
@@ -127,13 +132,23 @@ def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact]
     for k, (covers, fit) in zip(chosen, refined):
         scores[k] = (area_share(targets, fit["uncovered"]), stand_out(targets, covers, np.random.default_rng(seed)),
                      sum(cover.union_volume(samples=200_000 if len(chosen) > 1 else 50_000) for cover in covers.values()))
-    kept = chosen[best_of([scores[k] for k in chosen])]
+    kept = least_standing_out({k: scores[k] for k in chosen})
     covers, fit = refined[chosen.index(kept)]
     tried = [{"bulge_mm": round(1000.0 * start.bulge, 1), "refined": k in chosen, "uncovered": round(scores[k][0], 5),
               "stands_out_p95_mm": None if scores[k][1] is None else round(1000.0 * scores[k][1], 1),
               "union_volume_cm3": round(1e6 * scores[k][2], 1)} for k, start in enumerate(starts)]
     return covers, {"spheres": int(sum(len(cover.radii) for cover in covers.values())), "uncovered": fit["uncovered"],
                     "bulge_mm": round(1000.0 * starts[kept].bulge, 1), "starts": tried}
+
+
+def least_standing_out(scores: dict[int, tuple[float, float, float]]) -> int:
+    """The key of the best of ``(uncovered, stands out, union)`` scores: of those that hold as much
+    as any (within ``UNCOVERED_TIE`` of the least left out), those that stand out as little (within
+    ``STAND_OUT_TIE`` of the least), and of them the smallest union."""
+    least = min(uncovered for uncovered, _, _ in scores.values())
+    held = {k: score for k, score in scores.items() if score[0] <= least + UNCOVERED_TIE}
+    out = min(score[1] for score in held.values())
+    return min((k for k, score in held.items() if score[1] <= out + STAND_OUT_TIE), key=lambda k: held[k][2])
 
 
 def stand_out(targets: list[SphereTarget], covers: dict[str, SphereCover], rng: np.random.Generator,
