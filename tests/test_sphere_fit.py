@@ -129,18 +129,24 @@ def test_a_link_bounded_by_its_neighbour_keeps_the_start_that_holds_its_surface(
     assert [start["refined"] for start in unbounded["starts"]].count(True) == 1
 
 
+def ball_target():
+    """The sphere fit's target of a ball of 30 mm radius about the origin (2 mm cells, no margin)."""
+    from selfmodel.export.bodies import link_body
+    from selfmodel.export.exporter import sphere_target
+
+    body = link_body("ball", lambda p: 1.0 / (1.0 + np.exp(np.clip((np.linalg.norm(p, axis=1) - 0.03) / 0.001, -50, 50))),
+                     -np.full(3, 0.05), np.full(3, 0.05), 0.002)
+    return sphere_target("ball", body, 0.0, np.random.default_rng(0))
+
+
 def test_how_far_spheres_stand_out_is_read_over_every_spheres_surface():
     """stand_out: a ball of 40 mm around a body that is a ball of 30 mm stands out 10 mm everywhere;
     a second, smaller sphere inside the first changes nothing the first's surface says, and one
     reaching 25 mm beyond the body sets the 95th percentile when it is most of the area."""
-    from selfmodel.export.bodies import link_body
-    from selfmodel.export.exporter import sphere_target
     from selfmodel.export.sphere_groups import stand_out
     from selfmodel.export.spheres import SphereCover
 
-    body = link_body("ball", lambda p: 1.0 / (1.0 + np.exp(np.clip((np.linalg.norm(p, axis=1) - 0.03) / 0.001, -50, 50))),
-                     -np.full(3, 0.05), np.full(3, 0.05), 0.002)
-    target = sphere_target("ball", body, 0.0, np.random.default_rng(0))
+    target = ball_target()
     rng = np.random.default_rng(1)
     one = SphereCover(np.zeros((1, 3)), np.array([0.04]))
     assert stand_out([target], {"ball": one}, rng) == pytest.approx(0.010, abs=0.0015)
@@ -166,13 +172,9 @@ def test_of_starts_that_hold_as_much_the_one_standing_out_least_is_kept(monkeypa
     """Two refined starts hold the whole ball: one sphere of 45 mm (15 mm beyond, the larger union)
     and one of 35 mm with a small sphere reaching 32 mm beyond (the smaller union). The first is kept."""
     from selfmodel.export import sphere_groups
-    from selfmodel.export.bodies import link_body
-    from selfmodel.export.exporter import sphere_target
     from selfmodel.export.spheres import Candidate, SphereCover
 
-    body = link_body("ball", lambda p: 1.0 / (1.0 + np.exp(np.clip((np.linalg.norm(p, axis=1) - 0.03) / 0.001, -50, 50))),
-                     -np.full(3, 0.05), np.full(3, 0.05), 0.002)
-    target = sphere_target("ball", body, 0.0, np.random.default_rng(0))
+    target = ball_target()
     target.limit = np.full(len(target.centres), 1.0)  # bounded: every start is refined
     round_one = {"ball": SphereCover(np.zeros((1, 3)), np.array([0.045]))}
     with_spike = {"ball": SphereCover(np.array([[0.0, 0.0, 0.0], [0.05, 0.0, 0.0]]), np.array([0.035, 0.012]))}
