@@ -108,8 +108,8 @@ def fit_groups(targets: list[SphereTarget], budget: int, contacts: list[Contact]
     Of refined starts that hold as much, the one that stands out least is kept, not the smallest
     union: a sphere's reach beyond the body is what a planner gives away near an obstacle, and the
     two part. On the 6000-step xArm6 and its crashed twin the 12 mm start had the smallest union (by
-    3.6 and 2.4 %) and the 18 mm start stood out least (its spheres' p95 beyond the body 20.9 against
-    21.7 mm, and 20.3 against 21.2); against the true arm, the 18 mm start's p95 was 21.8 against
+    3.6 and 2.4 %) and the 18 mm start stood out least (its spheres' p95 beyond the body 21.0 against
+    22.0 mm, and 20.5 against 21.3); against the true arm, the 18 mm start's p95 was 21.8 against
     23.3 and 20.9 against 23.3 mm, its union 4 and 1.4 % larger.
     """
     starts = sphere_candidates(list(targets), budget)
