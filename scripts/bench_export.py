@@ -627,6 +627,73 @@ def miss_rows(export: Path, session: Path, baseline: Path, configurations: int, 
     return counts
 
 
+def true_clearances(true, q: np.ndarray) -> dict[str, float]:
+    """Link pair ("a/b", sorted; an obstacle is ``obstacle:<name>``) -> how far apart the true arm's
+    meshes are at ``q``, m (coal; below 0 they overlap), over the pairs the true arm checks. ``true``:
+    the :class:`CollisionWorld` of a :class:`TrueWorld`."""
+    import pinocchio as pin
+
+    pin.computeDistances(true.model, true.data, true.geometry, true.geometry_data, true.full(q))
+    clearance: dict[str, float] = {}
+    for pair, result in zip(true.geometry.collisionPairs, true.geometry_data.distanceResults):
+        key = "/".join(sorted((true.link_of[pair.first], true.link_of[pair.second])))
+        clearance[key] = min(clearance.get(key, np.inf), float(result.min_distance))
+    return clearance
+
+
+ALARMED = ("export", "true meshes as pieces")
+
+
+def alarm_pairs(export: Path, session: Path, baseline: Path, configurations: int, misses: Path, cache: Path,
+                tag: str = "") -> dict:
+    """Where the false alarms are: for each configuration the export (and its pieces made on the
+    true meshes) flags and the true arm does not, read from the flags :func:`miss_rows` cached under
+    ``misses``, the link pairs it flags there and how far apart the true meshes of each pair are.
+    World -> pair -> {"alarms": configurations, "true_clearance_mm": median}; "configurations": the
+    false alarms counted. Cached against the files those flags read."""
+    lower, upper = limits(session)
+    all_scenes = scenes(np.random.default_rng(11), reach_of(session))
+    per = configurations // len(all_scenes)
+
+    def compute() -> dict:
+        found = {name: {} for name in ALARMED}
+        counted = dict.fromkeys(ALARMED, 0)
+        for index, boxes in enumerate(all_scenes):
+            truth = set(json.loads((misses / f"scene-{index}-{per}-true.json").read_text())["flagged"])
+            alarms = {name: sorted(set(json.loads((misses / f"scene-{index}-{per}-{slug(name, tag)}.json").read_text())
+                                       ["flagged"]) - truth) for name in ALARMED}
+            if not any(alarms.values()):
+                continue
+            built = worlds(export, session, baseline, boxes)
+            qs = np.random.default_rng([11, index]).uniform(lower, upper, (per, len(lower)))
+            for name, ks in alarms.items():
+                counted[name] += len(ks)
+                for k in ks:
+                    clearance = true_clearances(built["true meshes"].world, qs[k])
+                    for pair in built[name].colliding_pairs(qs[k]):
+                        key = "/".join(pair)
+                        found[name].setdefault(key, []).append(1000.0 * clearance.get(key, np.nan))
+        return {name: {"configurations": counted[name],
+                       "pairs": {key: {"alarms": len(values), "true_clearance_mm": float(np.nanmedian(values))
+                                       if np.isfinite(values).any() else None}
+                                 for key, values in sorted(pairs.items(), key=lambda item: -len(item[1]))}}
+                for name, pairs in found.items()}
+
+    inputs = {**export_inputs(export, "pieces"), **session_inputs(session, "truth"),
+              **reference_inputs(baseline, session), "configurations": str(per * len(all_scenes))}
+    return cached(cache / f"alarm-pairs{tag}-{per * len(all_scenes)}.json", compute, inputs)
+
+
+def alarm_words(alarms: dict, name: str, top: int = 3) -> str:
+    """The pairs behind most of one world's false alarms: share of them, true meshes' median distance there."""
+    row = alarms[name]
+    total = max(row["configurations"], 1)
+    words = [f"{pair} {100 * found['alarms'] / total:.0f} %"
+             + (f" ({found['true_clearance_mm']:.1f} mm)" if found["true_clearance_mm"] is not None else "")
+             for pair, found in list(row["pairs"].items())[:top]]
+    return ", ".join(words) or "none"
+
+
 def planning_inputs(export: Path, session: Path, baseline: Path) -> dict:
     """Per world, what its planning rows read: every world plans between ends drawn free for the
     true arm and is replayed on it, so each also reads the session's truth."""
@@ -693,8 +760,6 @@ def rejected_ends(export: Path, session: Path, baseline: Path, cache: Path, quer
                   tag: str = "") -> dict:
     """The planning ends free for the true arm that the export refuses: what the export says they
     touch, and how far the true arm's meshes are from it there (coal distance), m."""
-    import pinocchio as pin
-
     lower, upper = limits(session)
     all_scenes = scenes(np.random.default_rng(23), reach_of(session))
     refused = {}
@@ -709,11 +774,7 @@ def rejected_ends(export: Path, session: Path, baseline: Path, cache: Path, quer
         for k in sorted(k for k in refused if k % len(all_scenes) == index):
             ends = query_ends(world, k, lower, upper)  # the same draw as the planning query
             q = ends[0] if refused[k] == "start in collision" else ends[1]
-            pin.computeDistances(true.model, true.data, true.geometry, true.geometry_data, true.full(q))
-            clearance = {}
-            for pair, result in zip(true.geometry.collisionPairs, true.geometry_data.distanceResults):
-                key = "/".join(sorted((true.link_of[pair.first], true.link_of[pair.second])))
-                clearance[key] = min(clearance.get(key, np.inf), float(result.min_distance))
+            clearance = true_clearances(true, q)
             for pair in world["export"].colliding_pairs(q):
                 key = "/".join(pair)
                 found.append({"query": k, "end": refused[k], "pair": key, "true_clearance_mm":
@@ -825,6 +886,7 @@ def measured_export(workdir: Path, rig: str, args, export: Path, model: Path, ca
         "misses": miss_rows(export, session, baseline, args.configurations, rows / "misses", tag),
         "planning": planning_rows(export, session, baseline, args.queries, args.plan_checks, rows / "planning", tag=tag),
     }
+    result["alarms"] = alarm_pairs(export, session, baseline, args.configurations, rows / "misses", rows, tag)
     if args.views:
         result["arm floor"] = cached(rows / "sphere-floor-arm.json", lambda: arm_floor_rows(heldout),
                                      {**session_inputs(heldout, "truth", "heldout"), **fitter_inputs(groups=True),
@@ -847,7 +909,7 @@ def arm_spheres(result: dict) -> dict:
 
 def write_views(results: dict, args) -> None:
     """Section selfmodel-views-export: per rig, the all-random export beside the capture loop's."""
-    rows, unseen_rows, met_rows, verdicts = [], [], [], []
+    rows, unseen_rows, met_rows, alarm_rows, verdicts = [], [], [], [], []
     first = TRAIN_POSES - args.views
     words = {"all random": f"{TRAIN_POSES} random, {args.steps} steps",
              "planned": f"{first} random + {args.views} planned, {args.steps - args.views_steps} + {args.views_steps} steps",
@@ -872,6 +934,7 @@ def write_views(results: dict, args) -> None:
                          f"{misses['export']['missed']} of {misses['true collisions']}", f"{alarms:.1f}",
                          f"{success:.0f} vs {ideal:.0f} ({success - ideal:+.0f})", planning["export"]["colliding_paths"],
                          f"{report['seconds']['export_total']:.0f}"])
+            alarm_rows.append([rig, words[name], f"{alarms:.1f}", alarm_words(result["alarms"], "export")])
             unseen_rows.append([rig, words[name], ", ".join(f"{link} {unseen.get(link, 0.0):.0f}" for link in report["links"])])
             excess = {link: row for link, row in result["met only"].items() if link not in ("seconds", "inputs")}
             held = (report.get("board") or {}).get("held_by_other_links_cm3") or {}
@@ -887,6 +950,10 @@ def write_views(results: dict, args) -> None:
                    "0 missed": misses["export"]["missed"] == 0, "false alarms <= 1 %": alarms <= 1.0}
             verdicts.append(f"- **{rig}, {words[name]}**: "
                             + ", ".join(f"{what} {'met' if ok else 'NOT met'}" for what, ok in met.items()) + ".")
+        reference = next(iter(arms.values()))
+        alarm_rows.append([rig, "the export's pieces on the true meshes (reference)",
+                           f"{100 * reference['misses']['true meshes as pieces']['false_alarms'] / reference['misses']['configurations']:.1f}",
+                           alarm_words(reference["alarms"], "true meshes as pieces")])
         for budget in ("64", "128"):
             f = floor[budget]
             rows.append([rig, f"the same fit on the true meshes, {budget} spheres (reference)", "", "", "", f["count"],
@@ -913,6 +980,9 @@ def write_views(results: dict, args) -> None:
             + "\n\nUnseen volume per link (cm3, the export's report: the carved body's outer layer no camera saw "
               "through or met at >= 3 recorded poses; matter only because unknown):\n\n"
             + table(["rig", "training", "unseen cm3 per link"], unseen_rows)
+            + "\n\nWhere the false alarms are (as in section selfmodel-export: the link pairs flagged at most of them, "
+              "each with its share and, in brackets, how far apart the true meshes of that pair are there, median mm):\n\n"
+            + table(["rig", "training", "false alarms %", "pairs behind most of them"], alarm_rows)
             + "\n\nWhat the unseen count misses: the outer layer of each model's learned bodies (the same 5 mm cells) "
               "more than 10 mm outside the true link (the board counts as the tip's), cm3, by what the training "
               "cameras said at >= 3 recorded poses: seen through (the export carves it), only met (a reading "
@@ -1020,6 +1090,7 @@ def write(results: dict, args) -> None:
     pieces = PieceSettings()
 
     recorded_rows_table, truth_table, sphere_table, miss_table, plan_table, notes = [], [], [], [], [], []
+    alarm_table = []
     verdicts = []
     for rig, result in results.items():
         recorded = result["recorded"]
@@ -1057,6 +1128,8 @@ def write(results: dict, args) -> None:
                            f"{100 * misses['URDF collision meshes']['false_alarms'] / misses['configurations']:.1f}",
                            misses["true meshes as pieces"]["missed"],
                            f"{100 * misses['true meshes as pieces']['false_alarms'] / misses['configurations']:.1f}"])
+        for name, words in (("export", "export"), ("true meshes as pieces", "the export's pieces on the true meshes")):
+            alarm_table.append([rig, words, result["alarms"][name]["configurations"], alarm_words(result["alarms"], name)])
         planning = result["planning"]
         queries = planning["queries"]
         plan_table.append([rig, queries] + [f"{100 * planning[name]['solved'] / queries:.0f} ({planning[name]['colliding_paths']})"
@@ -1186,6 +1259,11 @@ def write(results: dict, args) -> None:
             + table(["rig", "configurations", "true collisions", "missed by the export", "missed by the URDF meshes",
                      "export false alarms %", "URDF false alarms %", "missed by the export's pieces on the true meshes",
                      "their false alarms %"], miss_table)
+            + "\n\nWhere the false alarms are: the link pairs flagged at most of them (an obstacle is obstacle:NAME), "
+              "each with its share of the false alarms and, in brackets, how far apart the true meshes of that pair are "
+              "there (median, mm): a pair whose true meshes clear each other by less than the pieces' margin and slack "
+              "is a false alarm wherever the arm folds it that close:\n\n"
+            + table(["rig", "world", "false alarms", "pairs behind most of them"], alarm_table)
             + f"\n\nPlanning: OMPL 2.0.1 RRT-Connect (a budget of {args.plan_checks} collision checks a query for every "
               "world, so a slower checker is not a worse planner; motions checked every 0.5 degree of joint-space "
               "distance, then simplified for up to 1 s) between random configurations free for the true arm, among boxes "
