@@ -119,3 +119,13 @@ def test_the_true_pieces_rows_are_keyed_by_the_reference_files_they_read(tmp_pat
             "truepieces/meshes/collision/b_0.stl"} <= set(inputs)
     (reference / "meshes" / "collision" / "b_0.stl").write_bytes(b"solid b2\nendsolid b2\n")
     assert bench_export.reference_inputs(baseline, tmp_path / "no-session") != inputs
+
+
+def test_the_false_alarms_are_told_by_the_pairs_behind_most_of_them():
+    alarms = {"export": {"configurations": 200, "pairs": {
+        "link4/link6": {"alarms": 80, "true_clearance_mm": 1.56},
+        "link1/link5": {"alarms": 20, "true_clearance_mm": None},  # a pair the true arm does not check
+        "link2/obstacle:s5b0": {"alarms": 4, "true_clearance_mm": 2.7}}},
+        "true meshes as pieces": {"configurations": 0, "pairs": {}}}
+    assert bench_export.alarm_words(alarms, "export", top=2) == "link4/link6 40 % (1.6 mm), link1/link5 10 %"
+    assert bench_export.alarm_words(alarms, "true meshes as pieces") == "none"
