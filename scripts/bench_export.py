@@ -16,7 +16,8 @@ those cameras, the joint placements held, as a user with the board on the flange
   collision meshes;
 - missed collisions: random configurations among box obstacles; every one where the true arm
   touches an obstacle or itself (links joined by two or more moving joints) must be flagged by the
-  export; false alarms beside those of the URDF's collision meshes;
+  export; false alarms beside those of the URDF's collision meshes, with the link pairs behind
+  most of them and how far apart the true meshes of each are there;
 - planning: OMPL RRT-Connect between random configurations that are free for the true arm, around
   box obstacles near the arm, on the export, on the true meshes (the ideal) and on the URDF's
   collision meshes; every planned path replayed on the true arm at 0.25 degree steps.
@@ -649,8 +650,9 @@ def alarm_pairs(export: Path, session: Path, baseline: Path, configurations: int
     """Where the false alarms are: for each configuration the export (and its pieces made on the
     true meshes) flags and the true arm does not, read from the flags :func:`miss_rows` cached under
     ``misses``, the link pairs it flags there and how far apart the true meshes of each pair are.
-    World -> pair -> {"alarms": configurations, "true_clearance_mm": median}; "configurations": the
-    false alarms counted. Cached against the files those flags read."""
+    World -> {"configurations": the false alarms counted, "pairs": pair -> {"alarms": how many of them
+    flag it, "true_clearance_mm": the true meshes' median distance there}}, most alarms first. Cached
+    against the files those flags read."""
     lower, upper = limits(session)
     all_scenes = scenes(np.random.default_rng(11), reach_of(session))
     per = configurations // len(all_scenes)
