@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench_export  # noqa: E402
+import bench_export_levers  # noqa: E402
 from benchlib import cached_row, file_digests  # noqa: E402
 
 URDF = """<?xml version="1.0"?>
@@ -129,3 +130,13 @@ def test_the_false_alarms_are_told_by_the_pairs_behind_most_of_them():
         "true meshes as pieces": {"configurations": 0, "pairs": {}}}
     assert bench_export.alarm_words(alarms, "export", top=2) == "link4/link6 40 % (1.6 mm), link1/link5 10 %"
     assert bench_export.alarm_words(alarms, "true meshes as pieces") == "none"
+
+
+def test_a_lever_run_is_read_or_refused_in_one_sentence():
+    assert bench_export_levers.parse_run("xarm6-cameras-crashed:planned60:iterations=1500") == (
+        "xarm6-cameras-crashed", "planned60", "iterations", 1500.0)
+    for bad, named in (("xarm6-cameras:all-random", "RIG:MODEL:SETTING=VALUE"), ("ur5:all-random:floor=0.5", "ur5"),
+                       ("xarm6-cameras:planned:floor=0.5", "planned"), ("xarm6-cameras:all-random:voxel=3", "setting"),
+                       ("xarm6-cameras:all-random:floor=-1", "> 0")):
+        with pytest.raises(SystemExit, match=named):
+            bench_export_levers.parse_run(bad)
