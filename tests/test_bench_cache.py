@@ -135,8 +135,10 @@ def test_the_false_alarms_are_told_by_the_pairs_behind_most_of_them():
 def test_a_lever_run_is_read_or_refused_in_one_sentence():
     assert bench_export_levers.parse_run("xarm6-cameras-crashed:planned60:iterations=1500") == (
         "xarm6-cameras-crashed", "planned60", "iterations", 1500.0)
+    assert bench_export_levers.parse_run("panda-cameras:all-random:polish=0")[2:] == ("polish", 0.0)
     for bad, named in (("xarm6-cameras:all-random", "RIG:MODEL:SETTING=VALUE"), ("ur5:all-random:floor=0.5", "ur5"),
                        ("xarm6-cameras:planned:floor=0.5", "planned"), ("xarm6-cameras:all-random:voxel=3", "setting"),
-                       ("xarm6-cameras:all-random:floor=-1", "> 0")):
+                       ("xarm6-cameras:all-random:floor=-1", "> 0"), ("xarm6-cameras:all-random:iterations=0", "> 0"),
+                       ("xarm6-cameras:all-random:polish=-1", ">= 0")):
         with pytest.raises(SystemExit, match=named):
             bench_export_levers.parse_run(bad)

@@ -26,7 +26,7 @@ def _exporter(board: str, voxel: float = 0.003, iterations: int = 250):
     from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
-    return CollisionExporter(spheres=SphereSettings(max_spheres=24, iterations=iterations), pieces=PieceSettings(max_pieces=4),
+    return CollisionExporter(spheres=SphereSettings(max_spheres=24, iterations=iterations, polish=0), pieces=PieceSettings(max_pieces=4),
                              body=BodySettings(voxel=voxel, board=board), srdf_samples=1000, seed=0)
 
 

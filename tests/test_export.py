@@ -114,7 +114,7 @@ def exported(tmp_path_factory):
     from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
-    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36, polish=30), pieces=PieceSettings(max_pieces=4),
                                  body=BodySettings(voxel=0.004), srdf_samples=10_000, seed=0)
     fitted = exporter.fit(StandInModel())
     out = tmp_path_factory.mktemp("export") / "collision"
@@ -233,6 +233,14 @@ def test_the_cover_stays_close_to_the_body(exported):
     assert report["spheres_total"] <= 36
     # No board declared: every sphere is the arm's.
     assert report["spheres_arm"] == report["spheres_total"] and report["spheres_board"] == 0
+    # The links stood next to each other at the recorded poses, so the fit was bounded and the start
+    # it kept was polished (30 steps here), taken only where it holds as much and stands out no further.
+    from selfmodel.export.spheres import UNCOVERED_TIE
+
+    polish = report["sphere_starts"]["polish"]
+    assert polish["steps"] == 30, polish
+    if polish["taken"]:
+        assert polish["after_uncovered"] <= polish["before_uncovered"] + UNCOVERED_TIE, polish
 
 
 def test_urdf_keeps_visuals_replaces_collisions_and_loads_in_pinocchio_and_pybullet(exported):
@@ -305,7 +313,7 @@ def test_free_model_bodies_come_from_what_stays_put_in_each_link_frame():
     from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
     from selfmodel.model.chain import link_poses_numpy
 
-    fitted = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+    fitted = CollisionExporter(spheres=SphereSettings(max_spheres=36, polish=0), pieces=PieceSettings(max_pieces=4),
                                body=BodySettings(voxel=0.007, free_configurations=8),
                                margin=MarginSettings(samples=2000, climbs=50), seed=1).fit(FreeStandIn())
     assert set(fitted.links) == set(SHAPES)
@@ -370,7 +378,7 @@ def test_a_held_link_whose_matter_its_rigid_neighbour_learned_has_no_geometry_of
                 return np.array([-0.01, -0.03, -0.03]), np.array([0.06, 0.03, 0.03])
             return super().link_bounds(link)
 
-    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36, polish=0), pieces=PieceSettings(max_pieces=4),
                                  body=BodySettings(voxel=0.004), srdf_samples=500, seed=0)
     fitted = exporter.fit(HeldFinger())
     finger = fitted.links["finger"]

@@ -36,7 +36,7 @@ def written(tmp_path_factory):
     from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
-    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36), pieces=PieceSettings(max_pieces=4),
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=36, polish=0), pieces=PieceSettings(max_pieces=4),
                                  body=BodySettings(voxel=0.004), srdf_samples=4000, seed=0)
     fitted = exporter.fit(RecordedStandIn())
     out = tmp_path_factory.mktemp("planner") / "collision"
@@ -144,7 +144,7 @@ def test_bodies_that_overlap_where_the_arm_stood_are_refused_with_links_poses_an
     recorded = np.vstack([RECORDED, [[0.0, 1.75]]])
     with pytest.raises(InputError, match=r"bodies of base and link2 overlap by up to \d+ mm at 1 of 26 recorded poses "
                                          r"\(p0025 \(\d+ mm\)\)"):
-        fitted = CollisionExporter(spheres=SphereSettings(max_spheres=12), pieces=PieceSettings(max_pieces=2),
+        fitted = CollisionExporter(spheres=SphereSettings(max_spheres=12, polish=0), pieces=PieceSettings(max_pieces=2),
                                    body=BodySettings(voxel=0.006)).fit(RecordedStandIn(recorded))
         fitted.save(tmp_path / "collision", URDF, 500)
     assert not (tmp_path / "collision").exists()
@@ -158,7 +158,7 @@ def test_pieces_whose_hulls_reach_into_a_neighbour_are_cut_at_recorded_poses(tmp
     from selfmodel.export.world import CollisionWorld
 
     low = np.array([[0.0, 1.14], [np.pi / 2, 1.14]])  # link2 10 mm clear of the base's top edge
-    fitted = CollisionExporter(spheres=SphereSettings(max_spheres=12), pieces=PieceSettings(max_pieces=2),
+    fitted = CollisionExporter(spheres=SphereSettings(max_spheres=12, polish=0), pieces=PieceSettings(max_pieces=2),
                                body=BodySettings(voxel=0.006), margin=MarginSettings(0.008)).fit(RecordedStandIn(low))
     report = fitted.save(tmp_path / "collision", URDF, 500)
     assert report["separation"]["piece_cuts"] >= 1

@@ -113,7 +113,7 @@ def xarm(tmp_path_factory):
 
     urdf = xarm_urdf()
     model = TrueMeshModel(urdf, "link_base", "link6", recorded_configurations(urdf, JOINTS, "link_base", "link6", 12, 3))
-    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=28), pieces=PieceSettings(max_pieces=3),
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=28, polish=0), pieces=PieceSettings(max_pieces=3),
                                  body=BodySettings(voxel=0.006), margin=MarginSettings(samples=3000, climbs=40),
                                  srdf_samples=1500, seed=0)
     fitted = exporter.fit(model)
@@ -230,7 +230,7 @@ def test_panda_with_closed_fingers_exports_the_whole_body_once_free_where_it_sto
     model = TrueMeshModel(urdf, "panda_link0", "panda_hand", recorded, held)
     assert "panda_link8" not in model.link_names
     assert model.link_names[-3:] == ["panda_hand", "panda_leftfinger", "panda_rightfinger"]
-    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=40), pieces=PieceSettings(max_pieces=2),
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=40, polish=0), pieces=PieceSettings(max_pieces=2),
                                  body=BodySettings(voxel=0.006), margin=MarginSettings(samples=3000, climbs=40),
                                  srdf_samples=1500, seed=0)
     out = tmp_path / "collision"

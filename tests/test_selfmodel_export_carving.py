@@ -187,7 +187,7 @@ def test_carved_export_is_free_at_every_recorded_pose_in_the_planner(rig, tmp_pa
     from selfmodel.export.settings import BodySettings, MarginSettings, PieceSettings, SphereSettings
 
     model = GhostModel(rig["folder"], rig["session"])
-    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=12, iterations=30), pieces=PieceSettings(max_pieces=2),
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=12, iterations=30, polish=0), pieces=PieceSettings(max_pieces=2),
                                  body=BodySettings(voxel=0.004), margin=MarginSettings(samples=2000, climbs=50),
                                  srdf_samples=300)
     fitted = exporter.fit(model)

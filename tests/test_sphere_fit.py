@@ -111,7 +111,7 @@ def test_a_link_bounded_by_its_neighbour_keeps_the_start_that_holds_its_surface(
     target.obstacles = np.vstack([np.column_stack([grid, np.full(len(grid), BOX[2] + 0.02)]),
                                   np.column_stack([grid[:, 0], np.full(len(grid), BOX[1] + 0.02), 0.5 * grid[:, 1]])])
     target.limit = np.maximum(cKDTree(target.obstacles).query(target.centres)[0] - body.voxel, 1e-4)
-    _, report = fit_groups([target], 8, iterations=60, seed=0)
+    _, report = fit_groups([target], 8, iterations=60, seed=0, polish=0)  # the starts as compared, unpolished
     starts = {start["bulge_mm"]: start["uncovered"] for start in report["starts"]}
     assert sorted(starts) == [4.0, 8.0, 12.0, 18.0, 25.0]
     assert all(start["refined"] for start in report["starts"])
@@ -125,7 +125,7 @@ def test_a_link_bounded_by_its_neighbour_keeps_the_start_that_holds_its_surface(
     tied = [bulge for bulge, share in starts.items() if share <= min(starts.values()) + UNCOVERED_TIE]
     assert out[report["bulge_mm"]] == min(out[bulge] for bulge in tied), (out, tied)
     target.limit = target.obstacles = None
-    _, unbounded = fit_groups([target], 8, iterations=60, seed=0)
+    _, unbounded = fit_groups([target], 8, iterations=60, seed=0, polish=0)
     assert [start["refined"] for start in unbounded["starts"]].count(True) == 1
 
 
@@ -187,6 +187,47 @@ def test_of_starts_that_hold_as_much_the_one_standing_out_least_is_kept(monkeypa
     assert report["bulge_mm"] == 18.0 and covers is round_one, report
     out = {start["bulge_mm"]: start["stands_out_p95_mm"] for start in report["starts"]}
     assert out[18.0] == pytest.approx(15.0, abs=1.5) and out[12.0] > 20.0, out
+
+
+def test_the_kept_start_is_polished_and_the_polish_taken_only_where_it_is_no_worse(monkeypatch):
+    """A bounded fit refines the start it keeps again, alone: a polish that holds the whole ball where
+    the kept start left a sphere's worth out is taken; one that holds as much but stands out 20 mm
+    further is not, and the report says which. Unbounded, nothing is polished by default."""
+    from selfmodel.export import sphere_groups
+    from selfmodel.export.spheres import Candidate, SphereCover
+
+    target = ball_target()
+    target.limit = np.full(len(target.centres), 1.0)  # bounded
+    short = {"ball": SphereCover(np.zeros((1, 3)), np.array([0.028]))}
+    whole = {"ball": SphereCover(np.zeros((1, 3)), np.array([0.032]))}
+    bulging = {"ball": SphereCover(np.zeros((1, 3)), np.array([0.052]))}
+    calls = []
+
+    def refine(targets, starts, contacts, iterations, **_):
+        calls.append(iterations)
+        if len(calls) == 1:  # the starts, as the greedy left them
+            return [(covers, {"uncovered": {"ball": 0.05 if covers is short else 0.0}}) for covers in starts]
+        return [(polished, {"uncovered": {"ball": 0.0}})]
+
+    monkeypatch.setattr(sphere_groups, "sphere_candidates", lambda targets, budget: [Candidate(0.004, short, 0.0)])
+    monkeypatch.setattr(sphere_groups, "refine_starts", refine)
+    polished = whole
+    covers, report = sphere_groups.fit_groups([target], 4, iterations=7)
+    assert calls == [7, sphere_groups.POLISH] and covers is whole
+    assert report["polish"]["taken"] and report["polish"]["before_uncovered"] == 0.05, report["polish"]
+    assert report["uncovered"] == {"ball": 0.0}
+
+    calls.clear()
+    monkeypatch.setattr(sphere_groups, "sphere_candidates", lambda targets, budget: [Candidate(0.004, whole, 0.0)])
+    polished = bulging
+    covers, report = sphere_groups.fit_groups([target], 4, iterations=7, polish=30)
+    assert calls == [7, 30] and covers is whole and not report["polish"]["taken"]
+    assert report["polish"]["after_stands_out_p95_mm"] == pytest.approx(22.0, abs=1.5), report["polish"]
+
+    calls.clear()
+    target.limit = None
+    covers, report = sphere_groups.fit_groups([target], 4, iterations=7)
+    assert calls == [7] and report["polish"] is None
 
 
 def test_starts_refined_together_come_out_as_each_alone():

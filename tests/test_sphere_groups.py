@@ -14,6 +14,8 @@ def test_a_board_budget_below_one_is_refused():
 
     with pytest.raises(InputError, match="^board_spheres -1"):
         SphereSettings(board_spheres=-1)
+    with pytest.raises(InputError, match="^polish -5: must be >= 0"):
+        SphereSettings(polish=-5)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def board_export(tmp_path_factory):
     rotation = trimesh.transformations.rotation_matrix(np.pi / 2, [0, 1, 0])
     model.board = {"squares": [5, 4], "square_m": 0.02,
                    "tip_T_board_nominal": (trimesh.transformations.translation_matrix([0.359, 0, 0]) @ rotation).tolist()}
-    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=24, board_spheres=30), pieces=PieceSettings(max_pieces=4),
+    exporter = CollisionExporter(spheres=SphereSettings(max_spheres=24, board_spheres=30, polish=0), pieces=PieceSettings(max_pieces=4),
                                  body=BodySettings(voxel=0.003), srdf_samples=2000, seed=0)
     fitted = exporter.fit(model)
     out = tmp_path_factory.mktemp("board") / "collision"

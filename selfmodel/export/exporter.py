@@ -144,7 +144,7 @@ class CollisionExport:
     carving: Carving | None = None
     margins: dict[str, float] = field(default_factory=dict)  # m, link -> the margin its geometry grew by
     board: dict | None = None  # the declared board's mount and blur, as selfmodel.export.sources.board_report says
-    sphere_starts: dict | None = None  # the greedy starts the sphere fit refined, and the one kept
+    sphere_starts: dict | None = None  # the greedy starts the sphere fit refined, the one kept and its polish
 
     @property
     def pieces(self) -> dict[str, list[ConvexPiece]]:
@@ -414,7 +414,8 @@ class CollisionExporter:
         contacts = [] if poses is None else [Contact(a, b, np.linalg.inv(poses[a]) @ poses[b])
                                              for (a, b), kind in kinds.items() if kind == "checked"]
         covers, sphere_fit = fit_groups(targets, self.spheres.max_spheres, contacts=contacts,
-                                        iterations=self.spheres.iterations, seed=self.seed)
+                                        iterations=self.spheres.iterations, seed=self.seed,
+                                        polish=self.spheres.polish)
         separation.spheres_uncovered = {link: round(share, 4) for link, share in sphere_fit["uncovered"].items() if share}
         for name, cover in covers.items():
             links[name].spheres, links[name].sphere_groups = cover, ["arm"] * len(cover.radii)
@@ -449,7 +450,7 @@ class CollisionExporter:
         report = self._board_report(model, board, with_board, bodies, links, box_margin, staged.board_held)
         return CollisionExport(links, margin, mode, seconds, origins, list(spec.joint_names),
                                model.base_link, model.tip_link, dict(spec.held), recorded, separation, staged.carving,
-                               margins, report, {"bulge_mm": sphere_fit["bulge_mm"], "starts": sphere_fit["starts"]})
+                               margins, report, {key: sphere_fit[key] for key in ("bulge_mm", "starts", "polish")})
 
     def _take_out_board(self, model, staged: "Bodies", where: str) -> tuple[PlateBox | None, LinkBody | None]:
         """The declared board's plate (tip frame) and the tip's body as it was with the board, after

@@ -98,11 +98,14 @@ class SphereSettings:
     calibration board the session declares on the tip, when it is kept (listed under the tip; the
     more, the thinner the layer: :func:`selfmodel.export.board.sphere_layer`), ``iterations`` steps of the joint sphere fit
     (:mod:`selfmodel.export.sphere_fit`; 0: the greedy cover as it is; None: as many as
-    :func:`selfmodel.export.sphere_groups.fit_groups` takes, more where neighbours bound the spheres)."""
+    :func:`selfmodel.export.sphere_groups.fit_groups` takes, more where neighbours bound the spheres),
+    and ``polish`` steps the start the fit keeps is refined again alone (0: not at all; None: as many
+    as ``fit_groups`` takes: ``POLISH`` where neighbours bound the spheres and the fit refines, else 0)."""
 
     max_spheres: int = 64
     board_spheres: int = BOARD_SPHERES
     iterations: int | None = None
+    polish: int | None = None
 
     def __post_init__(self):
         if self.max_spheres < 1:
@@ -112,6 +115,8 @@ class SphereSettings:
                              f"sphere.")
         if self.iterations is not None and self.iterations < 0:
             raise InputError(f"{setting('iterations')} {self.iterations}: must be >= 0 (0: the greedy cover).")
+        if self.polish is not None and self.polish < 0:
+            raise InputError(f"{setting('polish')} {self.polish}: must be >= 0 (0: the kept start as refined).")
 
 
 @dataclass(frozen=True)
