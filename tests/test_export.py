@@ -110,7 +110,8 @@ class FreeStandIn(SelfModel):
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """The stand-in exported once with the defaults (automatic margin)."""
+    """The stand-in exported once with the defaults (automatic margin), the kept spheres polished for
+    30 steps, not the default's 1750 (minutes on this arm: a step's time is mostly torch's own)."""
     from selfmodel.export.exporter import CollisionExporter
     from selfmodel.export.settings import BodySettings, PieceSettings, SphereSettings
 
