@@ -27,6 +27,7 @@ benchmark's are; truth/ is read only here, never by the export.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -123,6 +124,7 @@ def measured(workdir: Path, run: tuple[str, str, str, float], args) -> dict:
     return result
 
 
+@functools.lru_cache(maxsize=None)  # runs on the same model share its default export and its plate
 def board_placement(heldout: Path, model: Path, export: Path) -> dict | None:
     """How far the true plate lies outside the declared plate where the export puts it (at the
     model's mount, fitted or nominal, on the export's URDF) at the held-out truth poses, mm: what a
